@@ -1,0 +1,2 @@
+//! The troupe CLI (being built).
+fn main() {}

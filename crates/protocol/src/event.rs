@@ -1,0 +1,370 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{ThreadItem, Usage};
+
+/// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VersionedThreadEvent {
+    /// The protocol version that wrote the line ([`crate::SCHEMA_VERSION`]).
+    pub schema_version: String,
+    /// The event itself, exactly as `troupe exec --json` prints it.
+    pub event: ThreadEvent,
+}
+
+impl VersionedThreadEvent {
+    /// Wraps `event` with the current [`crate::SCHEMA_VERSION`].
+    pub fn new(event: ThreadEvent) -> Self {
+        Self {
+            schema_version: crate::SCHEMA_VERSION.to_string(),
+            event,
+        }
+    }
+}
+
+/// The one event stream of troupe, tagged by `type`.
+///
+/// Every variant documents the moment it is emitted. Readers skip what they
+/// do not know: an unknown `type` deserializes to [`ThreadEvent::Unknown`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type")]
+pub enum ThreadEvent {
+    /// A thread (one agent's conversation) began. First event of a session.
+    #[serde(rename = "thread.started")]
+    ThreadStarted(ThreadStartedEvent),
+    /// A turn (one model step plus the tools it asked for) began.
+    #[serde(rename = "turn.started")]
+    TurnStarted(TurnStartedEvent),
+    /// A turn finished; `usage` is what its model call consumed.
+    #[serde(rename = "turn.completed")]
+    TurnCompleted(TurnCompletedEvent),
+    /// A turn failed; the thread may still go on or end.
+    #[serde(rename = "turn.failed")]
+    TurnFailed(TurnFailedEvent),
+    /// An item (message, tool call, tool output, ...) began.
+    #[serde(rename = "item.started")]
+    ItemStarted(ItemEvent),
+    /// An item changed while in progress (streamed text, partial output).
+    #[serde(rename = "item.updated")]
+    ItemUpdated(ItemEvent),
+    /// An item reached its final state.
+    #[serde(rename = "item.completed")]
+    ItemCompleted(ItemEvent),
+    /// A non-fatal error worth showing to the user.
+    #[serde(rename = "error")]
+    Error(ErrorEvent),
+    /// History was compacted; what follows starts a new request segment.
+    #[serde(rename = "thread.compact_boundary")]
+    CompactBoundary(CompactBoundaryEvent),
+    /// The live transcript was cleared on purpose; the next segment starts
+    /// from orientation context only.
+    #[serde(rename = "context.reset")]
+    ContextReset(ContextResetEvent),
+    /// An actor of the session's tree started.
+    #[serde(rename = "agent.started")]
+    AgentStarted(AgentStartedEvent),
+    /// A supervisor restarted a crashed actor.
+    #[serde(rename = "agent.restarted")]
+    AgentRestarted(AgentRestartedEvent),
+    /// An actor of the session's tree stopped.
+    #[serde(rename = "agent.stopped")]
+    AgentStopped(AgentStoppedEvent),
+    /// The terminal event of a thread: how it ended, what it cost.
+    #[serde(rename = "thread.completed")]
+    ThreadCompleted(ThreadCompletedEvent),
+    /// An event type this reader does not know; skip it.
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
+}
+
+impl ThreadEvent {
+    /// The `type` tag of this event as it appears on the wire
+    /// (`"unknown"` for [`ThreadEvent::Unknown`]).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ThreadEvent::ThreadStarted(_) => "thread.started",
+            ThreadEvent::TurnStarted(_) => "turn.started",
+            ThreadEvent::TurnCompleted(_) => "turn.completed",
+            ThreadEvent::TurnFailed(_) => "turn.failed",
+            ThreadEvent::ItemStarted(_) => "item.started",
+            ThreadEvent::ItemUpdated(_) => "item.updated",
+            ThreadEvent::ItemCompleted(_) => "item.completed",
+            ThreadEvent::Error(_) => "error",
+            ThreadEvent::CompactBoundary(_) => "thread.compact_boundary",
+            ThreadEvent::ContextReset(_) => "context.reset",
+            ThreadEvent::AgentStarted(_) => "agent.started",
+            ThreadEvent::AgentRestarted(_) => "agent.restarted",
+            ThreadEvent::AgentStopped(_) => "agent.stopped",
+            ThreadEvent::ThreadCompleted(_) => "thread.completed",
+            ThreadEvent::Unknown => "unknown",
+        }
+    }
+
+    /// Every `type` tag this version of the protocol knows.
+    pub const KNOWN_TYPES: [&'static str; 14] = [
+        "thread.started",
+        "turn.started",
+        "turn.completed",
+        "turn.failed",
+        "item.started",
+        "item.updated",
+        "item.completed",
+        "error",
+        "thread.compact_boundary",
+        "context.reset",
+        "agent.started",
+        "agent.restarted",
+        "agent.stopped",
+        "thread.completed",
+    ];
+}
+
+/// `thread.started`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadStartedEvent {
+    /// Stable identifier of the event-stream thread.
+    pub thread_id: String,
+    /// The session this thread belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The agent that owns the thread, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `turn.started`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TurnStartedEvent {
+    /// 1-based turn number within the thread, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// The agent running the turn, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `turn.completed`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TurnCompletedEvent {
+    /// Tokens the turn's model call consumed.
+    pub usage: Usage,
+    /// The agent that ran the turn, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `turn.failed`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TurnFailedEvent {
+    /// What went wrong, for a human.
+    pub message: String,
+    /// Tokens consumed before the failure, when the provider reported any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// The agent that ran the turn, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `item.started`, `item.updated` and `item.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ItemEvent {
+    /// The item in its current state.
+    pub item: ThreadItem,
+    /// The agent the item belongs to, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `error`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorEvent {
+    /// What went wrong, for a human. Never contains a secret.
+    pub message: String,
+}
+
+/// What started a compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionTrigger {
+    /// A user asked for it (`troupe sessions compact`).
+    Manual,
+    /// The context crossed a threshold, or a provider rejected a request.
+    Auto,
+}
+
+/// Who compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionMode {
+    /// troupe summarised the history itself.
+    Local,
+    /// The provider compacted natively.
+    Provider,
+}
+
+/// `thread.compact_boundary`, with every field of the seed contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactBoundaryEvent {
+    /// The thread that was compacted.
+    pub thread_id: String,
+    /// Manual or automatic.
+    pub trigger: CompactionTrigger,
+    /// Local summary or provider-native compaction.
+    pub mode: CompactionMode,
+    /// Messages before compaction.
+    pub original_message_count: u64,
+    /// Messages after compaction.
+    pub compacted_message_count: u64,
+    /// Where the full pre-compaction history was archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_artifact_path: Option<String>,
+    /// The request segment that ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_segment_id: Option<String>,
+    /// The request segment that begins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_segment_id: Option<String>,
+    /// Hash of the immutable prompt prefix of the previous segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_prefix_hash: Option<String>,
+    /// Hash of the immutable prompt prefix of the new segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_prefix_hash: Option<String>,
+    /// Hash of the ordered tool catalog of the previous segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_catalog_hash: Option<String>,
+    /// Hash of the ordered tool catalog of the new segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_catalog_hash: Option<String>,
+}
+
+/// `context.reset`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ContextResetEvent {
+    /// Why the context was reset: `on_stall`, `on_compaction`,
+    /// `plan_handoff` or `manual`.
+    pub trigger: String,
+    /// Whether the approved plan was carried into the new segment.
+    pub plan_preserved: bool,
+    /// How full the context window was just before the reset, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_context_usage_percent: Option<f64>,
+    /// Whether per-segment tool budgets were reset.
+    pub tool_budget_reset: bool,
+}
+
+/// The part an actor plays in the session's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentRole {
+    /// A supervisor: restarts its children, owns no conversation.
+    Supervisor,
+    /// The canonical persistence drain.
+    Drain,
+    /// The root agent of a session.
+    Root,
+    /// An agent spawned by another agent.
+    Subagent,
+    /// A read-only verifier of a proposed change.
+    Verifier,
+}
+
+/// `agent.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentStartedEvent {
+    /// Logical address of the actor; stays the same across restarts.
+    pub agent_id: String,
+    /// The supervisor or agent that owns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// What the actor does.
+    pub role: AgentRole,
+    /// A human-friendly name, when the spec gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `agent.restarted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRestartedEvent {
+    /// Logical address of the actor.
+    pub agent_id: String,
+    /// 1 for the first restart within the intensity window, and so on.
+    pub attempt: u32,
+    /// Why the previous incarnation ended (panic message, error).
+    pub reason: String,
+}
+
+/// `agent.stopped`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentStoppedEvent {
+    /// Logical address of the actor.
+    pub agent_id: String,
+    /// Why it stopped: `normal`, `shutdown`, or the failure.
+    pub reason: String,
+}
+
+/// How a thread ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionSubtype {
+    /// The model finished with no pending tool call.
+    Success,
+    /// The turn limit was reached.
+    ErrorMaxTurns,
+    /// The cost budget was exhausted.
+    ErrorMaxBudgetUsd,
+    /// Anything else went wrong (tool retry cap, stream error, blocked,
+    /// persistence failure).
+    ErrorDuringExecution,
+    /// The run was aborted.
+    Cancelled,
+}
+
+impl CompletionSubtype {
+    /// The wire name, e.g. `error_max_turns`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CompletionSubtype::Success => "success",
+            CompletionSubtype::ErrorMaxTurns => "error_max_turns",
+            CompletionSubtype::ErrorMaxBudgetUsd => "error_max_budget_usd",
+            CompletionSubtype::ErrorDuringExecution => "error_during_execution",
+            CompletionSubtype::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for CompletionSubtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `thread.completed`: the terminal result of a thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadCompletedEvent {
+    /// Stable identifier of the event-stream thread.
+    pub thread_id: String,
+    /// Stable identifier of the session.
+    pub session_id: String,
+    /// How the thread ended.
+    pub subtype: CompletionSubtype,
+    /// troupe's finer-grained terminal code (`success`, `blocked`,
+    /// `max_turns`, `budget_exhausted`, `tool_retry_cap`, `stream_error`,
+    /// `persistence_failed`, `cancelled`, ...).
+    pub outcome_code: String,
+    /// The final assistant text; present on success only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The provider's stop reason, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Aggregate usage of the whole thread.
+    pub usage: Usage,
+    /// Aggregate estimated cost; `null` when pricing is unknown.
+    pub total_cost_usd: Option<f64>,
+    /// Number of turns run.
+    pub num_turns: u32,
+}

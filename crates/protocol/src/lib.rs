@@ -1,0 +1,52 @@
+//! troupe-protocol: the wire types of troupe, and nothing else.
+//!
+//! This crate owns every type that crosses a process or file boundary:
+//!
+//! - [`ThreadEvent`], the one event stream (`troupe exec --json` prints it,
+//!   `events.jsonl` stores it wrapped in a [`VersionedThreadEvent`]);
+//! - [`ThreadItem`], the items that `item.*` events carry;
+//! - [`Usage`], token accounting;
+//! - [`HandoffRequest`], the typed message an agent hands to the next one,
+//!   with the boundary status of every deliverable, and its markdown form;
+//! - [`Verdict`], what a read-only verifier decides about a proposal.
+//!
+//! It holds serde types (with `schemars` derives, so the JSON Schema in
+//! `docs/events.schema.json` is generated from them) and no I/O. Readers are
+//! forward compatible: an event or item type they do not know deserializes
+//! to an `Unknown` variant and can be skipped.
+//!
+//! ```
+//! use troupe_protocol::{ThreadEvent, VersionedThreadEvent};
+//! let line = r#"{"schema_version":"1","event":{"type":"turn.started"}}"#;
+//! let ev: VersionedThreadEvent = serde_json::from_str(line).unwrap();
+//! assert!(matches!(ev.event, ThreadEvent::TurnStarted(_)));
+//! ```
+
+mod event;
+mod handoff;
+mod item;
+mod usage;
+mod verdict;
+
+pub use event::*;
+pub use handoff::*;
+pub use item::*;
+pub use usage::*;
+pub use verdict::*;
+
+/// The schema version written into every line of `events.jsonl`.
+///
+/// Bump it only for a change that an old reader would misread; adding an
+/// event type, an item type or an optional field does not need a bump,
+/// because readers skip what they do not know.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// The JSON Schema of one `events.jsonl` line ([`VersionedThreadEvent`]),
+/// pretty-printed with a trailing newline, exactly as checked in at
+/// `docs/events.schema.json`.
+pub fn events_json_schema() -> String {
+    let schema = schemars::schema_for!(VersionedThreadEvent);
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
+}

@@ -1,0 +1,2 @@
+//! Event log benchmark (being built).
+fn main() {}

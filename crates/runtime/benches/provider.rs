@@ -1,0 +1,2 @@
+//! Provider benchmark (being built).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Model provider clients (being built).

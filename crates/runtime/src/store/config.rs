@@ -1,0 +1,85 @@
+//! Knobs of the canonical log and retention.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// When the writer calls `fdatasync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncPolicy {
+    /// After every event: each event is durable before the next is written.
+    Always,
+    /// Once per group-committed batch (the default): durable before the
+    /// batch is acknowledged, one sync for many events.
+    #[default]
+    Batch,
+    /// Never: the OS flushes when it likes. Survives a process crash, not a
+    /// power loss.
+    Never,
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "always" => Ok(FsyncPolicy::Always),
+            "batch" => Ok(FsyncPolicy::Batch),
+            "never" => Ok(FsyncPolicy::Never),
+            other => Err(format!(
+                "unknown fsync policy `{other}`: use always, batch or never"
+            )),
+        }
+    }
+}
+
+/// Limits and policies of one session's canonical log.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Most events held (queued or being written) before the hand-off
+    /// saturates and the session fails closed.
+    pub max_queued_events: usize,
+    /// Most bytes held before the hand-off saturates.
+    pub max_queued_bytes: usize,
+    /// Upper bound of one group-committed batch.
+    pub max_batch_bytes: usize,
+    /// When to fsync.
+    pub fsync: FsyncPolicy,
+    /// How often the writer refreshes manifest.json while events flow
+    /// (status changes are written at once).
+    pub manifest_interval: Duration,
+    /// How long the root `thread.completed` may wait for room in a full
+    /// queue.
+    pub terminal_wait: Duration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            max_queued_events: 65_536,
+            max_queued_bytes: 64 * 1024 * 1024,
+            max_batch_bytes: 4 * 1024 * 1024,
+            fsync: FsyncPolicy::Batch,
+            manifest_interval: Duration::from_secs(1),
+            terminal_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Which closed sessions retention keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Keep at most this many closed sessions (the newest).
+    pub max_sessions: usize,
+    /// Delete closed sessions last updated longer ago than this.
+    pub max_age: Duration,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        RetentionPolicy {
+            max_sessions: 50,
+            max_age: Duration::from_secs(30 * 24 * 60 * 60),
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The dispatch gate: one order for every event, a bounded non-blocking
+//! hand-off to the writer, fail-closed on saturation.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use troupe_protocol::{CompletionSubtype, SCHEMA_VERSION, ThreadEvent};
+
+use super::config::LogConfig;
+use super::error::EmitError;
+
+/// What the writer needs to know about an event without parsing it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Meta {
+    Plain,
+    /// `thread.started` or `turn.started`: the session becomes active.
+    Activates { turn: bool },
+    /// `thread.completed` of the session's root thread.
+    RootCompleted(CompletionSubtype),
+}
+
+/// One accepted event, encoded once: the canonical envelope line (with its
+/// trailing newline) and where the bare event sits inside it.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) line: Vec<u8>,
+    pub(crate) event_start: usize,
+    pub(crate) meta: Meta,
+}
+
+const PREFIX_HEAD: &[u8] = b"{\"schema_version\":\"";
+const PREFIX_TAIL: &[u8] = b"\",\"event\":";
+
+impl Record {
+    /// Serializes `event` into the envelope line. Done outside any lock.
+    pub(crate) fn encode(event: &ThreadEvent, root_thread: &str) -> Result<Record, EmitError> {
+        if matches!(event, ThreadEvent::Unknown) {
+            return Err(EmitError::Unknown);
+        }
+        let mut line = Vec::with_capacity(384);
+        line.extend_from_slice(PREFIX_HEAD);
+        line.extend_from_slice(SCHEMA_VERSION.as_bytes());
+        line.extend_from_slice(PREFIX_TAIL);
+        let event_start = line.len();
+        serde_json::to_writer(&mut line, event)
+            .map_err(|e| EmitError::Encode(e.to_string()))?;
+        line.extend_from_slice(b"}\n");
+        let meta = match event {
+            ThreadEvent::ThreadStarted(_) => Meta::Activates { turn: false },
+            ThreadEvent::TurnStarted(_) => Meta::Activates { turn: true },
+            ThreadEvent::ThreadCompleted(c) if c.thread_id == root_thread => {
+                Meta::RootCompleted(c.subtype)
+            }
+            _ => Meta::Plain,
+        };
+        Ok(Record {
+            line,
+            event_start,
+            meta,
+        })
+    }
+
+    /// The bare event JSON (no envelope, no newline).
+    pub(crate) fn event_json(&self) -> &[u8] {
+        let end = self.line.len().saturating_sub(2);
+        self.line.get(self.event_start..end).unwrap_or_default()
+    }
+
+    fn is_terminal(&self) -> bool {
+        matches!(self.meta, Meta::RootCompleted(_))
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct GateState {
+    pub(crate) queue: VecDeque<Record>,
+    /// The batch the writer took and has not committed yet. Kept here, not
+    /// in the writer, so a restarted writer writes it again.
+    pub(crate) inflight: Option<Arc<Vec<Record>>>,
+    /// Events and bytes in `queue` plus `inflight`.
+    pub(crate) held_events: usize,
+    pub(crate) held_bytes: usize,
+    /// Events accepted since the log was opened (sequence of the last one).
+    pub(crate) accepted: u64,
+    /// Events refused since the log was opened.
+    pub(crate) refused: u64,
+    /// Set on the first saturation: the session has failed closed.
+    pub(crate) poisoned: Option<String>,
+    /// Set by close: no more events; the writer drains and exits.
+    pub(crate) closed: bool,
+    pub(crate) terminal_seen: bool,
+    pub(crate) writer_waiting: bool,
+}
+
+/// The gate shared by producers and the writer.
+pub(crate) struct Gate {
+    pub(crate) state: Mutex<GateState>,
+    /// Wakes the writer.
+    pub(crate) work: Condvar,
+    /// Wakes a terminal emit waiting for room.
+    pub(crate) room: Condvar,
+    pub(crate) config: LogConfig,
+    pub(crate) root_thread: String,
+}
+
+impl Gate {
+    pub(crate) fn new(config: LogConfig, root_thread: String, accepted: u64) -> Gate {
+        Gate {
+            state: Mutex::new(GateState {
+                accepted,
+                ..GateState::default()
+            }),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            config,
+            root_thread,
+        }
+    }
+
+    /// Accepts `record` in gate order, or refuses it. Never blocks, except
+    /// that the root `thread.completed` waits (bounded) for room: it must be
+    /// recorded even after the session failed closed.
+    pub(crate) fn push(&self, record: Record) -> Result<u64, EmitError> {
+        let len = record.line.len();
+        let max = &self.config;
+        if len > max.max_queued_bytes {
+            let mut st = self.state.lock();
+            st.refused += 1;
+            return Err(EmitError::TooLarge {
+                bytes: len,
+                max_bytes: max.max_queued_bytes,
+            });
+        }
+        let terminal = record.is_terminal();
+        let deadline = Instant::now() + max.terminal_wait;
+        let mut st = self.state.lock();
+        loop {
+            if st.closed {
+                st.refused += 1;
+                return Err(EmitError::Closed);
+            }
+            if let Some(reason) = st.poisoned.as_ref().filter(|_| !terminal) {
+                let reason = reason.clone();
+                st.refused += 1;
+                return Err(EmitError::FailedClosed { reason });
+            }
+            let fits = st.held_events < max.max_queued_events
+                && st.held_bytes + len <= max.max_queued_bytes;
+            if fits {
+                break;
+            }
+            if !terminal {
+                let reason = format!(
+                    "event queue saturated ({} events, {} bytes held; limits {} events, {} bytes)",
+                    st.held_events, st.held_bytes, max.max_queued_events, max.max_queued_bytes
+                );
+                st.poisoned = Some(reason.clone());
+                st.refused += 1;
+                return Err(EmitError::Saturated { reason });
+            }
+            if self.room.wait_until(&mut st, deadline).timed_out() {
+                st.refused += 1;
+                return Err(EmitError::Saturated {
+                    reason: "no room for thread.completed before the deadline".into(),
+                });
+            }
+        }
+        st.held_events += 1;
+        st.held_bytes += len;
+        st.accepted += 1;
+        st.terminal_seen |= terminal;
+        let seq = st.accepted;
+        st.queue.push_back(record);
+        if st.writer_waiting {
+            self.work.notify_one();
+        }
+        Ok(seq)
+    }
+
+    /// Refuses every later event and lets the writer drain and exit.
+    pub(crate) fn close(&self) {
+        let mut st = self.state.lock();
+        st.closed = true;
+        self.work.notify_all();
+        self.room.notify_all();
+    }
+
+    /// Takes the next batch for the writer: the uncommitted in-flight batch
+    /// if a previous writer left one, else up to `max_batch_bytes` of queued
+    /// records. Blocks while there is nothing to do; `None` once closed and
+    /// empty.
+    pub(crate) fn next_batch(&self) -> Option<Arc<Vec<Record>>> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(batch) = st.inflight.as_ref() {
+                return Some(Arc::clone(batch));
+            }
+            if !st.queue.is_empty() {
+                let mut bytes = 0usize;
+                let mut take = 0usize;
+                for r in st.queue.iter() {
+                    if take > 0 && bytes + r.line.len() > self.config.max_batch_bytes {
+                        break;
+                    }
+                    bytes += r.line.len();
+                    take += 1;
+                }
+                let batch: Vec<Record> = st.queue.drain(..take).collect();
+                let batch = Arc::new(batch);
+                st.inflight = Some(Arc::clone(&batch));
+                return Some(batch);
+            }
+            if st.closed {
+                return None;
+            }
+            st.writer_waiting = true;
+            self.work.wait_for(&mut st, Duration::from_millis(500));
+            st.writer_waiting = false;
+        }
+    }
+
+    /// Marks the in-flight batch committed and frees its room.
+    pub(crate) fn commit(&self, events: usize, bytes: usize) {
+        let mut st = self.state.lock();
+        st.inflight = None;
+        st.held_events = st.held_events.saturating_sub(events);
+        st.held_bytes = st.held_bytes.saturating_sub(bytes);
+        self.room.notify_all();
+    }
+
+    /// Fails the session closed for a reason other than saturation.
+    pub(crate) fn poison(&self, reason: String) {
+        let mut st = self.state.lock();
+        if st.poisoned.is_none() {
+            st.poisoned = Some(reason);
+        }
+    }
+}

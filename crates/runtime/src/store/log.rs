@@ -1,0 +1,572 @@
+//! One session's canonical log: the gate, the blocking group-commit writer,
+//! exporters and the manifest.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use troupe_protocol::ThreadEvent;
+
+use super::config::{FsyncPolicy, LogConfig};
+use super::error::{EmitError, StoreError};
+use super::export::Exporter;
+use super::gate::{Gate, Meta, Record};
+use super::manifest::{Manifest, SessionStatus};
+use super::recovery::{RecoveryReport, recover};
+
+/// Names of the files in a session directory.
+pub const EVENTS_FILE: &str = "events.jsonl";
+/// See [`EVENTS_FILE`].
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// See [`EVENTS_FILE`].
+pub const DERIVED_DIR: &str = "derived";
+
+/// How the writer is doing, published after every commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Sequence number of the last durable (written, and synced per the
+    /// fsync policy) event.
+    pub committed: u64,
+    /// The last writer failure, cleared when a writer commits again.
+    pub writer_error: Option<String>,
+    /// The log was closed and everything accepted was written.
+    pub finished: bool,
+}
+
+/// Counters for benchmarks and reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Batches committed.
+    pub batches: u64,
+    /// Bytes appended to events.jsonl.
+    pub bytes: u64,
+    /// fdatasync calls on events.jsonl.
+    pub syncs: u64,
+    /// Size in bytes of every committed batch, when recording was asked for.
+    pub batch_sizes: Vec<usize>,
+    /// Exporters that failed and were detached, with the error.
+    pub exporter_failures: Vec<String>,
+}
+
+/// A test seam: what the writer does to batch `n` instead of writing it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Return an I/O error before writing.
+    FailBeforeWrite,
+    /// Write this many bytes of the batch, then return an I/O error.
+    PartialWrite(usize),
+    /// Panic in the writer thread.
+    Panic,
+}
+
+/// A test seam deciding faults per batch number (0-based, counted across
+/// writer restarts).
+#[doc(hidden)]
+pub type FaultHook = Arc<dyn Fn(u64) -> Option<Fault> + Send + Sync>;
+
+pub(crate) struct LogInner {
+    pub(crate) gate: Gate,
+    dir: PathBuf,
+    events_path: PathBuf,
+    manifest_path: PathBuf,
+    progress: watch::Sender<Progress>,
+    /// Length of events.jsonl after the last commit; a restarted writer
+    /// truncates to it, cutting whatever a failed write left.
+    committed_len: Mutex<u64>,
+    manifest: Mutex<Manifest>,
+    exporters: Mutex<Vec<Box<dyn Exporter>>>,
+    stats: Mutex<LogStats>,
+    record_batch_sizes: bool,
+    fault: Mutex<Option<FaultHook>>,
+    writer_running: Mutex<bool>,
+}
+
+/// A session's canonical log, open for appending.
+///
+/// Producers hold [`EventSender`]s; one writer thread (started with
+/// [`SessionLog::start_writer`], supervised by the caller) drains the gate.
+#[derive(Clone)]
+pub struct SessionLog {
+    inner: Arc<LogInner>,
+}
+
+/// A cheap, cloneable producer handle.
+#[derive(Clone)]
+pub struct EventSender {
+    inner: Arc<LogInner>,
+}
+
+impl EventSender {
+    /// Hands `event` to the gate without blocking and returns its sequence
+    /// number in the log. On `Err` the event is not in the log; on `Ok` it
+    /// will be. The root `thread.completed` alone may wait (bounded by
+    /// `LogConfig::terminal_wait`) for room.
+    pub fn emit(&self, event: &ThreadEvent) -> Result<u64, EmitError> {
+        let record = Record::encode(event, &self.inner.gate.root_thread)?;
+        self.inner.gate.push(record)
+    }
+
+    /// Sequence number of the last accepted event.
+    pub fn accepted(&self) -> u64 {
+        self.inner.gate.state.lock().accepted
+    }
+}
+
+impl std::fmt::Debug for EventSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSender")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SessionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLog")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+/// The running writer thread.
+#[derive(Debug)]
+pub struct WriterHandle {
+    join: Option<JoinHandle<Result<(), StoreError>>>,
+}
+
+impl WriterHandle {
+    /// Waits for the writer thread to end and returns how it ended (a panic
+    /// becomes [`StoreError::Writer`]).
+    pub fn join(mut self) -> Result<(), StoreError> {
+        match self.join.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(panic)) => Err(StoreError::Writer(panic_message(&panic))),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("writer panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("writer panicked: {s}")
+    } else {
+        "writer panicked".to_string()
+    }
+}
+
+impl SessionLog {
+    /// Creates a new session directory with an empty log, `derived/`, and a
+    /// `created` manifest.
+    pub fn create(
+        dir: &Path,
+        session_id: &str,
+        root_thread_id: &str,
+        config: LogConfig,
+    ) -> Result<SessionLog, StoreError> {
+        if dir.exists() {
+            return Err(StoreError::Exists(session_id.to_string()));
+        }
+        std::fs::create_dir_all(dir.join(DERIVED_DIR))
+            .map_err(|e| StoreError::io("create", dir, e))?;
+        let events_path = dir.join(EVENTS_FILE);
+        OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&events_path)
+            .map_err(|e| StoreError::io("create", &events_path, e))?;
+        let mut manifest = Manifest::new(session_id, root_thread_id);
+        manifest.write(&dir.join(MANIFEST_FILE))?;
+        crate::fsutil::sync_dir(dir).map_err(|e| StoreError::io("sync", dir, e))?;
+        Ok(Self::from_parts(dir, manifest, 0, 0, config))
+    }
+
+    /// Reopens an existing session for appending: cuts a torn last line,
+    /// recounts events and turns, and rewrites the manifest to match.
+    pub fn reopen(dir: &Path, config: LogConfig) -> Result<(SessionLog, RecoveryReport), StoreError> {
+        let manifest_path = dir.join(MANIFEST_FILE);
+        let mut manifest = Manifest::read(&manifest_path)?;
+        let report = recover(&dir.join(EVENTS_FILE), &manifest.root_thread_id)?;
+        manifest.event_count = report.events;
+        manifest.turn_count = report.turns;
+        if let Some(subtype) = report.completed {
+            manifest.status = SessionStatus::Completed;
+            manifest.subtype = Some(subtype);
+        } else if report.active {
+            manifest.status = SessionStatus::Active;
+        }
+        manifest.write(&manifest_path)?;
+        let log = Self::from_parts(dir, manifest, report.events, report.valid_len, config);
+        Ok((log, report))
+    }
+
+    fn from_parts(
+        dir: &Path,
+        manifest: Manifest,
+        events: u64,
+        len: u64,
+        config: LogConfig,
+    ) -> SessionLog {
+        let root = manifest.root_thread_id.clone();
+        let (progress, _) = watch::channel(Progress {
+            committed: events,
+            ..Progress::default()
+        });
+        SessionLog {
+            inner: Arc::new(LogInner {
+                gate: Gate::new(config, root, events),
+                dir: dir.to_path_buf(),
+                events_path: dir.join(EVENTS_FILE),
+                manifest_path: dir.join(MANIFEST_FILE),
+                progress,
+                committed_len: Mutex::new(len),
+                manifest: Mutex::new(manifest),
+                exporters: Mutex::new(Vec::new()),
+                stats: Mutex::new(LogStats::default()),
+                record_batch_sizes: false,
+                fault: Mutex::new(None),
+                writer_running: Mutex::new(false),
+            }),
+        }
+    }
+
+    /// Records every batch's size in [`LogStats::batch_sizes`] (benchmarks).
+    pub fn record_batch_sizes(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.record_batch_sizes = true;
+        }
+        self
+    }
+
+    /// Installs a fault hook (tests only).
+    #[doc(hidden)]
+    pub fn set_fault_hook(&self, hook: Option<FaultHook>) {
+        *self.inner.fault.lock() = hook;
+    }
+
+    /// A producer handle.
+    pub fn sender(&self) -> EventSender {
+        EventSender {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    /// The session directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Path of events.jsonl.
+    pub fn events_path(&self) -> &Path {
+        &self.inner.events_path
+    }
+
+    /// The manifest as the writer last saw it.
+    pub fn manifest(&self) -> Manifest {
+        self.inner.manifest.lock().clone()
+    }
+
+    /// Adds an exporter; it sees every committed event in gate order.
+    pub fn add_exporter(&self, exporter: Box<dyn Exporter>) {
+        self.inner.exporters.lock().push(exporter);
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LogStats {
+        self.inner.stats.lock().clone()
+    }
+
+    /// Events accepted and events refused so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let st = self.inner.gate.state.lock();
+        (st.accepted, st.refused)
+    }
+
+    /// Why the session failed closed, if it did.
+    pub fn failed_closed(&self) -> Option<String> {
+        self.inner.gate.state.lock().poisoned.clone()
+    }
+
+    /// Fails the session closed: later events except the root
+    /// `thread.completed` are refused.
+    pub fn fail_closed(&self, reason: impl Into<String>) {
+        self.inner.gate.poison(reason.into());
+    }
+
+    /// Subscribes to writer progress.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.inner.progress.subscribe()
+    }
+
+    /// Refuses every later event; the writer drains what was accepted,
+    /// syncs, writes the final manifest and exits.
+    pub fn close(&self) {
+        self.inner.gate.close();
+    }
+
+    /// Waits until every event accepted before this call is durable.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), StoreError> {
+        let target = self.sender().accepted();
+        self.wait_committed(target, timeout).await
+    }
+
+    /// Waits until event `seq` is durable.
+    pub async fn wait_committed(&self, seq: u64, timeout: Duration) -> Result<(), StoreError> {
+        let mut rx = self.progress();
+        let wait = rx.wait_for(|p| p.committed >= seq);
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(StoreError::Writer("progress channel closed".into())),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    /// Waits until the log was closed and fully written.
+    pub async fn wait_finished(&self, timeout: Duration) -> Result<(), StoreError> {
+        let mut rx = self.progress();
+        match tokio::time::timeout(timeout, rx.wait_for(|p| p.finished)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(StoreError::Writer("progress channel closed".into())),
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    /// Starts the writer thread. It reopens events.jsonl, cuts anything
+    /// past the last commit (a failed writer's partial write), and writes
+    /// first the batch a failed writer left in flight, then the queue.
+    /// `on_exit` runs on the writer thread when it ends, with how it ended.
+    pub fn start_writer(
+        &self,
+        on_exit: impl FnOnce(&Result<(), StoreError>) + Send + 'static,
+    ) -> Result<WriterHandle, StoreError> {
+        {
+            let mut running = self.inner.writer_running.lock();
+            if *running {
+                return Err(StoreError::Writer("a writer is already running".into()));
+            }
+            *running = true;
+        }
+        let file = match self.open_for_append() {
+            Ok(f) => f,
+            Err(e) => {
+                *self.inner.writer_running.lock() = false;
+                return Err(e);
+            }
+        };
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("troupe-log-writer".into())
+            .spawn(move || {
+                let guard = RunningGuard(Arc::clone(&inner));
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    writer_loop(&inner, file)
+                }))
+                .unwrap_or_else(|p| Err(StoreError::Writer(panic_message(&p))));
+                if let Err(e) = &result {
+                    tracing::error!(error = %e, "event log writer failed; accepted events are held for a restart");
+                    inner
+                        .progress
+                        .send_modify(|p| p.writer_error = Some(e.to_string()));
+                }
+                drop(guard);
+                on_exit(&result);
+                result
+            })
+            .map_err(|e| StoreError::io("spawn writer for", &self.inner.events_path, e));
+        match spawned {
+            Ok(join) => Ok(WriterHandle { join: Some(join) }),
+            Err(e) => {
+                *self.inner.writer_running.lock() = false;
+                Err(e)
+            }
+        }
+    }
+
+    fn open_for_append(&self) -> Result<File, StoreError> {
+        let path = &self.inner.events_path;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| StoreError::io("open", path, e))?;
+        let len = *self.inner.committed_len.lock();
+        let on_disk = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat", path, e))?
+            .len();
+        if on_disk != len {
+            tracing::warn!(on_disk, committed = len, "cutting uncommitted bytes left by a failed writer");
+            file.set_len(len)
+                .map_err(|e| StoreError::io("truncate", path, e))?;
+            file.sync_all()
+                .map_err(|e| StoreError::io("sync", path, e))?;
+        }
+        Ok(file)
+    }
+}
+
+struct RunningGuard(Arc<LogInner>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        *self.0.writer_running.lock() = false;
+    }
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |e| StoreError::io(op, path, e)
+}
+
+fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
+    let path = inner.events_path.as_path();
+    let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes);
+    let mut last_manifest = Instant::now();
+    while let Some(batch) = inner.gate.next_batch() {
+        buf.clear();
+        for r in batch.iter() {
+            buf.extend_from_slice(&r.line);
+        }
+        let batch_no = inner.stats.lock().batches;
+        let fault = inner.fault.lock().as_ref().and_then(|h| h(batch_no));
+        apply_fault(fault, &mut file, &buf).map_err(io_err("write", path))?;
+        let syncs = write_batch(&mut file, &batch, &buf, inner.gate.config.fsync)
+            .map_err(io_err("write", path))?;
+        *inner.committed_len.lock() += buf.len() as u64;
+        inner.gate.commit(batch.len(), buf.len());
+        {
+            let mut stats = inner.stats.lock();
+            stats.batches += 1;
+            stats.bytes += buf.len() as u64;
+            stats.syncs += syncs;
+            if inner.record_batch_sizes {
+                stats.batch_sizes.push(buf.len());
+            }
+        }
+        // A status change is on disk before anyone hears the batch is
+        // durable; counters are refreshed at most every manifest_interval.
+        let status_changed = update_manifest(inner, &batch);
+        if status_changed || last_manifest.elapsed() >= inner.gate.config.manifest_interval {
+            // The log is canonical and the manifest is rebuilt from it on
+            // reopen, so a failed refresh is retried, not fatal.
+            match inner.manifest.lock().write(&inner.manifest_path) {
+                Ok(()) => last_manifest = Instant::now(),
+                Err(e) => tracing::warn!(error = %e, "manifest refresh failed; will retry"),
+            }
+        }
+        inner.progress.send_modify(|p| {
+            p.committed += batch.len() as u64;
+            p.writer_error = None;
+        });
+        export(inner, &batch);
+    }
+    // Closed and drained.
+    if inner.gate.config.fsync != FsyncPolicy::Never {
+        file.sync_all().map_err(io_err("sync", path))?;
+    }
+    finish_exporters(inner);
+    inner.manifest.lock().write(&inner.manifest_path)?;
+    inner.progress.send_modify(|p| p.finished = true);
+    Ok(())
+}
+
+fn apply_fault(fault: Option<Fault>, file: &mut File, buf: &[u8]) -> std::io::Result<()> {
+    match fault {
+        None => Ok(()),
+        Some(Fault::FailBeforeWrite) => Err(std::io::Error::other("injected write failure")),
+        Some(Fault::PartialWrite(n)) => {
+            file.write_all(buf.get(..n.min(buf.len())).unwrap_or_default())?;
+            Err(std::io::Error::other("injected partial write"))
+        }
+        Some(Fault::Panic) => panic!("injected writer panic"),
+    }
+}
+
+/// Writes one batch per the fsync policy; returns how many syncs it made.
+fn write_batch(
+    file: &mut File,
+    batch: &[Record],
+    buf: &[u8],
+    policy: FsyncPolicy,
+) -> std::io::Result<u64> {
+    match policy {
+        FsyncPolicy::Always => {
+            for r in batch {
+                file.write_all(&r.line)?;
+                file.sync_data()?;
+            }
+            Ok(batch.len() as u64)
+        }
+        FsyncPolicy::Batch => {
+            file.write_all(buf)?;
+            file.sync_data()?;
+            Ok(1)
+        }
+        FsyncPolicy::Never => {
+            file.write_all(buf)?;
+            Ok(0)
+        }
+    }
+}
+
+fn export(inner: &LogInner, batch: &[Record]) {
+    let mut exporters = inner.exporters.lock();
+    if exporters.is_empty() {
+        return;
+    }
+    let mut failed = Vec::new();
+    for (i, exporter) in exporters.iter_mut().enumerate() {
+        let result = batch
+            .iter()
+            .try_for_each(|r| exporter.export(&r.line, r.event_json()))
+            .and_then(|()| exporter.flush());
+        if let Err(e) = result {
+            failed.push((i, format!("{}: {e}", exporter.name())));
+        }
+    }
+    for (i, msg) in failed.into_iter().rev() {
+        tracing::warn!(exporter = %msg, "event exporter failed and was detached; the canonical log is unaffected");
+        exporters.remove(i);
+        inner.stats.lock().exporter_failures.push(msg);
+    }
+}
+
+fn finish_exporters(inner: &LogInner) {
+    for exporter in inner.exporters.lock().iter_mut() {
+        if let Err(e) = exporter.finish() {
+            let msg = format!("{}: {e}", exporter.name());
+            tracing::warn!(exporter = %msg, "event exporter failed to finish");
+            inner.stats.lock().exporter_failures.push(msg);
+        }
+    }
+}
+
+/// Applies a committed batch to the manifest; true when the status changed.
+fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
+    let mut m = inner.manifest.lock();
+    let before = m.status;
+    m.event_count += batch.len() as u64;
+    for r in batch {
+        match r.meta {
+            Meta::Plain => {}
+            Meta::Activates { turn } => {
+                if turn {
+                    m.turn_count += 1;
+                }
+                if m.status == SessionStatus::Created {
+                    m.status = SessionStatus::Active;
+                }
+            }
+            Meta::RootCompleted(subtype) => {
+                m.status = SessionStatus::Completed;
+                m.subtype = Some(subtype);
+            }
+        }
+    }
+    m.status != before
+}

@@ -1,0 +1,96 @@
+//! manifest.json: what a session is, without reading its log.
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use troupe_protocol::CompletionSubtype;
+
+use super::error::StoreError;
+use crate::fsutil::write_atomic;
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// Created; no thread or turn started yet.
+    Created,
+    /// A thread or turn started; not completed. A session left `active`
+    /// by a crash can be resumed.
+    Active,
+    /// The root thread emitted `thread.completed`. Terminal.
+    Completed,
+}
+
+impl SessionStatus {
+    /// True for `completed`.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, SessionStatus::Completed)
+    }
+}
+
+/// `.vtcode/sessions/<session_id>/manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The session id (the directory name).
+    pub session_id: String,
+    /// Protocol schema version of events.jsonl.
+    pub schema_version: String,
+    /// When the session was created.
+    pub created_at: DateTime<Utc>,
+    /// When the manifest was last written.
+    pub updated_at: DateTime<Utc>,
+    /// `turn.started` events in the log.
+    pub turn_count: u64,
+    /// Lines in events.jsonl.
+    pub event_count: u64,
+    /// created, active or completed.
+    pub status: SessionStatus,
+    /// How the root thread ended, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtype: Option<CompletionSubtype>,
+    /// The root thread whose `thread.completed` makes the session terminal.
+    pub root_thread_id: String,
+    /// Written by troupe; retention only touches sessions that carry it.
+    #[serde(default)]
+    pub created_by: String,
+}
+
+/// The marker retention looks for before it deletes anything.
+pub(crate) const CREATED_BY: &str = "troupe";
+
+impl Manifest {
+    pub(crate) fn new(session_id: &str, root_thread_id: &str) -> Manifest {
+        let now = Utc::now();
+        Manifest {
+            session_id: session_id.to_string(),
+            schema_version: troupe_protocol::SCHEMA_VERSION.to_string(),
+            created_at: now,
+            updated_at: now,
+            turn_count: 0,
+            event_count: 0,
+            status: SessionStatus::Created,
+            subtype: None,
+            root_thread_id: root_thread_id.to_string(),
+            created_by: CREATED_BY.to_string(),
+        }
+    }
+
+    /// Reads a manifest.
+    pub fn read(path: &Path) -> Result<Manifest, StoreError> {
+        let bytes = std::fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
+        serde_json::from_slice(&bytes).map_err(|e| StoreError::BadManifest {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Writes the manifest atomically (temp file, fsync, rename).
+    pub(crate) fn write(&mut self, path: &Path) -> Result<(), StoreError> {
+        self.updated_at = Utc::now();
+        let mut bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| StoreError::Writer(format!("manifest encode: {e}")))?;
+        bytes.push(b'\n');
+        write_atomic(path, &bytes).map_err(|e| StoreError::io("write", path, e))
+    }
+}

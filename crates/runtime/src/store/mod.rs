@@ -1,0 +1,167 @@
+//! The canonical session store: `<workspace>/.vtcode/sessions/<id>/`.
+//!
+//! ```text
+//! events.jsonl    one VersionedThreadEvent a line, in gate order
+//! manifest.json   session_id, schema_version, created_at, updated_at,
+//!                 turn_count, event_count, status (atomic writes)
+//! derived/        exports and artifacts
+//! ```
+//!
+//! Data flow: producers call [`EventSender::emit`], which encodes the event
+//! outside any lock and hands it to the dispatch gate. The gate gives it its
+//! place in the one order and holds it in a queue bounded in events and
+//! bytes; when the queue is full the hand-off fails closed (the producer
+//! gets [`EmitError::Saturated`], the session must end as
+//! `error_during_execution`). One writer thread (started by
+//! [`SessionLog::start_writer`], supervised by `troupe-actors`) takes
+//! batches, appends them, fsyncs per [`FsyncPolicy`], then feeds the
+//! exporters in the same order and keeps the manifest current. A batch
+//! stays in the gate until it is committed, so a failed writer's
+//! replacement writes it again after cutting any partial write: accepted
+//! events are never dropped.
+
+mod config;
+mod error;
+mod export;
+mod gate;
+mod log;
+mod manifest;
+mod reader;
+mod recovery;
+mod retention;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
+pub use error::{EmitError, StoreError};
+pub use export::{ExportFormat, Exporter, JsonlFileExporter, WriterExporter};
+pub use log::{
+    DERIVED_DIR, EVENTS_FILE, EventSender, Fault, FaultHook, LogStats, MANIFEST_FILE, Progress,
+    SessionLog, WriterHandle,
+};
+pub use manifest::{Manifest, SessionStatus};
+pub use reader::{BadLine, EventReader, Transcript, TranscriptEntry};
+pub use recovery::RecoveryReport;
+pub use retention::RetentionReport;
+
+/// The sessions directory of one workspace.
+#[derive(Debug, Clone)]
+pub struct SessionStore {
+    root: PathBuf,
+}
+
+/// One session as listed.
+#[derive(Debug, Clone)]
+pub struct SessionSummary {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+impl SessionStore {
+    /// The store of `workspace`: `<workspace>/.vtcode/sessions`.
+    pub fn for_workspace(workspace: &Path) -> SessionStore {
+        SessionStore {
+            root: workspace.join(".vtcode").join("sessions"),
+        }
+    }
+
+    /// The sessions directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of session `id`, after checking the id cannot escape.
+    pub fn session_dir(&self, id: &str) -> Result<PathBuf, StoreError> {
+        let ok = !id.is_empty()
+            && id.len() <= 128
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(StoreError::InvalidId(id.to_string()));
+        }
+        Ok(self.root.join(id))
+    }
+
+    /// A fresh, time-ordered session id (UUID v7).
+    pub fn new_session_id() -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+
+    /// Creates session `id` whose root thread is `root_thread_id`.
+    pub fn create(
+        &self,
+        id: &str,
+        root_thread_id: &str,
+        config: LogConfig,
+    ) -> Result<SessionLog, StoreError> {
+        let dir = self.session_dir(id)?;
+        std::fs::create_dir_all(&self.root).map_err(|e| StoreError::io("create", &self.root, e))?;
+        SessionLog::create(&dir, id, root_thread_id, config)
+    }
+
+    /// Reopens session `id` for appending (after a crash or to resume).
+    pub fn reopen(&self, id: &str, config: LogConfig) -> Result<(SessionLog, RecoveryReport), StoreError> {
+        let dir = self.existing(id)?;
+        SessionLog::reopen(&dir, config)
+    }
+
+    fn existing(&self, id: &str) -> Result<PathBuf, StoreError> {
+        let dir = self.session_dir(id)?;
+        if !dir.join(MANIFEST_FILE).is_file() {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                root: self.root.clone(),
+            });
+        }
+        Ok(dir)
+    }
+
+    /// Every session with a readable manifest, newest first. Entries that
+    /// are not sessions are skipped.
+    pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(StoreError::io("list", &self.root, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("list", &self.root, e))?;
+            let dir = entry.path();
+            match Manifest::read(&dir.join(MANIFEST_FILE)) {
+                Ok(manifest) => out.push(SessionSummary { dir, manifest }),
+                Err(e) => tracing::debug!(path = %dir.display(), error = %e, "not a session"),
+            }
+        }
+        out.sort_by_key(|s| std::cmp::Reverse(s.manifest.updated_at));
+        Ok(out)
+    }
+
+    /// The manifest of session `id`.
+    pub fn manifest(&self, id: &str) -> Result<Manifest, StoreError> {
+        Manifest::read(&self.existing(id)?.join(MANIFEST_FILE))
+    }
+
+    /// Iterates session `id`'s events in log order.
+    pub fn events(&self, id: &str) -> Result<EventReader, StoreError> {
+        EventReader::open(&self.existing(id)?.join(EVENTS_FILE))
+    }
+
+    /// Rebuilds session `id`'s transcript.
+    pub fn transcript(&self, id: &str) -> Result<Transcript, StoreError> {
+        Ok(Transcript::from_events(self.events(id)?))
+    }
+
+    /// Deletes closed sessions beyond `policy`, never `current`, an active
+    /// session, a symlink, or a file troupe did not create.
+    pub fn apply_retention(
+        &self,
+        policy: RetentionPolicy,
+        current: Option<&str>,
+    ) -> Result<RetentionReport, StoreError> {
+        retention::apply(&self.root, policy, current)
+    }
+}

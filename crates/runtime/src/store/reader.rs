@@ -1,0 +1,236 @@
+//! Reading a session's events back: iteration and transcripts.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use troupe_protocol::{ItemDetails, ThreadEvent, VersionedThreadEvent};
+
+use super::error::StoreError;
+
+/// A line that could not be read as an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{line}: not a valid event: {reason}")]
+pub struct BadLine {
+    /// The log.
+    pub path: PathBuf,
+    /// 1-based line number.
+    pub line: u64,
+    /// The parse error.
+    pub reason: String,
+}
+
+/// Iterates the complete lines of an events.jsonl, in log order.
+///
+/// A last line without its newline (a writer in the middle of a write, or a
+/// torn tail not yet recovered) is not yielded. Unknown event types come
+/// back as [`ThreadEvent::Unknown`]; use [`EventReader::known`] to skip them.
+pub struct EventReader {
+    path: PathBuf,
+    reader: BufReader<File>,
+    line_no: u64,
+    buf: Vec<u8>,
+}
+
+impl EventReader {
+    /// Opens `path` for reading.
+    pub fn open(path: &Path) -> Result<EventReader, StoreError> {
+        let file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+        Ok(EventReader {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(1 << 16, file),
+            line_no: 0,
+            buf: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Only events this reader knows, bad lines still reported.
+    pub fn known(self) -> impl Iterator<Item = Result<(u64, VersionedThreadEvent), BadLine>> {
+        self.filter(|r| !matches!(r, Ok((_, ev)) if matches!(ev.event, ThreadEvent::Unknown)))
+    }
+}
+
+impl Iterator for EventReader {
+    /// The 1-based line number and the event, or why the line is bad.
+    type Item = Result<(u64, VersionedThreadEvent), BadLine>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.buf.clear();
+        match self.reader.read_until(b'\n', &mut self.buf) {
+            Ok(0) => None,
+            Ok(_) if self.buf.last() != Some(&b'\n') => None,
+            Ok(_) => {
+                self.line_no += 1;
+                Some(
+                    serde_json::from_slice::<VersionedThreadEvent>(&self.buf)
+                        .map(|ev| (self.line_no, ev))
+                        .map_err(|e| BadLine {
+                            path: self.path.clone(),
+                            line: self.line_no,
+                            reason: e.to_string(),
+                        }),
+                )
+            }
+            Err(e) => {
+                self.line_no += 1;
+                Some(Err(BadLine {
+                    path: self.path.clone(),
+                    line: self.line_no,
+                    reason: e.to_string(),
+                }))
+            }
+        }
+    }
+}
+
+/// One entry of a rebuilt transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TranscriptEntry {
+    /// User input.
+    User(String),
+    /// Assistant text.
+    Assistant(String),
+    /// Model reasoning.
+    Reasoning(String),
+    /// A tool call and, once it came, its output.
+    ToolCall {
+        /// The tool.
+        name: String,
+        /// Its call id.
+        call_id: String,
+        /// Arguments as JSON text.
+        arguments: String,
+        /// Output, or `None` when the log has only the call's start.
+        output: Option<String>,
+    },
+    /// A handoff, as markdown.
+    Handoff(String),
+    /// A verdict: approved or not, with findings.
+    Verdict {
+        /// Whether the change was approved.
+        approved: bool,
+        /// The findings' messages.
+        findings: Vec<String>,
+    },
+    /// An error.
+    Error(String),
+    /// The thread ended.
+    Completed {
+        /// The subtype's wire name.
+        subtype: String,
+        /// The final text, on success.
+        result: Option<String>,
+    },
+}
+
+/// A session's conversation rebuilt from its events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transcript {
+    /// Entries in log order.
+    pub entries: Vec<TranscriptEntry>,
+    /// Lines that could not be read.
+    pub bad_lines: Vec<BadLine>,
+}
+
+impl Transcript {
+    /// Rebuilds the transcript from completed items (and tool calls that
+    /// only started), skipping unknown events.
+    pub fn from_events(events: impl Iterator<Item = Result<(u64, VersionedThreadEvent), BadLine>>) -> Transcript {
+        let mut t = Transcript::default();
+        for ev in events {
+            match ev {
+                Ok((_, ev)) => t.push(ev.event),
+                Err(bad) => t.bad_lines.push(bad),
+            }
+        }
+        t
+    }
+
+    fn push(&mut self, event: ThreadEvent) {
+        match event {
+            ThreadEvent::ItemStarted(e) => {
+                if let ItemDetails::ToolInvocation(call) = e.item.details {
+                    self.entries.push(TranscriptEntry::ToolCall {
+                        name: call.tool_name,
+                        call_id: call.tool_call_id,
+                        arguments: call.arguments.to_string(),
+                        output: None,
+                    });
+                }
+            }
+            ThreadEvent::ItemCompleted(e) => self.push_item(e.item.details),
+            ThreadEvent::Error(e) => self.entries.push(TranscriptEntry::Error(e.message)),
+            ThreadEvent::ThreadCompleted(c) => self.entries.push(TranscriptEntry::Completed {
+                subtype: c.subtype.as_str().to_string(),
+                result: c.result,
+            }),
+            _ => {}
+        }
+    }
+
+    fn push_item(&mut self, item: ItemDetails) {
+        let entry = match item {
+            ItemDetails::UserMessage(m) => TranscriptEntry::User(m.text),
+            ItemDetails::AgentMessage(m) => TranscriptEntry::Assistant(m.text),
+            ItemDetails::Reasoning(m) => TranscriptEntry::Reasoning(m.text),
+            ItemDetails::ToolOutput(out) => {
+                let call = self.entries.iter_mut().rev().find_map(|e| match e {
+                    TranscriptEntry::ToolCall { call_id, output, .. } if *call_id == out.call_id => {
+                        Some(output)
+                    }
+                    _ => None,
+                });
+                match call {
+                    Some(slot) => *slot = Some(out.output),
+                    None => self.entries.push(TranscriptEntry::ToolCall {
+                        name: String::new(),
+                        call_id: out.call_id,
+                        arguments: String::new(),
+                        output: Some(out.output),
+                    }),
+                }
+                return;
+            }
+            ItemDetails::Handoff(h) => TranscriptEntry::Handoff(h.handoff.to_markdown()),
+            ItemDetails::Verdict(v) => TranscriptEntry::Verdict {
+                approved: v.verdict.approved,
+                findings: v.verdict.findings.into_iter().map(|f| f.message).collect(),
+            },
+            ItemDetails::Error(e) => TranscriptEntry::Error(e.message),
+            ItemDetails::ToolInvocation(_)
+            | ItemDetails::CommandExecution(_)
+            | ItemDetails::FileChange(_)
+            | ItemDetails::Unknown => return,
+        };
+        self.entries.push(entry);
+    }
+
+    /// Renders the transcript as plain text, one block per entry.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for e in &self.entries {
+            let block = match e {
+                TranscriptEntry::User(t) => format!("user: {t}"),
+                TranscriptEntry::Assistant(t) => format!("assistant: {t}"),
+                TranscriptEntry::Reasoning(t) => format!("reasoning: {t}"),
+                TranscriptEntry::ToolCall { name, call_id, arguments, output } => {
+                    let out = output.as_deref().unwrap_or("(no result recorded)");
+                    format!("tool {name} [{call_id}] {arguments}\n-> {out}")
+                }
+                TranscriptEntry::Handoff(md) => md.trim_end().to_string(),
+                TranscriptEntry::Verdict { approved, findings } => {
+                    let word = if *approved { "approved" } else { "rejected" };
+                    format!("verdict: {word} {}", findings.join("; "))
+                }
+                TranscriptEntry::Error(m) => format!("error: {m}"),
+                TranscriptEntry::Completed { subtype, result } => match result {
+                    Some(r) => format!("completed: {subtype}: {r}"),
+                    None => format!("completed: {subtype}"),
+                },
+            };
+            out.push_str(&block);
+            out.push('\n');
+        }
+        out
+    }
+}

@@ -1,0 +1,132 @@
+//! Retention of closed sessions: the 50-session / 30-day defaults.
+//!
+//! It deletes only what it can prove is its own: session directories (not
+//! symlinks) whose manifest says troupe created them and that are closed,
+//! older than the policy allows, and not the current session. Inside such a
+//! directory it removes the files troupe writes and the `derived/` tree;
+//! anything else (and every symlink) is left, and so is the directory then.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+
+use super::config::RetentionPolicy;
+use super::error::StoreError;
+use super::log::{DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE};
+use super::manifest::{CREATED_BY, Manifest};
+
+/// What a retention pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Session ids whose directories were removed.
+    pub deleted: Vec<String>,
+    /// Closed sessions past the policy whose directories held foreign files
+    /// or symlinks: troupe's files were removed, the rest kept.
+    pub partially_deleted: Vec<String>,
+    /// Entries left alone, with why.
+    pub kept: Vec<(String, &'static str)>,
+}
+
+pub(crate) fn apply(
+    root: &Path,
+    policy: RetentionPolicy,
+    current: Option<&str>,
+) -> Result<RetentionReport, StoreError> {
+    let mut report = RetentionReport::default();
+    let entries = match fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(StoreError::io("list", root, e)),
+    };
+    let mut closed: Vec<(Manifest, PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io("list", root, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        match classify(&path, current, &name) {
+            Ok(manifest) => closed.push((manifest, path)),
+            Err(why) => report.kept.push((name, why)),
+        }
+    }
+    closed.sort_by_key(|c| std::cmp::Reverse(c.0.updated_at));
+    let max_age = chrono::Duration::from_std(policy.max_age).unwrap_or(chrono::Duration::MAX);
+    let now = Utc::now();
+    for (i, (manifest, path)) in closed.into_iter().enumerate() {
+        let too_many = i >= policy.max_sessions;
+        let too_old = now.signed_duration_since(manifest.updated_at) > max_age;
+        if !(too_many || too_old) {
+            report.kept.push((manifest.session_id, "within policy"));
+            continue;
+        }
+        if remove_session(&path)? {
+            report.deleted.push(manifest.session_id);
+        } else {
+            report.partially_deleted.push(manifest.session_id);
+        }
+    }
+    Ok(report)
+}
+
+/// A closed troupe session eligible for deletion, or why not.
+fn classify(path: &Path, current: Option<&str>, name: &str) -> Result<Manifest, &'static str> {
+    let meta = fs::symlink_metadata(path).map_err(|_| "unreadable")?;
+    if meta.file_type().is_symlink() {
+        return Err("symlink");
+    }
+    if !meta.is_dir() {
+        return Err("not a session directory");
+    }
+    if current == Some(name) {
+        return Err("current session");
+    }
+    let manifest_path = path.join(MANIFEST_FILE);
+    let mmeta = fs::symlink_metadata(&manifest_path).map_err(|_| "no manifest")?;
+    if !mmeta.is_file() {
+        return Err("no manifest");
+    }
+    let manifest = Manifest::read(&manifest_path).map_err(|_| "unreadable manifest")?;
+    if manifest.created_by != CREATED_BY || manifest.session_id != name {
+        return Err("not created by troupe");
+    }
+    if !manifest.status.is_terminal() {
+        return Err("active session");
+    }
+    Ok(manifest)
+}
+
+/// Removes troupe's files; true when the directory itself went too.
+fn remove_session(dir: &Path) -> Result<bool, StoreError> {
+    let derived = dir.join(DERIVED_DIR);
+    if fs::symlink_metadata(&derived).is_ok_and(|m| m.is_dir()) {
+        remove_tree_keep_symlinks(&derived)?;
+    }
+    // The manifest goes last: while it exists, the directory is recognisably
+    // troupe's and a later pass can finish the job.
+    for name in [EVENTS_FILE, MANIFEST_FILE] {
+        let p = dir.join(name);
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            fs::remove_file(&p).map_err(|e| StoreError::io("remove", &p, e))?;
+        }
+    }
+    Ok(fs::remove_dir(dir).is_ok())
+}
+
+/// Deletes regular files and directories under `dir`, leaving symlinks
+/// (and so the directories that hold them).
+fn remove_tree_keep_symlinks(dir: &Path) -> Result<bool, StoreError> {
+    let mut empty = true;
+    for entry in fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
+        let p = entry.path();
+        let ft = entry.file_type().map_err(|e| StoreError::io("stat", &p, e))?;
+        if ft.is_symlink() {
+            empty = false;
+        } else if ft.is_dir() {
+            empty &= remove_tree_keep_symlinks(&p)?;
+        } else {
+            fs::remove_file(&p).map_err(|e| StoreError::io("remove", &p, e))?;
+        }
+    }
+    Ok(empty && fs::remove_dir(dir).is_ok())
+}

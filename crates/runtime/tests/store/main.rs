@@ -1,0 +1,90 @@
+//! Integration tests of the canonical session store: real files in temp
+//! dirs, real threads, a real child process killed with SIGKILL.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod crash;
+mod gate;
+mod recovery;
+mod retention;
+mod writer;
+
+use std::path::Path;
+use std::time::Duration;
+
+use troupe_protocol::{
+    CompletionSubtype, ItemDetails, ItemEvent, TextItem, ThreadCompletedEvent, ThreadEvent,
+    ThreadItem, ThreadStartedEvent, TurnStartedEvent, Usage, VersionedThreadEvent,
+};
+use troupe_runtime::store::{EventReader, LogConfig, SessionLog, SessionStore};
+
+pub const ROOT: &str = "thread-root";
+
+/// An agent_message event whose text is `text`, padded to ~300 bytes.
+pub fn msg(text: &str) -> ThreadEvent {
+    ThreadEvent::ItemCompleted(ItemEvent {
+        item: ThreadItem {
+            id: text.to_string(),
+            details: ItemDetails::AgentMessage(TextItem {
+                text: format!("{text} {}", "x".repeat(200)),
+            }),
+        },
+        agent_id: None,
+    })
+}
+
+pub fn started() -> ThreadEvent {
+    ThreadEvent::ThreadStarted(ThreadStartedEvent {
+        thread_id: ROOT.into(),
+        session_id: None,
+        agent_id: None,
+    })
+}
+
+pub fn turn() -> ThreadEvent {
+    ThreadEvent::TurnStarted(TurnStartedEvent::default())
+}
+
+pub fn completed(thread: &str, subtype: CompletionSubtype) -> ThreadEvent {
+    ThreadEvent::ThreadCompleted(ThreadCompletedEvent {
+        thread_id: thread.into(),
+        session_id: "s".into(),
+        subtype,
+        outcome_code: subtype.as_str().into(),
+        result: None,
+        stop_reason: None,
+        usage: Usage::default(),
+        total_cost_usd: None,
+        num_turns: 0,
+    })
+}
+
+/// The item id of an agent_message event (our payload marker).
+pub fn msg_id(ev: &VersionedThreadEvent) -> Option<String> {
+    match &ev.event {
+        ThreadEvent::ItemCompleted(e) => Some(e.item.id.clone()),
+        _ => None,
+    }
+}
+
+pub fn new_log(dir: &Path, config: LogConfig) -> SessionLog {
+    SessionStore::for_workspace(dir)
+        .create("s1", ROOT, config)
+        .unwrap()
+}
+
+/// Every line of a log, parsed; panics on a bad line.
+pub fn read_all(path: &Path) -> Vec<VersionedThreadEvent> {
+    EventReader::open(path)
+        .unwrap()
+        .map(|r| r.unwrap().1)
+        .collect()
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub const WAIT: Duration = Duration::from_secs(30);

@@ -1,0 +1,155 @@
+//! Reopening: torn-line cut, recount, unknown types skipped.
+
+use std::io::Write;
+
+use troupe_protocol::CompletionSubtype;
+use troupe_runtime::store::{LogConfig, SessionStatus, Transcript, TranscriptEntry};
+
+use super::*;
+
+#[test]
+fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let log = store.create("s1", ROOT, LogConfig::default()).unwrap();
+    let w = log.start_writer(|_| {}).unwrap();
+    log.sender().emit(&started()).unwrap();
+    log.sender().emit(&turn()).unwrap();
+    for i in 0..10 {
+        log.sender().emit(&msg(&format!("k{i}"))).unwrap();
+    }
+    log.close();
+    w.join().unwrap();
+    let path = log.events_path().to_path_buf();
+    let intact = std::fs::read(&path).unwrap();
+    // Half of a real line, as a crash mid-write leaves it.
+    let mut half = std::fs::read_to_string(&path).unwrap().lines().nth(3).unwrap().to_string();
+    half.truncate(half.len() / 2);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(half.as_bytes())
+        .unwrap();
+
+    let (log, report) = store.reopen("s1", LogConfig::default()).unwrap();
+    assert_eq!(report.torn_bytes, half.len() as u64);
+    assert_eq!(report.events, 12);
+    assert_eq!(report.turns, 1);
+    assert!(report.corrupt_lines.is_empty());
+    assert_eq!(std::fs::read(&path).unwrap(), intact, "exactly the torn bytes were cut");
+    let m = log.manifest();
+    assert_eq!((m.event_count, m.turn_count, m.status), (12, 1, SessionStatus::Active));
+
+    // The reopened log appends after the kept lines.
+    let w = log.start_writer(|_| {}).unwrap();
+    log.sender().emit(&msg("after")).unwrap();
+    log.sender()
+        .emit(&completed(ROOT, CompletionSubtype::Success))
+        .unwrap();
+    log.close();
+    w.join().unwrap();
+    let events = read_all(&path);
+    assert_eq!(events.len(), 14);
+    assert_eq!(msg_id(&events[12]).as_deref(), Some("after"));
+    assert_eq!(store.manifest("s1").unwrap().status, SessionStatus::Completed);
+}
+
+#[test]
+fn reader_skips_unknown_types_and_reports_bad_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let log = store.create("s1", ROOT, LogConfig::default()).unwrap();
+    let w = log.start_writer(|_| {}).unwrap();
+    log.sender().emit(&msg("one")).unwrap();
+    log.close();
+    w.join().unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.events_path())
+        .unwrap();
+    writeln!(f, r#"{{"schema_version":"9","event":{{"type":"future.thing","x":1}}}}"#).unwrap();
+    writeln!(f, r#"{{"schema_version":"1","event":{{"type":"item.completed","item":{{"id":"i","type":"future_item","z":[]}}}}}}"#).unwrap();
+    writeln!(f, "not json").unwrap();
+    drop(f);
+    let all: Vec<_> = store.events("s1").unwrap().collect();
+    assert_eq!(all.len(), 4);
+    assert!(matches!(all[1].as_ref().unwrap().1.event, ThreadEvent::Unknown));
+    let bad = all[3].as_ref().unwrap_err();
+    assert_eq!(bad.line, 4);
+    let known: Vec<_> = store.events("s1").unwrap().known().collect();
+    assert_eq!(known.len(), 3, "the unknown event type is skipped");
+    let t = store.transcript("s1").unwrap();
+    assert_eq!(t.bad_lines.len(), 1);
+    assert_eq!(t.entries.len(), 1, "unknown item types are skipped");
+    assert!(matches!(&t.entries[0], TranscriptEntry::Assistant(s) if s.starts_with("one ")));
+    let (_, report) = store.reopen("s1", LogConfig::default()).unwrap();
+    assert_eq!(report.corrupt_lines, vec![4]);
+    assert_eq!(report.events, 4, "corrupt lines are kept");
+}
+
+#[test]
+fn transcript_pairs_tool_calls_with_outputs() {
+    use troupe_protocol::{ItemStatus, ToolInvocationItem, ToolOutputItem, UserMessageItem};
+    let item = |id: &str, details| ThreadItem {
+        id: id.into(),
+        details,
+    };
+    let call = ItemDetails::ToolInvocation(ToolInvocationItem {
+        tool_name: "read_file".into(),
+        arguments: serde_json::json!({"path": "a.rs"}),
+        tool_call_id: "c1".into(),
+        status: ItemStatus::InProgress,
+    });
+    let events = vec![
+        ThreadEvent::ItemCompleted(ItemEvent {
+            item: item("u", ItemDetails::UserMessage(UserMessageItem { text: "fix it".into(), intent_id: None })),
+            agent_id: None,
+        }),
+        ThreadEvent::ItemStarted(ItemEvent { item: item("t1", call.clone()), agent_id: None }),
+        ThreadEvent::ItemStarted(ItemEvent {
+            item: item("t2", ItemDetails::ToolInvocation(ToolInvocationItem {
+                tool_name: "write_file".into(),
+                arguments: serde_json::json!({}),
+                tool_call_id: "c2".into(),
+                status: ItemStatus::InProgress,
+            })),
+            agent_id: None,
+        }),
+        ThreadEvent::ItemCompleted(ItemEvent {
+            item: item("o1", ItemDetails::ToolOutput(ToolOutputItem {
+                call_id: "c1".into(),
+                output: "fn main() {}".into(),
+                exit_code: None,
+                spool_path: None,
+                truncated: false,
+                status: ItemStatus::Completed,
+            })),
+            agent_id: None,
+        }),
+        completed(ROOT, CompletionSubtype::Cancelled),
+    ];
+    let t = Transcript::from_events(
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| Ok((i as u64 + 1, VersionedThreadEvent::new(e)))),
+    );
+    let text = t.render();
+    assert!(text.contains("user: fix it\n"), "{text}");
+    assert!(text.contains("tool read_file [c1] {\"path\":\"a.rs\"}\n-> fn main() {}\n"), "{text}");
+    assert!(text.contains("tool write_file [c2] {}\n-> (no result recorded)\n"), "{text}");
+    assert!(text.ends_with("completed: cancelled\n"), "{text}");
+}
+
+#[test]
+fn invalid_and_missing_session_ids_are_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let err = store.events("../../etc").err().unwrap();
+    assert!(err.to_string().contains("invalid session id"), "{err}");
+    let err = store.events("nope").err().unwrap();
+    assert!(err.to_string().contains("troupe sessions list"), "{err}");
+    store.create("dup", ROOT, LogConfig::default()).unwrap();
+    assert!(store.create("dup", ROOT, LogConfig::default()).is_err());
+}

@@ -1,0 +1,158 @@
+//! Every retention case: count, age, active, current, symlinks, foreign
+//! files.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::Utc;
+use troupe_protocol::CompletionSubtype;
+use troupe_runtime::store::{LogConfig, Manifest, RetentionPolicy, SessionStore};
+
+use super::*;
+
+/// Creates a session, optionally closes it, and backdates its manifest.
+fn session(store: &SessionStore, id: &str, closed: bool, age_days: i64) {
+    session_aged(store, id, closed, chrono::Duration::days(age_days));
+}
+
+fn session_aged(store: &SessionStore, id: &str, closed: bool, age: chrono::Duration) {
+    let log = store.create(id, ROOT, LogConfig::default()).unwrap();
+    let w = log.start_writer(|_| {}).unwrap();
+    log.sender().emit(&started()).unwrap();
+    if closed {
+        log.sender()
+            .emit(&completed(ROOT, CompletionSubtype::Success))
+            .unwrap();
+    }
+    log.close();
+    w.join().unwrap();
+    std::fs::write(log.dir().join("derived").join("export.json"), "{}").unwrap();
+    backdate(&log.dir().join("manifest.json"), age);
+}
+
+fn backdate(manifest: &Path, age: chrono::Duration) {
+    let mut m = Manifest::read(manifest).unwrap();
+    m.updated_at = Utc::now() - age - chrono::Duration::minutes(1);
+    std::fs::write(manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+fn ids(store: &SessionStore) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(store.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn keeps_the_newest_fifty_closed_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    for i in 0..55 {
+        // s00 is the oldest.
+        session_aged(&store, &format!("s{i:02}"), true, chrono::Duration::minutes(55 - i));
+    }
+    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    let mut deleted = report.deleted.clone();
+    deleted.sort();
+    assert_eq!(deleted, vec!["s00", "s01", "s02", "s03", "s04"]);
+    assert_eq!(ids(&store).len(), 50);
+    assert!(!store.root().join("s00").exists());
+}
+
+#[test]
+fn deletes_closed_sessions_older_than_thirty_days() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    session(&store, "old", true, 31);
+    session(&store, "young", true, 29);
+    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    assert_eq!(report.deleted, vec!["old"]);
+    assert_eq!(ids(&store), vec!["young"]);
+}
+
+#[test]
+fn policy_is_configurable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    for i in 0..4 {
+        session(&store, &format!("c{i}"), true, 4 - i);
+    }
+    let policy = RetentionPolicy {
+        max_sessions: 2,
+        max_age: Duration::from_secs(365 * 86_400),
+    };
+    let report = store.apply_retention(policy, None).unwrap();
+    assert_eq!(report.deleted.len(), 2);
+    assert_eq!(ids(&store), vec!["c2", "c3"]);
+}
+
+#[test]
+fn never_deletes_active_or_current_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    session(&store, "active-old", false, 90);
+    session(&store, "current-old", true, 90);
+    let report = store
+        .apply_retention(RetentionPolicy::default(), Some("current-old"))
+        .unwrap();
+    assert!(report.deleted.is_empty(), "{report:?}");
+    assert_eq!(ids(&store), vec!["active-old", "current-old"]);
+    assert!(report.kept.contains(&("active-old".into(), "active session")));
+    assert!(report.kept.contains(&("current-old".into(), "current session")));
+}
+
+#[test]
+fn never_follows_or_deletes_symlinks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    // A closed, old session that lives elsewhere, linked into the store.
+    let elsewhere = SessionStore::for_workspace(&tmp.path().join("other"));
+    session(&elsewhere, "linked", true, 90);
+    std::fs::create_dir_all(store.root()).unwrap();
+    std::os::unix::fs::symlink(elsewhere.root().join("linked"), store.root().join("linked")).unwrap();
+    // A closed, old session whose derived/ holds a symlink to a user file.
+    session(&store, "withlink", true, 90);
+    let precious = tmp.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    std::os::unix::fs::symlink(&precious, store.root().join("withlink/derived/link")).unwrap();
+
+    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    assert!(report.kept.contains(&("linked".into(), "symlink")));
+    assert!(elsewhere.root().join("linked/events.jsonl").exists(), "symlink target touched");
+    assert!(store.root().join("linked").symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(report.partially_deleted, vec!["withlink"]);
+    assert!(store.root().join("withlink/derived/link").symlink_metadata().is_ok());
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+    assert!(!store.root().join("withlink/events.jsonl").exists());
+}
+
+#[test]
+fn never_deletes_files_it_did_not_create() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    session(&store, "mine", true, 90);
+    // A user's note inside a closed session directory.
+    std::fs::write(store.root().join("mine/NOTES.md"), "mine").unwrap();
+    // A foreign directory with an old completed manifest troupe did not write.
+    let foreign = store.root().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(
+        foreign.join("manifest.json"),
+        r#"{"session_id":"foreign","schema_version":"1","created_at":"2020-01-01T00:00:00Z","updated_at":"2020-01-01T00:00:00Z","turn_count":0,"event_count":0,"status":"completed","root_thread_id":"x"}"#,
+    )
+    .unwrap();
+    // A loose file and a directory without a manifest.
+    std::fs::write(store.root().join("README"), "hi").unwrap();
+    std::fs::create_dir_all(store.root().join("scratch")).unwrap();
+
+    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    assert_eq!(report.partially_deleted, vec!["mine"]);
+    assert_eq!(std::fs::read_to_string(store.root().join("mine/NOTES.md")).unwrap(), "mine");
+    assert!(!store.root().join("mine/manifest.json").exists());
+    assert!(report.kept.contains(&("foreign".into(), "not created by troupe")));
+    assert!(foreign.join("manifest.json").exists());
+    assert!(store.root().join("README").exists());
+    assert!(store.root().join("scratch").exists());
+}

@@ -1,0 +1,205 @@
+//! The group-commit writer: fsync policies, restarts, exporters, shutdown
+//! order and the manifest.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use troupe_protocol::CompletionSubtype;
+use troupe_runtime::store::{
+    ExportFormat, Fault, FsyncPolicy, JsonlFileExporter, LogConfig, Manifest, SessionStatus,
+    WriterExporter,
+};
+
+use super::*;
+
+fn emit_n(log: &SessionLog, prefix: &str, n: usize) {
+    let tx = log.sender();
+    for i in 0..n {
+        tx.emit(&msg(&format!("{prefix}{i}"))).unwrap();
+    }
+}
+
+#[test]
+fn fsync_policies_sync_as_documented() {
+    for (policy, expect) in [
+        (FsyncPolicy::Always, "per event"),
+        (FsyncPolicy::Batch, "per batch"),
+        (FsyncPolicy::Never, "never"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = new_log(
+            tmp.path(),
+            LogConfig {
+                fsync: policy,
+                ..LogConfig::default()
+            },
+        );
+        emit_n(&log, "e", 200);
+        let w = log.start_writer(|_| {}).unwrap();
+        emit_n(&log, "f", 50);
+        log.close();
+        w.join().unwrap();
+        let stats = log.stats();
+        let want = match policy {
+            FsyncPolicy::Always => 250,
+            FsyncPolicy::Batch => stats.batches,
+            FsyncPolicy::Never => 0,
+        };
+        assert_eq!(stats.syncs, want, "{expect}");
+        assert_eq!(read_all(log.events_path()).len(), 250);
+    }
+}
+
+#[test]
+fn failed_writer_is_restarted_without_losing_or_duplicating_events() {
+    for fault in [Fault::PartialWrite(100), Fault::FailBeforeWrite, Fault::Panic] {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = new_log(
+            tmp.path(),
+            LogConfig {
+                max_batch_bytes: 2_000,
+                ..LogConfig::default()
+            },
+        );
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        log.set_fault_hook(Some(Arc::new(move |n| {
+            (n == 2 && !fired.swap(true, std::sync::atomic::Ordering::SeqCst)).then_some(fault)
+        })));
+        emit_n(&log, "a", 100);
+        let first = log.start_writer(|_| {}).unwrap();
+        let err = first.join().unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+        // More events are accepted while no writer runs.
+        emit_n(&log, "b", 100);
+        let (acc, _) = log.counts();
+        assert_eq!(acc, 200);
+        let second = log.start_writer(|_| {}).unwrap();
+        log.close();
+        second.join().unwrap();
+        let ids: Vec<String> = read_all(log.events_path()).iter().filter_map(msg_id).collect();
+        let want: Vec<String> = (0..100)
+            .map(|i| format!("a{i}"))
+            .chain((0..100).map(|i| format!("b{i}")))
+            .collect();
+        assert_eq!(ids, want, "{fault:?}: every accepted event exactly once, in order");
+        assert!(log.progress().borrow().finished);
+    }
+}
+
+#[test]
+fn only_one_writer_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path(), LogConfig::default());
+    let w = log.start_writer(|_| {}).unwrap();
+    assert!(log.start_writer(|_| {}).is_err());
+    log.close();
+    w.join().unwrap();
+}
+
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Broken;
+
+impl Write for Broken {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "pipe closed"))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn exporters_see_the_canonical_order_and_a_failing_one_is_detached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path(), LogConfig::default());
+    let bare = Shared::default();
+    log.add_exporter(Box::new(WriterExporter::new("stdout", bare.clone(), ExportFormat::Bare)));
+    let second = tmp.path().join("second.jsonl");
+    log.add_exporter(Box::new(JsonlFileExporter::open(&second, ExportFormat::Versioned).unwrap()));
+    log.add_exporter(Box::new(WriterExporter::new("broken", Broken, ExportFormat::Bare)));
+    let w = log.start_writer(|_| {}).unwrap();
+    emit_n(&log, "x", 500);
+    log.close();
+    w.join().unwrap();
+    let canonical = std::fs::read(log.events_path()).unwrap();
+    assert_eq!(std::fs::read(&second).unwrap(), canonical, "second JSONL path is byte-identical");
+    let bare = String::from_utf8(bare.0.lock().clone()).unwrap();
+    let events = read_all(log.events_path());
+    assert_eq!(bare.lines().count(), events.len());
+    for (line, ev) in bare.lines().zip(&events) {
+        let parsed: ThreadEvent = serde_json::from_str(line).unwrap();
+        assert_eq!(parsed, ev.event, "bare export differs from the canonical event");
+    }
+    let failures = log.stats().exporter_failures;
+    assert_eq!(failures.len(), 1);
+    assert!(failures[0].contains("broken"), "{failures:?}");
+}
+
+#[test]
+fn manifest_follows_the_session_lifecycle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path(), LogConfig::default());
+    let manifest_path = log.dir().join("manifest.json");
+    let m = Manifest::read(&manifest_path).unwrap();
+    assert_eq!(m.status, SessionStatus::Created);
+    assert_eq!(m.session_id, "s1");
+    let w = log.start_writer(|_| {}).unwrap();
+    let tx = log.sender();
+    tx.emit(&started()).unwrap();
+    tx.emit(&turn()).unwrap();
+    tx.emit(&turn()).unwrap();
+    // A child thread's completion does not end the session.
+    tx.emit(&completed("thread-child", CompletionSubtype::Success)).unwrap();
+    rt().block_on(log.flush(WAIT)).unwrap();
+    let m = Manifest::read(&manifest_path).unwrap();
+    assert_eq!(m.status, SessionStatus::Active, "status is written at once");
+    tx.emit(&completed(ROOT, CompletionSubtype::ErrorMaxTurns)).unwrap();
+    log.close();
+    w.join().unwrap();
+    let m = Manifest::read(&manifest_path).unwrap();
+    assert_eq!(m.status, SessionStatus::Completed);
+    assert_eq!(m.subtype, Some(CompletionSubtype::ErrorMaxTurns));
+    assert_eq!(m.turn_count, 2);
+    assert_eq!(m.event_count, 5);
+    assert!(m.updated_at >= m.created_at);
+    let leftovers: Vec<_> = std::fs::read_dir(log.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "half-written manifest left: {leftovers:?}");
+}
+
+#[test]
+fn shutdown_writes_thread_completed_then_drains_before_reporting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path(), LogConfig::default());
+    let w = log.start_writer(|_| {}).unwrap();
+    emit_n(&log, "w", 1_000);
+    log.sender()
+        .emit(&completed(ROOT, CompletionSubtype::Success))
+        .unwrap();
+    log.close();
+    // When close returns nothing is promised; once the writer is joined
+    // everything is durable and the manifest terminal.
+    w.join().unwrap();
+    let events = read_all(log.events_path());
+    assert_eq!(events.len(), 1_001);
+    assert!(matches!(events.last().unwrap().event, ThreadEvent::ThreadCompleted(_)));
+    assert!(log.progress().borrow().finished);
+    assert_eq!(log.progress().borrow().committed, 1_001);
+    assert_eq!(log.manifest().status, SessionStatus::Completed);
+}

@@ -1,0 +1,1 @@
+//! troupe-testkit: the scripted model server and test helpers (being built).
