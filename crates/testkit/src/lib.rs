@@ -1,1 +1,48 @@
-//! troupe-testkit: the scripted model server and test helpers (being built).
+//! troupe-testkit: the scripted model server and test helpers.
+//!
+//! # Layout
+//!
+//! - [`script`]: what the server answers: a [`Script`] of [`Reply`]s
+//!   (text, tool calls, faults) and an optional stateless [`Rule`]; loaded
+//!   from JSON or TOML (`docs/scripted-server.md`) or built in Rust.
+//! - [`ScriptedServer`]: real HTTP on 127.0.0.1 speaking OpenAI chat
+//!   completions, Anthropic messages and Gemini `generateContent`, streamed
+//!   and not, with fault injection (HTTP errors with `Retry-After`, stalls,
+//!   cut streams, malformed chunks, empty steps, tool calls with
+//!   `finish_reason: "stop"`).
+//! - [`RecordedRequest`]: every request, normalized into one view, with
+//!   helpers tests read instead of raw JSON; the recorder checks that every
+//!   tool result answers a call and every call got a result.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), troupe_testkit::TestkitError> {
+//! use troupe_testkit::{Reply, Script, ScriptedServer};
+//! let server = ScriptedServer::start(Script::replies(vec![
+//!     Reply::tool_call("call_1", "read_file", serde_json::json!({"path": "a.txt"})),
+//!     Reply::text("done"),
+//! ]))
+//! .await?;
+//! // point a client at server.openai_base_url() ...
+//! assert!(server.check_invariants().is_ok());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod error;
+mod normalize;
+mod plan;
+pub mod request;
+pub mod rule;
+pub mod script;
+mod server;
+mod wire;
+
+pub use error::{InvariantViolation, TestkitError, Violation};
+pub use request::{
+    RecordedMessage, RecordedRequest, RecordedToolCall, RecordedToolResult, Role, WireFormat,
+};
+pub use rule::Rule;
+pub use script::{CursorMode, MessageReply, Reply, Script, ToolCallSpec, Usage};
+pub use server::ScriptedServer;

@@ -1,0 +1,342 @@
+//! The HTTP server: routes for the three formats, the reply cursor, the
+//! recorder.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::error::{InvariantViolation, TestkitError, Violation};
+use crate::normalize::{RawRequest, normalize};
+use crate::plan::{self, Ctx, Plan};
+use crate::request::{RecordedRequest, WireFormat};
+use crate::script::{CursorMode, Reply, Script};
+
+/// How long `shutdown` lets open responses (a stall, say) finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
+/// A scripted model server on 127.0.0.1, speaking the OpenAI, Anthropic and
+/// Gemini wire formats, recording every request.
+///
+/// Dropping it stops it too; [`ScriptedServer::shutdown`] waits for it.
+#[derive(Debug)]
+pub struct ScriptedServer {
+    /// The bound address (port 0 resolved).
+    addr: SocketAddr,
+    /// Script, cursor and recordings, shared with the request handlers.
+    shared: Arc<Shared>,
+    /// Fires the graceful shutdown of the accept loop.
+    stop: Option<oneshot::Sender<()>>,
+    /// The accept loop; aborted if it does not end within the grace time.
+    task: Option<JoinHandle<()>>,
+}
+
+/// State shared by all handlers.
+#[derive(Debug)]
+struct Shared {
+    /// The script; never changes after start.
+    script: Script,
+    /// Everything that changes per request, behind one short-held lock
+    /// (never held across an `.await`).
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Every request, in arrival order.
+    requests: Vec<RecordedRequest>,
+    /// Every invariant violation seen.
+    violations: Vec<Violation>,
+    /// Position in `script.replies` (shared cursor mode).
+    cursor: usize,
+    /// Positions per conversation key (per-conversation mode).
+    cursors: HashMap<String, usize>,
+}
+
+impl ScriptedServer {
+    /// Starts the server on `127.0.0.1:0` (a free port).
+    pub async fn start(script: Script) -> Result<ScriptedServer, TestkitError> {
+        ScriptedServer::start_on(script, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts the server on `addr` (port 0 picks a free port).
+    pub async fn start_on(
+        script: Script,
+        addr: SocketAddr,
+    ) -> Result<ScriptedServer, TestkitError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| TestkitError::Bind { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| TestkitError::Bind { addr, source })?;
+        let shared = Arc::new(Shared {
+            script,
+            inner: Mutex::new(Inner::default()),
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = router(shared.clone());
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::warn!(error = %e, "scripted server stopped with an error");
+            }
+        });
+        tracing::debug!(%bound, "scripted model server listening");
+        Ok(ScriptedServer {
+            addr: bound,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The OpenAI base URL, version included: `http://127.0.0.1:PORT/v1`.
+    pub fn openai_base_url(&self) -> String {
+        format!("{}/v1", self.base_url())
+    }
+
+    /// The Anthropic base URL (requests go to `{base}/v1/messages`).
+    pub fn anthropic_base_url(&self) -> String {
+        self.base_url()
+    }
+
+    /// The Gemini base URL (requests go to
+    /// `{base}/v1beta/models/{model}:streamGenerateContent?alt=sse`).
+    pub fn gemini_base_url(&self) -> String {
+        self.base_url()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.inner.lock().requests.clone()
+    }
+
+    /// How many requests arrived.
+    pub fn request_count(&self) -> usize {
+        self.shared.inner.lock().requests.len()
+    }
+
+    /// The output text of the tool result answering `call_id`, from the
+    /// latest request that carries one.
+    pub fn function_call_output_text(&self, call_id: &str) -> Option<String> {
+        let inner = self.shared.inner.lock();
+        inner
+            .requests
+            .iter()
+            .rev()
+            .find_map(|r| r.function_call_output_text(call_id))
+    }
+
+    /// Every violation seen so far (empty when all is well).
+    pub fn violations(&self) -> Vec<Violation> {
+        self.shared.inner.lock().violations.clone()
+    }
+
+    /// `Ok` when no request broke an invariant (orphan tool result, call
+    /// without result, unreadable body) and the script never ran out.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let violations = self.violations();
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(InvariantViolation { violations })
+        }
+    }
+
+    /// Stops accepting, lets open responses finish for a short grace time,
+    /// then stops.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai_route))
+        .route("/chat/completions", post(openai_route))
+        .route("/v1/messages", post(anthropic_route))
+        .route("/v1beta/models/{target}", post(gemini_route))
+        .route("/v1/models/{target}", post(gemini_route))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+async fn openai_route(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, WireFormat::OpenAi, None, &uri, &headers, &body).await
+}
+
+async fn anthropic_route(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, WireFormat::Anthropic, None, &uri, &headers, &body).await
+}
+
+async fn gemini_route(
+    State(shared): State<Arc<Shared>>,
+    Path(target): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((model, action)) = target.split_once(':') else {
+        return not_found(uri).await;
+    };
+    let stream = match action {
+        "streamGenerateContent" => true,
+        "generateContent" => false,
+        _ => return not_found(uri).await,
+    };
+    let target = Some((model.to_string(), stream));
+    handle(&shared, WireFormat::Gemini, target, &uri, &headers, &body).await
+}
+
+async fn not_found(uri: Uri) -> Response {
+    tracing::warn!(path = %uri.path(), "scripted server: unknown route");
+    let body = serde_json::json!({"error": {
+        "message": format!("troupe scripted server: no route for POST {}", uri.path()),
+        "type": "not_found",
+    }});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+async fn handle(
+    shared: &Shared,
+    format: WireFormat,
+    gemini_target: Option<(String, bool)>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let raw = RawRequest {
+        index: 0,
+        format,
+        path: uri.path(),
+        query: uri.query(),
+        headers,
+        gemini_target,
+    };
+    let (mut request, parse_error) = normalize(&raw, body);
+    let decision = shared.record_and_pick(&mut request, parse_error.as_deref());
+    let plan = match (decision, parse_error) {
+        (_, Some(e)) => plan::bad_request_plan(format, &e),
+        (Decision::Reply(reply), None) => {
+            let ctx = Ctx {
+                request: &request,
+                seq: request.index,
+                request_bytes: body.len(),
+            };
+            plan::plan(&reply, &ctx)
+        }
+        (Decision::Exhausted { served }, None) => {
+            plan::exhausted_plan(format, request.index, served)
+        }
+    };
+    send(plan).await
+}
+
+async fn send(plan: Plan) -> Response {
+    if let Some(d) = plan.delay {
+        tokio::time::sleep(d).await;
+    }
+    plan::into_response(plan)
+}
+
+/// What the cursor gives a request.
+enum Decision {
+    Reply(Reply),
+    Exhausted { served: usize },
+}
+
+impl Shared {
+    /// Numbers and records the request, checks its invariants and picks its
+    /// reply, all under one lock so numbering and cursor agree.
+    fn record_and_pick(
+        &self,
+        request: &mut RecordedRequest,
+        parse_error: Option<&str>,
+    ) -> Decision {
+        let mut inner = self.inner.lock();
+        request.index = inner.requests.len();
+        if let Some(error) = parse_error {
+            inner.violations.push(Violation::BadRequest {
+                request: request.index,
+                error: error.to_string(),
+            });
+        }
+        let found = request.violations();
+        inner.violations.extend(found);
+        inner.requests.push(request.clone());
+        let replies = &self.script.replies;
+        let position = match self.script.cursor {
+            CursorMode::Shared => &mut inner.cursor,
+            CursorMode::PerConversation => {
+                inner.cursors.entry(request.conversation_key()).or_insert(0)
+            }
+        };
+        if let Some(reply) = replies.get(*position) {
+            *position += 1;
+            return Decision::Reply(reply.clone());
+        }
+        let served = *position;
+        if let Some(rule) = &self.script.rule {
+            return Decision::Reply(rule.reply_for(request));
+        }
+        inner.violations.push(Violation::ScriptExhausted {
+            request: request.index,
+        });
+        tracing::warn!(request = request.index, "scripted server: script exhausted");
+        Decision::Exhausted { served }
+    }
+}

@@ -1,0 +1,7 @@
+mod common;
+mod faults;
+mod formats;
+mod recorder;
+mod rules;
+mod scripts;
+mod shapes;
