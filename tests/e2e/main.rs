@@ -1,1 +1,90 @@
-//! End-to-end tests (being built).
+//! End-to-end tests of the built `troupe` binary: real processes, real
+//! files in temp dirs.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod sessions;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn troupe(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(args)
+        .current_dir(cwd)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn schema_command_prints_the_checked_in_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = troupe(&["schema"], tmp.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let checked_in = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/events.schema.json"),
+    )
+    .unwrap();
+    assert_eq!(stdout(&out), checked_in);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = troupe(&["no-such-command"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    let out = troupe(&["mock-llm", "--script", "missing.toml"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("missing.toml"), "{}", stderr(&out));
+}
+
+#[test]
+fn mock_llm_prints_its_address_first_and_serves_the_script() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/hello.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "mock-llm",
+            "--script",
+            script.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    lines.read_line(&mut first).unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("first line is not the address: {first:?}"))
+        .to_string();
+    let body = r#"{"model":"scripted","stream":false,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    conn.read_to_string(&mut resp).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(
+        resp.contains("\"name\":\"read_file\""),
+        "the script's first reply: {resp}"
+    );
+}

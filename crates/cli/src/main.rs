@@ -1,2 +1,127 @@
-//! The troupe CLI (being built).
-fn main() {}
+//! The `troupe` command: thin glue that parses arguments and calls the
+//! library crates. See docs/cli.md for every command and exit code.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod mock_llm;
+mod sessions;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes (docs/cli.md).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// An execution error.
+    pub const ERROR: u8 = 1;
+    /// Bad input: usage, configuration, an unknown session.
+    pub const BAD_INPUT: u8 = 2;
+}
+
+/// troupe: supervised teams of LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "troupe", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect the sessions of a workspace.
+    Sessions(sessions::SessionsArgs),
+    /// Serve a script with the scripted model server (OpenAI, Anthropic and
+    /// Gemini wire formats on 127.0.0.1). Prints the bound address first.
+    MockLlm {
+        /// The script file (JSON or TOML; see docs/scripted-server.md).
+        #[arg(long)]
+        script: PathBuf,
+        /// Where to listen; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// Print the JSON Schema of one events.jsonl line.
+    Schema,
+}
+
+/// An error that knows its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl Failure {
+    /// Bad input (exit 2).
+    pub fn bad_input(error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code: exit::BAD_INPUT,
+            error: error.into(),
+        }
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure {
+            code: exit::ERROR,
+            error: error.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::BAD_INPUT
+            } else {
+                exit::OK
+            });
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(f) => {
+            eprintln!("troupe: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Sessions(args) => sessions::run(args),
+        Command::Schema => {
+            print!("{}", troupe_protocol::events_json_schema());
+            Ok(())
+        }
+        Command::MockLlm { script, listen } => {
+            if !script.is_file() {
+                return Err(Failure::bad_input(anyhow::anyhow!(
+                    "script file {} not found; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
+                    script.display()
+                )));
+            }
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(mock_llm::run(&script, listen))?;
+            Ok(())
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TROUPE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

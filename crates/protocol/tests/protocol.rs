@@ -42,15 +42,28 @@ fn docs_examples_parse_and_cover_every_event() {
     let text = std::fs::read_to_string(docs().join("events.md")).unwrap();
     let mut seen = BTreeSet::new();
     let mut items = BTreeSet::new();
-    for line in text.lines().map(str::trim).filter(|l| l.starts_with("{\"type\"")) {
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("{\"type\""))
+    {
         let ev: ThreadEvent = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("docs/events.md example does not parse: {e}\n{line}"));
-        assert!(!matches!(ev, ThreadEvent::Unknown), "unknown type in docs: {line}");
+        assert!(
+            !matches!(ev, ThreadEvent::Unknown),
+            "unknown type in docs: {line}"
+        );
         let back: serde_json::Value = serde_json::to_value(&ev).unwrap();
         let orig: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(back, orig, "docs example does not round-trip: {line}");
-        if let ThreadEvent::ItemStarted(e) | ThreadEvent::ItemUpdated(e) | ThreadEvent::ItemCompleted(e) = &ev {
-            assert!(!matches!(e.item.details, ItemDetails::Unknown), "unknown item in docs: {line}");
+        if let ThreadEvent::ItemStarted(e)
+        | ThreadEvent::ItemUpdated(e)
+        | ThreadEvent::ItemCompleted(e) = &ev
+        {
+            assert!(
+                !matches!(e.item.details, ItemDetails::Unknown),
+                "unknown item in docs: {line}"
+            );
             items.insert(e.item.details.type_name());
         }
         seen.insert(ev.type_name());
@@ -58,10 +71,21 @@ fn docs_examples_parse_and_cover_every_event() {
     let want: BTreeSet<&str> = ThreadEvent::KNOWN_TYPES.into_iter().collect();
     assert_eq!(seen, want, "docs/events.md must show every event type");
     for item in [
-        "user_message", "agent_message", "reasoning", "tool_invocation", "tool_output",
-        "command_execution", "file_change", "handoff", "verdict", "error",
+        "user_message",
+        "agent_message",
+        "reasoning",
+        "tool_invocation",
+        "tool_output",
+        "command_execution",
+        "file_change",
+        "handoff",
+        "verdict",
+        "error",
     ] {
-        assert!(items.contains(item), "docs/events.md has no example of item `{item}`");
+        assert!(
+            items.contains(item),
+            "docs/events.md has no example of item `{item}`"
+        );
     }
 }
 
@@ -98,7 +122,10 @@ fn thread_completed_keeps_null_cost_and_omits_absent_result() {
     assert_eq!(v["type"], "thread.completed");
     assert_eq!(v["subtype"], "error_max_budget_usd");
     assert!(v["total_cost_usd"].is_null());
-    assert!(v.get("total_cost_usd").is_some(), "unknown cost is null, not absent");
+    assert!(
+        v.get("total_cost_usd").is_some(),
+        "unknown cost is null, not absent"
+    );
     assert!(v.get("result").is_none());
     let back: ThreadEvent = serde_json::from_value(v).unwrap();
     assert_eq!(back, ev);
@@ -130,12 +157,18 @@ fn verdict_rejects_unknown_fields() {
     assert!(ok.approved);
     assert_eq!(ok.checks[0].exit_code, 0);
     let bad = serde_json::from_str::<Verdict>(r#"{"approved":true,"lgtm":"yes"}"#);
-    assert!(bad.is_err(), "a verdict is structured; extra prose fields are refused");
+    assert!(
+        bad.is_err(),
+        "a verdict is structured; extra prose fields are refused"
+    );
 }
 
 #[test]
 fn versioned_event_carries_schema_version() {
     let v = VersionedThreadEvent::new(ThreadEvent::TurnStarted(TurnStartedEvent::default()));
     let s = serde_json::to_string(&v).unwrap();
-    assert_eq!(s, r#"{"schema_version":"1","event":{"type":"turn.started"}}"#);
+    assert_eq!(
+        s,
+        r#"{"schema_version":"1","event":{"type":"turn.started"}}"#
+    );
 }

@@ -16,7 +16,9 @@ use super::error::EmitError;
 pub(crate) enum Meta {
     Plain,
     /// `thread.started` or `turn.started`: the session becomes active.
-    Activates { turn: bool },
+    Activates {
+        turn: bool,
+    },
     /// `thread.completed` of the session's root thread.
     RootCompleted(CompletionSubtype),
 }
@@ -44,8 +46,7 @@ impl Record {
         line.extend_from_slice(SCHEMA_VERSION.as_bytes());
         line.extend_from_slice(PREFIX_TAIL);
         let event_start = line.len();
-        serde_json::to_writer(&mut line, event)
-            .map_err(|e| EmitError::Encode(e.to_string()))?;
+        serde_json::to_writer(&mut line, event).map_err(|e| EmitError::Encode(e.to_string()))?;
         line.extend_from_slice(b"}\n");
         let meta = match event {
             ThreadEvent::ThreadStarted(_) => Meta::Activates { turn: false },

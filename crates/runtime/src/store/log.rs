@@ -190,7 +190,10 @@ impl SessionLog {
 
     /// Reopens an existing session for appending: cuts a torn last line,
     /// recounts events and turns, and rewrites the manifest to match.
-    pub fn reopen(dir: &Path, config: LogConfig) -> Result<(SessionLog, RecoveryReport), StoreError> {
+    pub fn reopen(
+        dir: &Path,
+        config: LogConfig,
+    ) -> Result<(SessionLog, RecoveryReport), StoreError> {
         let manifest_path = dir.join(MANIFEST_FILE);
         let mut manifest = Manifest::read(&manifest_path)?;
         let report = recover(&dir.join(EVENTS_FILE), &manifest.root_thread_id)?;
@@ -287,6 +290,13 @@ impl SessionLog {
     pub fn counts(&self) -> (u64, u64) {
         let st = self.inner.gate.state.lock();
         (st.accepted, st.refused)
+    }
+
+    /// Events and bytes the gate holds right now (queued or being written).
+    /// A producer that wants to stay clear of saturation can watch it.
+    pub fn held(&self) -> (usize, usize) {
+        let st = self.inner.gate.state.lock();
+        (st.held_events, st.held_bytes)
     }
 
     /// Why the session failed closed, if it did.
@@ -401,7 +411,11 @@ impl SessionLog {
             .map_err(|e| StoreError::io("stat", path, e))?
             .len();
         if on_disk != len {
-            tracing::warn!(on_disk, committed = len, "cutting uncommitted bytes left by a failed writer");
+            tracing::warn!(
+                on_disk,
+                committed = len,
+                "cutting uncommitted bytes left by a failed writer"
+            );
             file.set_len(len)
                 .map_err(|e| StoreError::io("truncate", path, e))?;
             file.sync_all()

@@ -103,7 +103,11 @@ impl SessionStore {
     }
 
     /// Reopens session `id` for appending (after a crash or to resume).
-    pub fn reopen(&self, id: &str, config: LogConfig) -> Result<(SessionLog, RecoveryReport), StoreError> {
+    pub fn reopen(
+        &self,
+        id: &str,
+        config: LogConfig,
+    ) -> Result<(SessionLog, RecoveryReport), StoreError> {
         let dir = self.existing(id)?;
         SessionLog::reopen(&dir, config)
     }

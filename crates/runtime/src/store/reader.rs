@@ -135,7 +135,9 @@ pub struct Transcript {
 impl Transcript {
     /// Rebuilds the transcript from completed items (and tool calls that
     /// only started), skipping unknown events.
-    pub fn from_events(events: impl Iterator<Item = Result<(u64, VersionedThreadEvent), BadLine>>) -> Transcript {
+    pub fn from_events(
+        events: impl Iterator<Item = Result<(u64, VersionedThreadEvent), BadLine>>,
+    ) -> Transcript {
         let mut t = Transcript::default();
         for ev in events {
             match ev {
@@ -175,9 +177,9 @@ impl Transcript {
             ItemDetails::Reasoning(m) => TranscriptEntry::Reasoning(m.text),
             ItemDetails::ToolOutput(out) => {
                 let call = self.entries.iter_mut().rev().find_map(|e| match e {
-                    TranscriptEntry::ToolCall { call_id, output, .. } if *call_id == out.call_id => {
-                        Some(output)
-                    }
+                    TranscriptEntry::ToolCall {
+                        call_id, output, ..
+                    } if *call_id == out.call_id => Some(output),
                     _ => None,
                 });
                 match call {
@@ -213,7 +215,12 @@ impl Transcript {
                 TranscriptEntry::User(t) => format!("user: {t}"),
                 TranscriptEntry::Assistant(t) => format!("assistant: {t}"),
                 TranscriptEntry::Reasoning(t) => format!("reasoning: {t}"),
-                TranscriptEntry::ToolCall { name, call_id, arguments, output } => {
+                TranscriptEntry::ToolCall {
+                    name,
+                    call_id,
+                    arguments,
+                    output,
+                } => {
                     let out = output.as_deref().unwrap_or("(no result recorded)");
                     format!("tool {name} [{call_id}] {arguments}\n-> {out}")
                 }

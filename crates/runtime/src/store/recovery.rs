@@ -86,7 +86,8 @@ pub(crate) fn recover(path: &Path, root_thread: &str) -> Result<RecoveryReport, 
         );
         file.set_len(offset)
             .map_err(|e| StoreError::io("truncate", path, e))?;
-        file.sync_all().map_err(|e| StoreError::io("sync", path, e))?;
+        file.sync_all()
+            .map_err(|e| StoreError::io("sync", path, e))?;
     }
     if !report.corrupt_lines.is_empty() {
         tracing::warn!(path = %path.display(), lines = ?report.corrupt_lines, "event log has corrupt lines; kept as they are");

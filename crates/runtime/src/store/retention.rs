@@ -119,7 +119,9 @@ fn remove_tree_keep_symlinks(dir: &Path) -> Result<bool, StoreError> {
     for entry in fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
         let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
         let p = entry.path();
-        let ft = entry.file_type().map_err(|e| StoreError::io("stat", &p, e))?;
+        let ft = entry
+            .file_type()
+            .map_err(|e| StoreError::io("stat", &p, e))?;
         if ft.is_symlink() {
             empty = false;
         } else if ft.is_dir() {

@@ -51,7 +51,12 @@ fn sigkill_keeps_every_fsynced_event() {
     for round in 0..5 {
         let tmp = tempfile::tempdir().unwrap();
         let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "crash::crash_child_writer", "--nocapture"])
+            .args([
+                "--ignored",
+                "--exact",
+                "crash::crash_child_writer",
+                "--nocapture",
+            ])
             .env(CHILD_ENV, tmp.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -61,8 +66,15 @@ fn sigkill_keeps_every_fsynced_event() {
         // Wait until the child has made some events durable, then a random
         // extra moment so the kill lands anywhere in the write cycle.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::fs::read_to_string(&report).map(|s| s.lines().count()).unwrap_or(0) < 3 {
-            assert!(std::time::Instant::now() < deadline, "child never reported progress");
+        while std::fs::read_to_string(&report)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+            < 3
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never reported progress"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..150)));
@@ -78,7 +90,11 @@ fn sigkill_keeps_every_fsynced_event() {
             .unwrap_or(0);
         let store = SessionStore::for_workspace(tmp.path());
         let (log, rep) = store.reopen("s1", LogConfig::default()).unwrap();
-        assert!(rep.corrupt_lines.is_empty(), "round {round}: corrupt lines {:?}", rep.corrupt_lines);
+        assert!(
+            rep.corrupt_lines.is_empty(),
+            "round {round}: corrupt lines {:?}",
+            rep.corrupt_lines
+        );
         let events = read_all(log.events_path());
         assert!(
             events.len() as u64 >= durable,
@@ -86,7 +102,12 @@ fn sigkill_keeps_every_fsynced_event() {
             events.len()
         );
         for (i, ev) in events.iter().enumerate() {
-            assert_eq!(msg_id(ev), Some(format!("c{i}")), "round {round}: line {}", i + 1);
+            assert_eq!(
+                msg_id(ev),
+                Some(format!("c{i}")),
+                "round {round}: line {}",
+                i + 1
+            );
         }
         assert_eq!(rep.events, events.len() as u64);
         let _ = std::io::stderr().flush();

@@ -32,7 +32,10 @@ fn concurrent_producers_log_order_is_gate_order() {
     let mut by_seq: HashMap<u64, String> = HashMap::new();
     for h in handles {
         for (seq, id) in h.join().unwrap() {
-            assert!(by_seq.insert(seq, id).is_none(), "sequence number given twice");
+            assert!(
+                by_seq.insert(seq, id).is_none(),
+                "sequence number given twice"
+            );
         }
     }
     log.close();
@@ -42,7 +45,12 @@ fn concurrent_producers_log_order_is_gate_order() {
     let mut last_n = vec![-1i64; producers];
     for (i, ev) in events.iter().enumerate() {
         let id = msg_id(ev).unwrap();
-        assert_eq!(by_seq[&(i as u64 + 1)], id, "line {} is not the event given that place by the gate", i + 1);
+        assert_eq!(
+            by_seq[&(i as u64 + 1)],
+            id,
+            "line {} is not the event given that place by the gate",
+            i + 1
+        );
         let (p, n) = id[1..].split_once('-').unwrap();
         let (p, n): (usize, i64) = (p.parse().unwrap(), n.parse().unwrap());
         assert!(n > last_n[p], "producer {p} reordered");
@@ -91,7 +99,11 @@ fn saturation_burst_every_event_is_on_disk_or_refused() {
     let accepted: usize = accepted_ids.iter().map(Vec::len).sum();
     let (acc, refused) = log.counts();
     assert_eq!(acc as usize, accepted);
-    assert_eq!(acc + refused, total as u64, "accepted + refused must be the burst");
+    assert_eq!(
+        acc + refused,
+        total as u64,
+        "accepted + refused must be the burst"
+    );
     assert!(refused > 0, "a tiny queue must saturate");
     assert!(log.failed_closed().is_some());
     // A failed-closed session still records how it ended.
@@ -107,7 +119,10 @@ fn saturation_burst_every_event_is_on_disk_or_refused() {
     let mut got = on_disk.clone();
     want.sort();
     got.sort();
-    assert_eq!(got, want, "the events on disk are exactly the accepted ones");
+    assert_eq!(
+        got, want,
+        "the events on disk are exactly the accepted ones"
+    );
     let m = log.manifest();
     assert_eq!(m.status, SessionStatus::Completed);
     assert_eq!(m.subtype, Some(CompletionSubtype::ErrorDuringExecution));
@@ -134,8 +149,14 @@ fn byte_bound_saturates_and_oversized_event_is_refused() {
         }
     };
     assert!(matches!(err, EmitError::Saturated { .. }), "{err}");
-    assert!((10..20).contains(&ok), "about 4 KiB of ~300-byte events, got {ok}");
-    assert!(matches!(tx.emit(&msg("after")), Err(EmitError::FailedClosed { .. })));
+    assert!(
+        (10..20).contains(&ok),
+        "about 4 KiB of ~300-byte events, got {ok}"
+    );
+    assert!(matches!(
+        tx.emit(&msg("after")),
+        Err(EmitError::FailedClosed { .. })
+    ));
     let (acc, refused) = log.counts();
     assert_eq!((acc, refused), (ok, 3));
 }
@@ -160,7 +181,10 @@ fn flush_waits_for_durability() {
     }
     // No writer yet: a flush cannot complete.
     let r = rt().block_on(log.flush(std::time::Duration::from_millis(200)));
-    assert!(r.is_err(), "flush must not succeed before the events are written");
+    assert!(
+        r.is_err(),
+        "flush must not succeed before the events are written"
+    );
     let writer = log.start_writer(|_| {}).unwrap();
     rt().block_on(log.flush(WAIT)).unwrap();
     assert_eq!(read_all(log.events_path()).len(), 100);

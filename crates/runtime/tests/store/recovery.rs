@@ -23,7 +23,12 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
     let path = log.events_path().to_path_buf();
     let intact = std::fs::read(&path).unwrap();
     // Half of a real line, as a crash mid-write leaves it.
-    let mut half = std::fs::read_to_string(&path).unwrap().lines().nth(3).unwrap().to_string();
+    let mut half = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .nth(3)
+        .unwrap()
+        .to_string();
     half.truncate(half.len() / 2);
     std::fs::OpenOptions::new()
         .append(true)
@@ -37,9 +42,16 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
     assert_eq!(report.events, 12);
     assert_eq!(report.turns, 1);
     assert!(report.corrupt_lines.is_empty());
-    assert_eq!(std::fs::read(&path).unwrap(), intact, "exactly the torn bytes were cut");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        intact,
+        "exactly the torn bytes were cut"
+    );
     let m = log.manifest();
-    assert_eq!((m.event_count, m.turn_count, m.status), (12, 1, SessionStatus::Active));
+    assert_eq!(
+        (m.event_count, m.turn_count, m.status),
+        (12, 1, SessionStatus::Active)
+    );
 
     // The reopened log appends after the kept lines.
     let w = log.start_writer(|_| {}).unwrap();
@@ -52,7 +64,10 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
     let events = read_all(&path);
     assert_eq!(events.len(), 14);
     assert_eq!(msg_id(&events[12]).as_deref(), Some("after"));
-    assert_eq!(store.manifest("s1").unwrap().status, SessionStatus::Completed);
+    assert_eq!(
+        store.manifest("s1").unwrap().status,
+        SessionStatus::Completed
+    );
 }
 
 #[test]
@@ -68,13 +83,20 @@ fn reader_skips_unknown_types_and_reports_bad_lines() {
         .append(true)
         .open(log.events_path())
         .unwrap();
-    writeln!(f, r#"{{"schema_version":"9","event":{{"type":"future.thing","x":1}}}}"#).unwrap();
+    writeln!(
+        f,
+        r#"{{"schema_version":"9","event":{{"type":"future.thing","x":1}}}}"#
+    )
+    .unwrap();
     writeln!(f, r#"{{"schema_version":"1","event":{{"type":"item.completed","item":{{"id":"i","type":"future_item","z":[]}}}}}}"#).unwrap();
     writeln!(f, "not json").unwrap();
     drop(f);
     let all: Vec<_> = store.events("s1").unwrap().collect();
     assert_eq!(all.len(), 4);
-    assert!(matches!(all[1].as_ref().unwrap().1.event, ThreadEvent::Unknown));
+    assert!(matches!(
+        all[1].as_ref().unwrap().1.event,
+        ThreadEvent::Unknown
+    ));
     let bad = all[3].as_ref().unwrap_err();
     assert_eq!(bad.line, 4);
     let known: Vec<_> = store.events("s1").unwrap().known().collect();
@@ -103,28 +125,43 @@ fn transcript_pairs_tool_calls_with_outputs() {
     });
     let events = vec![
         ThreadEvent::ItemCompleted(ItemEvent {
-            item: item("u", ItemDetails::UserMessage(UserMessageItem { text: "fix it".into(), intent_id: None })),
+            item: item(
+                "u",
+                ItemDetails::UserMessage(UserMessageItem {
+                    text: "fix it".into(),
+                    intent_id: None,
+                }),
+            ),
             agent_id: None,
         }),
-        ThreadEvent::ItemStarted(ItemEvent { item: item("t1", call.clone()), agent_id: None }),
         ThreadEvent::ItemStarted(ItemEvent {
-            item: item("t2", ItemDetails::ToolInvocation(ToolInvocationItem {
-                tool_name: "write_file".into(),
-                arguments: serde_json::json!({}),
-                tool_call_id: "c2".into(),
-                status: ItemStatus::InProgress,
-            })),
+            item: item("t1", call.clone()),
+            agent_id: None,
+        }),
+        ThreadEvent::ItemStarted(ItemEvent {
+            item: item(
+                "t2",
+                ItemDetails::ToolInvocation(ToolInvocationItem {
+                    tool_name: "write_file".into(),
+                    arguments: serde_json::json!({}),
+                    tool_call_id: "c2".into(),
+                    status: ItemStatus::InProgress,
+                }),
+            ),
             agent_id: None,
         }),
         ThreadEvent::ItemCompleted(ItemEvent {
-            item: item("o1", ItemDetails::ToolOutput(ToolOutputItem {
-                call_id: "c1".into(),
-                output: "fn main() {}".into(),
-                exit_code: None,
-                spool_path: None,
-                truncated: false,
-                status: ItemStatus::Completed,
-            })),
+            item: item(
+                "o1",
+                ItemDetails::ToolOutput(ToolOutputItem {
+                    call_id: "c1".into(),
+                    output: "fn main() {}".into(),
+                    exit_code: None,
+                    spool_path: None,
+                    truncated: false,
+                    status: ItemStatus::Completed,
+                }),
+            ),
             agent_id: None,
         }),
         completed(ROOT, CompletionSubtype::Cancelled),
@@ -137,8 +174,14 @@ fn transcript_pairs_tool_calls_with_outputs() {
     );
     let text = t.render();
     assert!(text.contains("user: fix it\n"), "{text}");
-    assert!(text.contains("tool read_file [c1] {\"path\":\"a.rs\"}\n-> fn main() {}\n"), "{text}");
-    assert!(text.contains("tool write_file [c2] {}\n-> (no result recorded)\n"), "{text}");
+    assert!(
+        text.contains("tool read_file [c1] {\"path\":\"a.rs\"}\n-> fn main() {}\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tool write_file [c2] {}\n-> (no result recorded)\n"),
+        "{text}"
+    );
     assert!(text.ends_with("completed: cancelled\n"), "{text}");
 }
 

@@ -51,9 +51,16 @@ fn keeps_the_newest_fifty_closed_sessions() {
     let store = SessionStore::for_workspace(tmp.path());
     for i in 0..55 {
         // s00 is the oldest.
-        session_aged(&store, &format!("s{i:02}"), true, chrono::Duration::minutes(55 - i));
+        session_aged(
+            &store,
+            &format!("s{i:02}"),
+            true,
+            chrono::Duration::minutes(55 - i),
+        );
     }
-    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
     let mut deleted = report.deleted.clone();
     deleted.sort();
     assert_eq!(deleted, vec!["s00", "s01", "s02", "s03", "s04"]);
@@ -67,7 +74,9 @@ fn deletes_closed_sessions_older_than_thirty_days() {
     let store = SessionStore::for_workspace(tmp.path());
     session(&store, "old", true, 31);
     session(&store, "young", true, 29);
-    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
     assert_eq!(report.deleted, vec!["old"]);
     assert_eq!(ids(&store), vec!["young"]);
 }
@@ -99,8 +108,16 @@ fn never_deletes_active_or_current_sessions() {
         .unwrap();
     assert!(report.deleted.is_empty(), "{report:?}");
     assert_eq!(ids(&store), vec!["active-old", "current-old"]);
-    assert!(report.kept.contains(&("active-old".into(), "active session")));
-    assert!(report.kept.contains(&("current-old".into(), "current session")));
+    assert!(
+        report
+            .kept
+            .contains(&("active-old".into(), "active session"))
+    );
+    assert!(
+        report
+            .kept
+            .contains(&("current-old".into(), "current session"))
+    );
 }
 
 #[test]
@@ -111,19 +128,39 @@ fn never_follows_or_deletes_symlinks() {
     let elsewhere = SessionStore::for_workspace(&tmp.path().join("other"));
     session(&elsewhere, "linked", true, 90);
     std::fs::create_dir_all(store.root()).unwrap();
-    std::os::unix::fs::symlink(elsewhere.root().join("linked"), store.root().join("linked")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.root().join("linked"), store.root().join("linked"))
+        .unwrap();
     // A closed, old session whose derived/ holds a symlink to a user file.
     session(&store, "withlink", true, 90);
     let precious = tmp.path().join("precious.txt");
     std::fs::write(&precious, "keep me").unwrap();
     std::os::unix::fs::symlink(&precious, store.root().join("withlink/derived/link")).unwrap();
 
-    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
     assert!(report.kept.contains(&("linked".into(), "symlink")));
-    assert!(elsewhere.root().join("linked/events.jsonl").exists(), "symlink target touched");
-    assert!(store.root().join("linked").symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(
+        elsewhere.root().join("linked/events.jsonl").exists(),
+        "symlink target touched"
+    );
+    assert!(
+        store
+            .root()
+            .join("linked")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     assert_eq!(report.partially_deleted, vec!["withlink"]);
-    assert!(store.root().join("withlink/derived/link").symlink_metadata().is_ok());
+    assert!(
+        store
+            .root()
+            .join("withlink/derived/link")
+            .symlink_metadata()
+            .is_ok()
+    );
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
     assert!(!store.root().join("withlink/events.jsonl").exists());
 }
@@ -147,11 +184,20 @@ fn never_deletes_files_it_did_not_create() {
     std::fs::write(store.root().join("README"), "hi").unwrap();
     std::fs::create_dir_all(store.root().join("scratch")).unwrap();
 
-    let report = store.apply_retention(RetentionPolicy::default(), None).unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
     assert_eq!(report.partially_deleted, vec!["mine"]);
-    assert_eq!(std::fs::read_to_string(store.root().join("mine/NOTES.md")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(store.root().join("mine/NOTES.md")).unwrap(),
+        "mine"
+    );
     assert!(!store.root().join("mine/manifest.json").exists());
-    assert!(report.kept.contains(&("foreign".into(), "not created by troupe")));
+    assert!(
+        report
+            .kept
+            .contains(&("foreign".into(), "not created by troupe"))
+    );
     assert!(foreign.join("manifest.json").exists());
     assert!(store.root().join("README").exists());
     assert!(store.root().join("scratch").exists());

@@ -53,7 +53,11 @@ fn fsync_policies_sync_as_documented() {
 
 #[test]
 fn failed_writer_is_restarted_without_losing_or_duplicating_events() {
-    for fault in [Fault::PartialWrite(100), Fault::FailBeforeWrite, Fault::Panic] {
+    for fault in [
+        Fault::PartialWrite(100),
+        Fault::FailBeforeWrite,
+        Fault::Panic,
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let log = new_log(
             tmp.path(),
@@ -77,12 +81,18 @@ fn failed_writer_is_restarted_without_losing_or_duplicating_events() {
         let second = log.start_writer(|_| {}).unwrap();
         log.close();
         second.join().unwrap();
-        let ids: Vec<String> = read_all(log.events_path()).iter().filter_map(msg_id).collect();
+        let ids: Vec<String> = read_all(log.events_path())
+            .iter()
+            .filter_map(msg_id)
+            .collect();
         let want: Vec<String> = (0..100)
             .map(|i| format!("a{i}"))
             .chain((0..100).map(|i| format!("b{i}")))
             .collect();
-        assert_eq!(ids, want, "{fault:?}: every accepted event exactly once, in order");
+        assert_eq!(
+            ids, want,
+            "{fault:?}: every accepted event exactly once, in order"
+        );
         assert!(log.progress().borrow().finished);
     }
 }
@@ -114,7 +124,10 @@ struct Broken;
 
 impl Write for Broken {
     fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-        Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "pipe closed"))
+        Err(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "pipe closed",
+        ))
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
@@ -126,22 +139,39 @@ fn exporters_see_the_canonical_order_and_a_failing_one_is_detached() {
     let tmp = tempfile::tempdir().unwrap();
     let log = new_log(tmp.path(), LogConfig::default());
     let bare = Shared::default();
-    log.add_exporter(Box::new(WriterExporter::new("stdout", bare.clone(), ExportFormat::Bare)));
+    log.add_exporter(Box::new(WriterExporter::new(
+        "stdout",
+        bare.clone(),
+        ExportFormat::Bare,
+    )));
     let second = tmp.path().join("second.jsonl");
-    log.add_exporter(Box::new(JsonlFileExporter::open(&second, ExportFormat::Versioned).unwrap()));
-    log.add_exporter(Box::new(WriterExporter::new("broken", Broken, ExportFormat::Bare)));
+    log.add_exporter(Box::new(
+        JsonlFileExporter::open(&second, ExportFormat::Versioned).unwrap(),
+    ));
+    log.add_exporter(Box::new(WriterExporter::new(
+        "broken",
+        Broken,
+        ExportFormat::Bare,
+    )));
     let w = log.start_writer(|_| {}).unwrap();
     emit_n(&log, "x", 500);
     log.close();
     w.join().unwrap();
     let canonical = std::fs::read(log.events_path()).unwrap();
-    assert_eq!(std::fs::read(&second).unwrap(), canonical, "second JSONL path is byte-identical");
+    assert_eq!(
+        std::fs::read(&second).unwrap(),
+        canonical,
+        "second JSONL path is byte-identical"
+    );
     let bare = String::from_utf8(bare.0.lock().clone()).unwrap();
     let events = read_all(log.events_path());
     assert_eq!(bare.lines().count(), events.len());
     for (line, ev) in bare.lines().zip(&events) {
         let parsed: ThreadEvent = serde_json::from_str(line).unwrap();
-        assert_eq!(parsed, ev.event, "bare export differs from the canonical event");
+        assert_eq!(
+            parsed, ev.event,
+            "bare export differs from the canonical event"
+        );
     }
     let failures = log.stats().exporter_failures;
     assert_eq!(failures.len(), 1);
@@ -162,11 +192,13 @@ fn manifest_follows_the_session_lifecycle() {
     tx.emit(&turn()).unwrap();
     tx.emit(&turn()).unwrap();
     // A child thread's completion does not end the session.
-    tx.emit(&completed("thread-child", CompletionSubtype::Success)).unwrap();
+    tx.emit(&completed("thread-child", CompletionSubtype::Success))
+        .unwrap();
     rt().block_on(log.flush(WAIT)).unwrap();
     let m = Manifest::read(&manifest_path).unwrap();
     assert_eq!(m.status, SessionStatus::Active, "status is written at once");
-    tx.emit(&completed(ROOT, CompletionSubtype::ErrorMaxTurns)).unwrap();
+    tx.emit(&completed(ROOT, CompletionSubtype::ErrorMaxTurns))
+        .unwrap();
     log.close();
     w.join().unwrap();
     let m = Manifest::read(&manifest_path).unwrap();
@@ -180,7 +212,10 @@ fn manifest_follows_the_session_lifecycle() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains(".tmp"))
         .collect();
-    assert!(leftovers.is_empty(), "half-written manifest left: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "half-written manifest left: {leftovers:?}"
+    );
 }
 
 #[test]
@@ -198,7 +233,10 @@ fn shutdown_writes_thread_completed_then_drains_before_reporting() {
     w.join().unwrap();
     let events = read_all(log.events_path());
     assert_eq!(events.len(), 1_001);
-    assert!(matches!(events.last().unwrap().event, ThreadEvent::ThreadCompleted(_)));
+    assert!(matches!(
+        events.last().unwrap().event,
+        ThreadEvent::ThreadCompleted(_)
+    ));
     assert!(log.progress().borrow().finished);
     assert_eq!(log.progress().borrow().committed, 1_001);
     assert_eq!(log.manifest().status, SessionStatus::Completed);

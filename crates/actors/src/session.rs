@@ -1,0 +1,246 @@
+//! A session's actor tree: the root supervisor and the persistence drain.
+//!
+//! ```text
+//! SessionSupervisor ("session")
+//! └── DrainActor ("session/drain", permanent)
+//! ```
+//!
+//! Agents join the tree as further children (issue: the actor tree). Shutdown
+//! goes in reverse start order, so agents stop first and the drain, started
+//! first, drains last.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use parking_lot::Mutex;
+use ractor::{Actor, ActorRef, concurrency::JoinHandle};
+use troupe_protocol::{AgentRole, AgentStartedEvent, ThreadEvent};
+use troupe_runtime::store::{EventSender, SessionLog};
+
+use crate::address::{Address, AddressError};
+use crate::drain::{DrainActor, DrainArgs, DrainMsg};
+use crate::supervisor::{
+    ChildInfo, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorConfig,
+    SupervisorMsg,
+};
+
+/// Errors of the session tree.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionTreeError {
+    /// An actor could not be spawned.
+    #[error("could not start {what}: {reason}")]
+    Spawn {
+        /// Which actor.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// A call to an actor failed or timed out.
+    #[error(transparent)]
+    Call(#[from] AddressError),
+    /// The supervisor gave up on a child.
+    #[error("session failed: {0}")]
+    Escalated(String),
+    /// The log could not be completed on disk.
+    #[error("event log incomplete: {0}")]
+    Log(String),
+}
+
+/// A running session tree.
+pub struct SessionTree {
+    supervisor: ActorRef<SupervisorMsg>,
+    supervisor_address: Address<SupervisorMsg>,
+    join: JoinHandle<()>,
+    drain: Address<DrainMsg>,
+    log: SessionLog,
+    escalation: Arc<Mutex<Option<String>>>,
+    timeout: Duration,
+}
+
+impl SessionTree {
+    /// Starts the root supervisor and, as its first child, the drain.
+    pub async fn start(
+        log: SessionLog,
+        config: SupervisorConfig,
+    ) -> Result<SessionTree, SessionTreeError> {
+        let escalation = Arc::new(Mutex::new(None));
+        let timeout = config.shutdown_timeout;
+        let root_id = config.id.clone();
+        let fail_log = log.clone();
+        let args = SupervisorArgs {
+            config,
+            events: Some(log.sender()),
+            escalation: Arc::clone(&escalation),
+            on_escalate: Some(Arc::new(move |why: &str| fail_log.fail_closed(why))),
+        };
+        let (supervisor, join) =
+            Actor::spawn(None, Supervisor, args)
+                .await
+                .map_err(|e| SessionTreeError::Spawn {
+                    what: "session supervisor".into(),
+                    reason: e.to_string(),
+                })?;
+        let supervisor_address = Address::new(root_id.clone());
+        supervisor_address.set(supervisor.clone());
+        if let Err(e) = log
+            .sender()
+            .emit(&ThreadEvent::AgentStarted(AgentStartedEvent {
+                agent_id: root_id.clone(),
+                parent_id: None,
+                role: AgentRole::Supervisor,
+                name: None,
+            }))
+        {
+            tracing::warn!(error = %e, "agent.started refused");
+        }
+        let drain = Address::new(format!("{root_id}/drain"));
+        let tree = SessionTree {
+            supervisor,
+            supervisor_address,
+            join,
+            drain: drain.clone(),
+            log: log.clone(),
+            escalation,
+            timeout,
+        };
+        let spec = drain_spec(DrainArgs {
+            log,
+            address: drain,
+            timeout,
+        });
+        tree.start_child(spec).await?;
+        Ok(tree)
+    }
+
+    /// A producer handle for the session's log.
+    pub fn sender(&self) -> EventSender {
+        self.log.sender()
+    }
+
+    /// The session log.
+    pub fn log(&self) -> &SessionLog {
+        &self.log
+    }
+
+    /// The drain's logical address (valid across its restarts).
+    pub fn drain(&self) -> &Address<DrainMsg> {
+        &self.drain
+    }
+
+    /// The root supervisor.
+    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
+        &self.supervisor
+    }
+
+    /// Why the tree escalated, if it did.
+    pub fn escalation(&self) -> Option<String> {
+        self.escalation.lock().clone()
+    }
+
+    /// Adds a child to the root supervisor.
+    pub async fn start_child(&self, spec: ChildSpec) -> Result<(), SessionTreeError> {
+        let what = spec.id.clone();
+        self.supervisor_address
+            .call(|r| SupervisorMsg::StartChild(spec.clone(), r), self.timeout)
+            .await?
+            .map_err(|reason| SessionTreeError::Spawn { what, reason })
+    }
+
+    /// The root supervisor's children, in start order.
+    pub async fn children(&self) -> Result<Vec<ChildInfo>, SessionTreeError> {
+        Ok(self
+            .supervisor_address
+            .call(SupervisorMsg::Children, self.timeout)
+            .await?)
+    }
+
+    /// Waits until every event accepted so far is durable.
+    pub async fn flush(&self) -> Result<(), SessionTreeError> {
+        self.drain
+            .call(|ack| DrainMsg::Flush { ack }, self.timeout)
+            .await?
+            .map_err(SessionTreeError::Log)
+    }
+
+    /// Stops the tree in reverse start order; the drain closes the log,
+    /// writes and syncs every accepted event and the final manifest. Emit
+    /// the root `thread.completed` before calling this. Succeeds only when
+    /// the log is complete on disk.
+    pub async fn shutdown(self) -> Result<(), SessionTreeError> {
+        let timeout = self.timeout * 2;
+        let alive = matches!(
+            self.supervisor.get_status(),
+            ractor::ActorStatus::Running | ractor::ActorStatus::Upgrading
+        );
+        let stopped = if alive {
+            self.supervisor_address
+                .call(SupervisorMsg::Shutdown, timeout)
+                .await
+        } else {
+            Err(AddressError::NotRunning(
+                self.supervisor_address.name().to_string(),
+            ))
+        };
+        let _ = tokio::time::timeout(timeout, self.join).await;
+        if let Err(e) = &stopped {
+            tracing::warn!(error = %e, "supervisor did not shut down cleanly");
+        }
+        // Whatever happened to the tree, make a last attempt to put every
+        // accepted event on disk.
+        if !self.log.progress().borrow().finished {
+            self.log.close();
+            if let Ok(writer) = self.log.start_writer(|_| {}) {
+                let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+            }
+        }
+        if let Some(why) = self.escalation.lock().clone() {
+            return Err(SessionTreeError::Escalated(why));
+        }
+        if !self.log.progress().borrow().finished {
+            let (accepted, _) = self.log.counts();
+            let durable = self.log.progress().borrow().committed;
+            return Err(SessionTreeError::Log(format!(
+                "{} accepted events are not on disk",
+                accepted.saturating_sub(durable)
+            )));
+        }
+        stopped.map_err(SessionTreeError::Call)
+    }
+}
+
+/// The drain's child spec: permanent; stopped by draining.
+pub fn drain_spec(args: DrainArgs) -> ChildSpec {
+    let start_args = args.clone();
+    let address = args.address.clone();
+    ChildSpec {
+        id: "drain".into(),
+        role: AgentRole::Drain,
+        restart: RestartPolicy::Permanent,
+        start: Arc::new(move |sup| {
+            let a = start_args.clone();
+            async move {
+                Actor::spawn_linked(None, DrainActor, a, sup)
+                    .await
+                    .map(|(r, _)| r.get_cell())
+            }
+            .boxed()
+        }),
+        stop: Some(Arc::new(move |cell, timeout| {
+            let address = address.clone();
+            async move {
+                match address
+                    .call(|ack| DrainMsg::Shutdown { ack }, timeout)
+                    .await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::error!(error = %e, "drain shutdown incomplete"),
+                    Err(e) => tracing::error!(error = %e, "drain did not answer shutdown"),
+                }
+                // Drain (not stop): messages already queued are handled first.
+                let _ = cell.drain_and_wait(Some(timeout)).await;
+            }
+            .boxed()
+        })),
+    }
+}
