@@ -87,6 +87,10 @@ impl ScriptedServer {
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(shared.clone());
         let task = tokio::spawn(async move {
+            // Small SSE writes must not wait on delayed ACKs (Nagle).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stopped.await;
             });

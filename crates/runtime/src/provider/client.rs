@@ -1,0 +1,382 @@
+//! The HTTP client shared by the three wire formats: connect, retry,
+//! stream with timeouts.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Once};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::time::Instant;
+
+use super::anthropic::{ANTHROPIC_VERSION, AnthropicDecoder};
+use super::config::{ProviderConfig, ProviderKind};
+use super::decode::{StreamDecoder, StreamParser};
+use super::gemini::GeminiDecoder;
+use super::openai::OpenAiDecoder;
+use super::retry::retry_after_from_headers;
+use super::secret::SecretString;
+use super::types::{ModelEvent, ModelRequest};
+use super::{ModelClient, ModelEventStream, ProviderError, anthropic, gemini, openai};
+
+static CRYPTO_PROVIDER: Once = Once::new();
+
+/// reqwest is built with `rustls-no-provider`: install ring once, before
+/// the first client. "Already installed" (by us or the host program) is fine.
+fn install_crypto_provider() {
+    CRYPTO_PROVIDER.call_once(|| {
+        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A streaming client for one provider: OpenAI-compatible chat
+/// completions, Anthropic messages or Gemini, per [`ProviderConfig::kind`].
+///
+/// Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct ProviderClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ProviderConfig,
+    http: reqwest::Client,
+    key: Option<SecretString>,
+    headers: HeaderMap,
+}
+
+impl fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderClient")
+            .field("kind", &self.inner.config.kind)
+            .field("base_url", &self.inner.config.base_url)
+            .field("has_key", &self.inner.key.is_some())
+            .finish()
+    }
+}
+
+impl ProviderClient {
+    /// Builds a client; the key is read from its source now.
+    pub fn new(config: ProviderConfig) -> Result<Self, ProviderError> {
+        install_crypto_provider();
+        let key = config.api_key.resolve();
+        let headers = build_headers(&config, key.as_ref())?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeouts.connect)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ProviderError::Config {
+                message: format!("cannot build the HTTP client: {}", e.without_url()),
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                http,
+                key,
+                headers,
+            }),
+        })
+    }
+
+    /// The configuration this client was built from.
+    pub fn config(&self) -> &ProviderConfig {
+        &self.inner.config
+    }
+
+    /// The JSON body this client sends for `request`.
+    pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
+        match self.inner.config.kind {
+            ProviderKind::OpenAi => {
+                openai::request_body(request, self.inner.config.effective_max_tokens_field())
+            }
+            ProviderKind::Anthropic => anthropic::request_body(request),
+            ProviderKind::Gemini => gemini::request_body(request),
+        }
+    }
+}
+
+fn header_value(value: &str, what: &str) -> Result<HeaderValue, ProviderError> {
+    let mut v = HeaderValue::from_str(value).map_err(|_| ProviderError::Config {
+        message: format!("invalid value for header {what}"),
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+fn build_headers(
+    config: &ProviderConfig,
+    key: Option<&SecretString>,
+) -> Result<HeaderMap, ProviderError> {
+    let mut h = HeaderMap::new();
+    h.insert("content-type", HeaderValue::from_static("application/json"));
+    h.insert("accept", HeaderValue::from_static("text/event-stream"));
+    if let Some(key) = key {
+        match config.kind {
+            ProviderKind::OpenAi => {
+                let bearer = format!("Bearer {}", key.expose());
+                h.insert("authorization", header_value(&bearer, "authorization")?);
+            }
+            ProviderKind::Anthropic => {
+                h.insert("x-api-key", header_value(key.expose(), "x-api-key")?);
+            }
+            ProviderKind::Gemini => {
+                h.insert(
+                    "x-goog-api-key",
+                    header_value(key.expose(), "x-goog-api-key")?,
+                );
+            }
+        }
+    }
+    if config.kind == ProviderKind::Anthropic {
+        h.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+    }
+    for (name, value) in &config.headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| ProviderError::Config {
+            message: format!("invalid header name {name:?}"),
+        })?;
+        let value = header_value(value.expose(), name.as_str())?;
+        h.insert(name, value);
+    }
+    Ok(h)
+}
+
+impl ModelClient for ProviderClient {
+    fn stream(&self, request: &ModelRequest) -> ModelEventStream {
+        let config = &self.inner.config;
+        let url = config.kind.endpoint(&config.base_url, &request.model);
+        let body = Bytes::from(self.request_body(request).to_string());
+        let run = Run {
+            inner: Arc::clone(&self.inner),
+            url,
+            body,
+            attempt: 0,
+            conn: None,
+            pending: VecDeque::new(),
+            error: None,
+            delivered: false,
+            finished: false,
+            draining: None,
+        };
+        futures::stream::unfold(run, Run::next).fuse().boxed()
+    }
+}
+
+/// One streamed call, as a state machine driven by `unfold`.
+struct Run {
+    inner: Arc<Inner>,
+    url: String,
+    body: Bytes,
+    /// Retries made so far.
+    attempt: u32,
+    conn: Option<Conn>,
+    /// Decoded events not yet handed to the caller.
+    pending: VecDeque<ModelEvent>,
+    /// An error to hand over once `pending` is drained.
+    error: Option<ProviderError>,
+    /// True once an event was handed to the caller: no retry after that.
+    delivered: bool,
+    finished: bool,
+    /// The response after its end marker, read to its end when the caller
+    /// polls past `Finish`, so the connection returns to the pool.
+    draining: Option<reqwest::Response>,
+}
+
+struct Conn {
+    response: reqwest::Response,
+    parser: StreamParser<Box<dyn StreamDecoder>>,
+    /// The idle deadline, re-armed before each read (one timer per
+    /// connection, not one per chunk).
+    idle: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// Events decoded from the current chunk.
+    scratch: Vec<ModelEvent>,
+}
+
+impl Run {
+    async fn next(mut self) -> Option<(Result<ModelEvent, ProviderError>, Self)> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                self.delivered = true;
+                return Some((Ok(ev), self));
+            }
+            if let Some(err) = self.error.take() {
+                self.finished = true;
+                return Some((Err(err), self));
+            }
+            if self.finished {
+                if let Some(response) = self.draining.take() {
+                    drain(response).await;
+                }
+                return None;
+            }
+            let step = match self.conn.as_mut() {
+                None => open(&self.inner, &self.url, &self.body, self.attempt)
+                    .await
+                    .map(|conn| {
+                        self.conn = Some(conn);
+                        false
+                    }),
+                Some(conn) => self.inner.pump(conn, &mut self.pending).await,
+            };
+            match step {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.finished = true;
+                    self.draining = self.conn.take().map(|c| c.response);
+                }
+                Err(err) => self.on_error(err).await,
+            }
+        }
+    }
+
+    /// Retries `err` if nothing was delivered yet and the policy allows it;
+    /// otherwise keeps it for the caller.
+    async fn on_error(&mut self, err: ProviderError) {
+        self.conn = None;
+        if !self.delivered && err.is_retryable() {
+            let policy = &self.inner.config.retry;
+            if let Some(delay) = policy.delay(self.attempt + 1, err.retry_after()) {
+                self.attempt += 1;
+                tracing::warn!(
+                    attempt = self.attempt,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    error = %err,
+                    "model request failed, retrying"
+                );
+                self.pending.clear();
+                tokio::time::sleep(delay).await;
+                return;
+            }
+        }
+        tracing::warn!(error = %err, attempts = self.attempt + 1, "model request failed");
+        self.error = Some(err);
+    }
+}
+
+/// Sends the request and checks the status; the body is read later.
+async fn open(inner: &Inner, url: &str, body: &Bytes, attempt: u32) -> Result<Conn, ProviderError> {
+    let config = &inner.config;
+    tracing::debug!(provider = ?config.kind, url = %url, attempt, "model request");
+    let deadline = Instant::now() + config.timeouts.first_byte;
+    let send = inner
+        .http
+        .post(url)
+        .headers(inner.headers.clone())
+        .body(body.clone())
+        .send();
+    let response = match tokio::time::timeout_at(deadline, send).await {
+        Err(_) => return Err(first_byte_timeout(config)),
+        Ok(Err(e)) => return Err(transport_error(e, inner.key.as_ref())),
+        Ok(Ok(r)) => r,
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = retry_after_from_headers(response.headers());
+        let body = tokio::time::timeout_at(deadline, response.text())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let err = ProviderError::from_http(status.as_u16(), &body, retry_after);
+        return Err(err.redacted(inner.key.as_ref()));
+    }
+    let decoder: Box<dyn StreamDecoder> = match config.kind {
+        ProviderKind::OpenAi => Box::new(OpenAiDecoder::new()),
+        ProviderKind::Anthropic => Box::new(AnthropicDecoder::new()),
+        ProviderKind::Gemini => Box::new(GeminiDecoder::new()),
+    };
+    Ok(Conn {
+        response,
+        parser: StreamParser::new(decoder),
+        idle: Box::pin(tokio::time::sleep(config.timeouts.idle)),
+        scratch: Vec::new(),
+    })
+}
+
+impl Inner {
+    /// Reads one body chunk and decodes it. `Ok(true)` when the stream
+    /// ended cleanly.
+    async fn pump(
+        &self,
+        conn: &mut Conn,
+        pending: &mut VecDeque<ModelEvent>,
+    ) -> Result<bool, ProviderError> {
+        let idle = self.config.timeouts.idle;
+        conn.idle.as_mut().reset(Instant::now() + idle);
+        let read = tokio::select! {
+            biased;
+            read = conn.response.chunk() => read,
+            () = conn.idle.as_mut() => {
+                return Err(ProviderError::stream_broken(format!(
+                    "no data for {} ms (idle timeout)",
+                    idle.as_millis()
+                )));
+            }
+        };
+        let chunk = read.map_err(|e| transport_error(e, self.key.as_ref()))?;
+        let (result, ended) = match chunk {
+            Some(bytes) => {
+                let r = conn.parser.feed(&bytes, &mut conn.scratch);
+                (r, conn.parser.is_done())
+            }
+            None => (conn.parser.finish(&mut conn.scratch), true),
+        };
+        pending.extend(conn.scratch.drain(..));
+        result.map_err(|e| e.redacted(self.key.as_ref()))?;
+        Ok(ended)
+    }
+}
+
+/// How long the rest of a body is read after the stream's end marker.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// After `[DONE]` (or `message_stop`) only the body's terminator is left.
+/// Reading it lets the connection go back to the pool instead of being
+/// closed; a server that keeps sending is cut off after [`DRAIN_LIMIT`].
+async fn drain(mut response: reqwest::Response) {
+    let rest = async {
+        for _ in 0..64 {
+            if !matches!(response.chunk().await, Ok(Some(_))) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_LIMIT, rest).await;
+}
+
+fn first_byte_timeout(config: &ProviderConfig) -> ProviderError {
+    ProviderError::Retryable {
+        status: None,
+        message: format!(
+            "no response within {} ms (first-byte timeout)",
+            config.timeouts.first_byte.as_millis()
+        ),
+        retry_after: None,
+    }
+}
+
+/// A reqwest error without its URL, its source chain included, key redacted.
+fn transport_error(err: reqwest::Error, key: Option<&SecretString>) -> ProviderError {
+    let broken_body = err.is_body() || err.is_decode();
+    let err = err.without_url();
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    let e = if broken_body {
+        ProviderError::stream_broken(message)
+    } else {
+        ProviderError::Retryable {
+            status: None,
+            message,
+            retry_after: None,
+        }
+    };
+    e.redacted(key)
+}

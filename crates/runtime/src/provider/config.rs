@@ -1,0 +1,181 @@
+//! Client configuration: which wire format, where, with which key.
+
+use std::time::Duration;
+
+use super::openai::MaxTokensField;
+use super::retry::RetryPolicy;
+use super::secret::{KeySource, SecretString};
+
+/// The wire format a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions (`{base}/chat/completions`).
+    OpenAi,
+    /// Anthropic messages (`{base}/v1/messages`).
+    Anthropic,
+    /// Gemini (`{base}/v1beta/models/{model}:streamGenerateContent?alt=sse`).
+    Gemini,
+}
+
+impl ProviderKind {
+    /// The official base URL, following each official SDK's convention:
+    /// OpenAI's includes the version, Anthropic's and Gemini's do not.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Self::OpenAi => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com",
+            Self::Gemini => "https://generativelanguage.googleapis.com",
+        }
+    }
+
+    /// The environment variable the key is read from by default.
+    pub fn default_key_env(self) -> &'static str {
+        match self {
+            Self::OpenAi => "OPENAI_API_KEY",
+            Self::Anthropic => "ANTHROPIC_API_KEY",
+            Self::Gemini => "GEMINI_API_KEY",
+        }
+    }
+
+    /// The streaming endpoint for `model` under `base_url`.
+    pub fn endpoint(self, base_url: &str, model: &str) -> String {
+        let base = base_url.trim_end_matches('/');
+        match self {
+            Self::OpenAi => format!("{base}/chat/completions"),
+            Self::Anthropic => format!("{base}/v1/messages"),
+            Self::Gemini => format!("{base}/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+        }
+    }
+}
+
+/// Time limits of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// From sending the request to the first byte of the response (its
+    /// status line and headers). Tripping it is retryable.
+    pub first_byte: Duration,
+    /// The longest wait for the next body chunk, counted from the headers
+    /// for the first one. Reasoning models can be silent for a long time
+    /// before their first token, so keep it generous. Tripping it is a
+    /// broken stream.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(60),
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Everything a [`ProviderClient`](super::ProviderClient) needs.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The wire format.
+    pub kind: ProviderKind,
+    /// The base URL (see [`ProviderKind::default_base_url`] for the
+    /// convention of each format).
+    pub base_url: String,
+    /// Where the key comes from.
+    pub api_key: KeySource,
+    /// Extra headers sent with every request (values are treated as
+    /// secrets: marked sensitive, never logged).
+    pub headers: Vec<(String, SecretString)>,
+    /// Time limits.
+    pub timeouts: Timeouts,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// The OpenAI output-cap field; `None` picks `max_completion_tokens`
+    /// for api.openai.com and `max_tokens` elsewhere.
+    pub max_tokens_field: Option<MaxTokensField>,
+}
+
+impl ProviderConfig {
+    /// The defaults of `kind`: official base URL, key from the standard
+    /// environment variable, default timeouts and retries.
+    pub fn new(kind: ProviderKind) -> Self {
+        Self {
+            kind,
+            base_url: kind.default_base_url().to_owned(),
+            api_key: KeySource::Env(kind.default_key_env().to_owned()),
+            headers: Vec::new(),
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+            max_tokens_field: None,
+        }
+    }
+
+    /// OpenAI (or any compatible server, with [`Self::with_base_url`]).
+    pub fn openai() -> Self {
+        Self::new(ProviderKind::OpenAi)
+    }
+
+    /// Anthropic.
+    pub fn anthropic() -> Self {
+        Self::new(ProviderKind::Anthropic)
+    }
+
+    /// Gemini.
+    pub fn gemini() -> Self {
+        Self::new(ProviderKind::Gemini)
+    }
+
+    /// Sets the base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Reads the key from the environment variable `var`.
+    pub fn with_key_env(mut self, var: impl Into<String>) -> Self {
+        self.api_key = KeySource::Env(var.into());
+        self
+    }
+
+    /// Uses `key`.
+    pub fn with_key(mut self, key: impl Into<SecretString>) -> Self {
+        self.api_key = KeySource::Value(key.into());
+        self
+    }
+
+    /// Sends no key.
+    pub fn without_key(mut self) -> Self {
+        self.api_key = KeySource::None;
+        self
+    }
+
+    /// Adds a header sent with every request.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<SecretString>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the timeouts.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The OpenAI output-cap field this config uses.
+    pub fn effective_max_tokens_field(&self) -> MaxTokensField {
+        self.max_tokens_field.unwrap_or({
+            if self.base_url.contains("api.openai.com") {
+                MaxTokensField::MaxCompletionTokens
+            } else {
+                MaxTokensField::MaxTokens
+            }
+        })
+    }
+}
