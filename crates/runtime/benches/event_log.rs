@@ -9,7 +9,10 @@
 //! and exited. Producers respect backpressure (they pause while the gate
 //! holds more than half its capacity). The baseline writes the very same bytes, in the very same
 //! batch sizes the log used, sequentially to a fresh file with one
-//! fdatasync per batch. Both run on the same disk in the same process.
+//! fdatasync per batch, once before and once after each log run (the
+//! baseline is their mean; their difference is printed as the spread, a
+//! measure of the disk's noise). Both run on the same disk in the same
+//! process.
 #![allow(
     clippy::print_stdout,
     clippy::unwrap_used,
@@ -159,25 +162,27 @@ fn main() {
     for (name, policy) in [("batch", FsyncPolicy::Batch), ("never", FsyncPolicy::Never)] {
         let (mut log_eps, mut log_mbs, mut raw_eps, mut raw_mbs, mut ratio) =
             (vec![], vec![], vec![], vec![], vec![]);
+        let mut spread = vec![];
         let mut batches = 0;
-        // A first log run provides the bytes and batch sizes; then each
-        // run times the raw baseline and the log, alternating which goes
-        // first so neither gets the warmer disk.
+        // A first log run provides the bytes and batch sizes.
         let warm = tempfile::tempdir_in(bench_dir()).unwrap();
         let first = run_log(warm.path(), &a, policy);
         let mut bytes = std::fs::read(&first.path).unwrap();
         let mut sizes = first.batch_sizes;
-        for i in 0..a.runs {
+        for _ in 0..a.runs {
             let tmp = tempfile::tempdir_in(bench_dir()).unwrap();
             let sync = policy == FsyncPolicy::Batch;
-            let raw_first = i % 2 == 0;
-            let raw_before = raw_first.then(|| run_raw(tmp.path(), &bytes, &sizes, sync));
+            // The raw baseline brackets the log run: once before, once
+            // after; the baseline is their mean, their spread is reported.
+            let before = run_raw(tmp.path(), &bytes, &sizes, sync);
             let run = run_log(tmp.path(), &a, policy);
             assert_eq!(
                 run.refused, 0,
                 "the gate refused events; the run is invalid"
             );
-            let raw = raw_before.unwrap_or_else(|| run_raw(tmp.path(), &bytes, &sizes, sync));
+            let after = run_raw(tmp.path(), &bytes, &sizes, sync);
+            let raw = (before + after) / 2;
+            spread.push((before.as_secs_f64() - after.as_secs_f64()).abs() / raw.as_secs_f64());
             let events = a.events as f64;
             let mb = run.bytes as f64 / 1e6;
             log_eps.push(events / run.elapsed.as_secs_f64());
@@ -191,13 +196,14 @@ fn main() {
             sizes = run.batch_sizes;
         }
         println!(
-            "fsync={name:<5} log: {:>10.0} events/s {:>7.1} MB/s | raw baseline: {:>10.0} events/s {:>7.1} MB/s | log/raw = {:.2}x | {} batches",
+            "fsync={name:<5} log: {:>10.0} events/s {:>7.1} MB/s | raw baseline: {:>10.0} events/s {:>7.1} MB/s | log/raw = {:.2}x | {} batches | raw-vs-raw spread {:.0}%",
             median(log_eps),
             median(log_mbs),
             median(raw_eps),
             median(raw_mbs),
             median(ratio),
-            batches
+            batches,
+            median(spread) * 100.0
         );
     }
 }

@@ -1,17 +1,26 @@
 //! troupe-runtime: one agent's engine, with no actors.
 //!
 //! # Layout
+//! - [`tools`]: the [`tools::Tool`] trait, the capability-tagged registry,
+//!   the permission policy and the built-in tools (read_file, list_files,
+//!   grep, write_file, edit_file, exec_command).
+//! - [`provider`]: model clients (OpenAI-compatible chat completions,
+//!   Anthropic messages, Gemini) that stream normalized model events, and
+//!   the model catalog.
 //! - [`store`]: the canonical session store under
 //!   `.vtcode/sessions/<session_id>/`: the dispatch gate, the bounded
 //!   hand-off to a blocking group-commit writer, the manifest, torn-line
 //!   recovery, retention and readers.
-//! - [`provider`]: model clients (OpenAI-compatible chat completions,
-//!   Anthropic messages, Gemini) that stream normalized model events, and
-//!   the model catalog.
+//! - [`config`]: `troupe.toml`, with environment and flag overrides.
+//! - [`hooks`]: lifecycle hooks (commands fed JSON on stdin).
+//! - [`fsutil`]: writes that must not tear.
 //!
 //! Everything here can be driven from a plain test with no actor system;
 //! `troupe-actors` supervises it.
 
+pub mod config;
 pub mod fsutil;
+pub mod hooks;
 pub mod provider;
 pub mod store;
+pub mod tools;

@@ -1,0 +1,351 @@
+//! `troupe.toml`: the workspace configuration, with environment and flag
+//! overrides.
+//!
+//! Precedence, highest first: flags ([`Config::apply`]) > environment
+//! ([`ConfigOverrides::from_env`]) > `troupe.toml` > defaults. A missing
+//! file is the defaults. A bad file is a [`ConfigError`] naming the key,
+//! its line and the fix:
+//!
+//! ```text
+//! troupe.toml:12: unknown key `max_turn` in [agent]; valid keys: provider, model, max_turns, ... (fix the key or remove it)
+//! ```
+//!
+//! # Layout
+//! - [`sections`]: one struct per table, with its defaults.
+//! - [`ConfigOverrides`] and the environment variables (`layers.rs`).
+//! - [`ConfigError`] (`error.rs`); line lookup (`locate.rs`); range and
+//!   name checks (`validate.rs`).
+//!
+//! Every key is documented in `docs/config.md`.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), troupe_runtime::config::ConfigError> {
+//! use troupe_runtime::config::{Config, ConfigOverrides};
+//! let mut config = Config::load(std::path::Path::new("."))?;
+//! config.apply(&ConfigOverrides { max_turns: Some(30), ..Default::default() })?;
+//! let provider = config.provider_config()?;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod layers;
+mod locate;
+pub mod sections;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use error::ConfigError;
+pub use layers::{
+    ConfigOverrides, ENV_AUTO_UPGRADE, ENV_BASE_URL, ENV_MAX_BUDGET_USD, ENV_MAX_TURNS, ENV_MODEL,
+    ENV_PROVIDER,
+};
+pub use sections::{
+    AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
+    LifecycleHooks, PermissionsConfig, ProviderSettings, SessionConfig, ToolsConfig, default_model,
+};
+
+use crate::hooks::HookConfig;
+use crate::provider::{
+    ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, RetryPolicy, Timeouts,
+};
+use crate::store::{LogConfig, RetentionPolicy};
+use crate::tools::{ExecConfig, PermissionPolicy};
+use layers::Origin;
+use locate::Locator;
+use sections::parse_kind;
+use validate::FileChecker;
+
+/// The file's name, at the workspace root.
+pub const FILE_NAME: &str = "troupe.toml";
+
+/// The resolved configuration of one workspace.
+///
+/// The table fields mirror `troupe.toml`; the accessors turn them into
+/// what the other parts take ([`ProviderConfig`], [`LogConfig`],
+/// [`RetentionPolicy`], [`HookConfig`], [`ModelCatalog`]).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[agent]` (with `[agent.fallback]` and `[agent.harness]`).
+    pub agent: AgentConfig,
+    /// `[context]`.
+    pub context: ContextConfig,
+    /// `[providers.<name>]`: per-provider connection settings.
+    pub providers: BTreeMap<String, ProviderSettings>,
+    /// `[models.<name>]`: catalog overrides (window, output cap, prices).
+    pub models: BTreeMap<String, ModelOverride>,
+    /// `[tools]`.
+    pub tools: ToolsConfig,
+    /// `[permissions]`.
+    pub permissions: PermissionsConfig,
+    /// `[hooks]`.
+    pub hooks: HooksSection,
+    /// `[session]`.
+    pub session: SessionConfig,
+    /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
+    /// flag). The loop never fails over silently from a pinned model.
+    #[serde(skip)]
+    pub model_pinned: bool,
+    /// The base URL for the agent's provider from `TROUPE_BASE_URL` or
+    /// `--base-url`; it wins over `[providers.<name>].base_url` and does
+    /// not apply to the fallback.
+    #[serde(skip)]
+    pub base_url_override: Option<String>,
+    /// The workspace root; relative paths resolve against it.
+    #[serde(skip)]
+    pub workspace: PathBuf,
+    /// The file that was read; `None` when there was none.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+impl Config {
+    /// Loads `<workspace>/troupe.toml` (defaults when absent), then the
+    /// environment of this process.
+    pub fn load(workspace: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(workspace, &|var| std::env::var(var).ok())
+    }
+
+    /// Like [`Config::load`], reading variables through `env` (for tests).
+    pub fn load_with_env(
+        workspace: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::load_file(workspace)?;
+        let overrides = ConfigOverrides::from_env(env)?;
+        config.apply_layer(&overrides, Origin::Env)?;
+        Ok(config)
+    }
+
+    /// Loads `<workspace>/troupe.toml` alone, with no environment.
+    pub fn load_file(workspace: &Path) -> Result<Self, ConfigError> {
+        let path = workspace.join(FILE_NAME);
+        let mut config = match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                tracing::debug!(path = %path.display(), "loading troupe.toml");
+                let mut config = Self::parse(&text, &path)?;
+                config.source = Some(path);
+                config
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        config.workspace = workspace.to_path_buf();
+        Ok(config)
+    }
+
+    /// Parses and checks the text of a `troupe.toml`; `path` only names
+    /// the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let loc = Locator::parse(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map_or((1, 1), |span| Locator::position(text, span.start));
+            ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: e.message().trim().to_owned(),
+            }
+        })?;
+        let checker = FileChecker { path, loc: &loc };
+        checker.no_literal_keys()?;
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::from_toml(path.to_path_buf(), text, &loc, e))?;
+        checker.check(&config)?;
+        Ok(config)
+    }
+
+    /// The agent's model: configured, or the provider kind's default.
+    pub fn model(&self) -> String {
+        match &self.agent.model {
+            Some(model) => model.clone(),
+            None => self
+                .kind_of(&self.agent.provider)
+                .map_or_else(|| default_model(ProviderKind::OpenAi), default_model)
+                .to_owned(),
+        }
+    }
+
+    /// The agent provider's client configuration.
+    pub fn provider_config(&self) -> Result<ProviderConfig, ConfigError> {
+        self.build_provider(&self.agent.provider, self.base_url_override.as_deref())
+    }
+
+    /// The failover target's client configuration, when one is set.
+    pub fn fallback_provider_config(&self) -> Result<Option<ProviderConfig>, ConfigError> {
+        self.agent
+            .fallback
+            .as_ref()
+            .map(|f| self.build_provider(&f.provider, None))
+            .transpose()
+    }
+
+    /// The failover target's model, when a fallback is set.
+    pub fn fallback_model(&self) -> Option<String> {
+        let f = self.agent.fallback.as_ref()?;
+        Some(match &f.model {
+            Some(model) => model.clone(),
+            None => default_model(self.kind_of(&f.provider)?).to_owned(),
+        })
+    }
+
+    /// The canonical log's settings (`[session].fsync`; the rest default).
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            fsync: self.session.fsync,
+            ..LogConfig::default()
+        }
+    }
+
+    /// Which closed sessions retention keeps.
+    pub fn retention(&self) -> RetentionPolicy {
+        RetentionPolicy {
+            max_sessions: self.session.retention_max_sessions,
+            max_age: Duration::from_secs(
+                self.session.retention_max_age_days.saturating_mul(86_400),
+            ),
+        }
+    }
+
+    /// `[permissions].allow`.
+    pub fn permission_allow(&self) -> &[String] {
+        &self.permissions.allow
+    }
+
+    /// `[permissions].deny`.
+    pub fn permission_deny(&self) -> &[String] {
+        &self.permissions.deny
+    }
+
+    /// `[permissions]` as the tools' policy.
+    pub fn permission_policy(&self) -> PermissionPolicy {
+        PermissionPolicy {
+            allow: self.permissions.allow.clone(),
+            deny: self.permissions.deny.clone(),
+        }
+    }
+
+    /// `[hooks.lifecycle]` for a [`HookRunner`](crate::hooks::HookRunner).
+    pub fn hooks(&self) -> HookConfig {
+        let l = &self.hooks.lifecycle;
+        HookConfig {
+            session_start: l.session_start.clone(),
+            pre_tool_use: l.pre_tool_use.clone(),
+            post_tool_use: l.post_tool_use.clone(),
+            stop: l.stop.clone(),
+            pre_compact: l.pre_compact.clone(),
+            timeout: Duration::from_millis(l.timeout_ms),
+        }
+    }
+
+    /// The built-in model catalog with `[models.<name>]` applied.
+    pub fn model_catalog(&self) -> ModelCatalog {
+        ModelCatalog::builtin().with_overrides(self.models.iter().map(|(k, v)| (k.clone(), *v)))
+    }
+
+    /// The `exec_command` settings: the tool's defaults with
+    /// `[tools].exec_timeout_ms` applied.
+    pub fn exec_config(&self) -> ExecConfig {
+        let mut exec = ExecConfig::default();
+        if let Some(ms) = self.tools.exec_timeout_ms {
+            exec.default_timeout = Duration::from_millis(ms);
+        }
+        exec
+    }
+
+    /// `exec_command`'s default timeout.
+    pub fn exec_timeout(&self) -> Duration {
+        self.exec_config().default_timeout
+    }
+
+    /// The JSONL compatibility export, resolved against the workspace.
+    pub fn event_log_path(&self) -> Option<PathBuf> {
+        let path = self.agent.harness.event_log_path.as_ref()?;
+        Some(self.workspace.join(path))
+    }
+
+    /// The token count at which the history is compacted, for a model
+    /// whose window is `model_window` (unknown: `None`); `None` when
+    /// auto-compaction is off.
+    ///
+    /// An explicit `auto_compaction_threshold_tokens` wins, capped by the
+    /// window; otherwise 90 % of the smaller of the window and
+    /// `context.max_context_tokens`.
+    pub fn compaction_threshold_tokens(&self, model_window: Option<u64>) -> Option<u64> {
+        let h = &self.agent.harness;
+        if !h.auto_compaction_enabled {
+            return None;
+        }
+        let cap = |t: u64| model_window.map_or(t, |w| t.min(w));
+        Some(match h.auto_compaction_threshold_tokens {
+            Some(explicit) => cap(explicit),
+            None => cap(self.context.max_context_tokens) / 10 * 9,
+        })
+    }
+
+    /// The kind behind a provider name.
+    fn kind_of(&self, name: &str) -> Option<ProviderKind> {
+        self.providers
+            .get(name)
+            .and_then(|s| s.kind)
+            .or_else(|| parse_kind(name))
+    }
+
+    fn build_provider(
+        &self,
+        name: &str,
+        base_url_override: Option<&str>,
+    ) -> Result<ProviderConfig, ConfigError> {
+        let kind = self
+            .kind_of(name)
+            .ok_or_else(|| ConfigError::UnknownProvider {
+                name: name.to_owned(),
+            })?;
+        let mut config = ProviderConfig::new(kind);
+        if parse_kind(name).is_none() {
+            config = config.without_key();
+        }
+        if let Some(s) = self.providers.get(name) {
+            config = apply_settings(config, s);
+        }
+        if let Some(url) = base_url_override {
+            config.base_url = url.to_owned();
+        }
+        Ok(config)
+    }
+}
+
+/// Applies one `[providers.<name>]` table to a kind's defaults.
+fn apply_settings(mut config: ProviderConfig, s: &ProviderSettings) -> ProviderConfig {
+    if let Some(url) = &s.base_url {
+        config.base_url.clone_from(url);
+    }
+    match s.api_key_env.as_deref() {
+        Some("") => config = config.without_key(),
+        Some(var) => config = config.with_key_env(var),
+        None => {}
+    }
+    for (name, value) in &s.headers {
+        config = config.with_header(name.clone(), value.clone());
+    }
+    let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+    let t = config.timeouts;
+    config.timeouts = Timeouts {
+        connect: ms(s.connect_timeout_ms, t.connect),
+        first_byte: ms(s.first_byte_timeout_ms, t.first_byte),
+        idle: ms(s.idle_timeout_ms, t.idle),
+    };
+    let r = config.retry.clone();
+    config.retry = RetryPolicy {
+        max_retries: s.max_retries.unwrap_or(r.max_retries),
+        initial_backoff: ms(s.initial_backoff_ms, r.initial_backoff),
+        max_backoff: ms(s.max_backoff_ms, r.max_backoff),
+    };
+    config
+}

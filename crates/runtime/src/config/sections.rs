@@ -1,0 +1,279 @@
+//! The tables of `troupe.toml`, one struct each, with their defaults.
+//!
+//! Every struct denies unknown keys, so a typo is an error naming the
+//! valid keys rather than a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::provider::{ProviderKind, SecretString};
+use crate::store::FsyncPolicy;
+
+/// `[agent]`: which model runs the loop and how long.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// A provider kind (`openai`, `anthropic`, `gemini`) or the name of a
+    /// `[providers.<name>]` table. `openai` is any OpenAI-compatible server.
+    pub provider: String,
+    /// The model; `None` uses the provider kind's default
+    /// ([`default_model`]).
+    pub model: Option<String>,
+    /// Most model turns per request (`AGENT_MAX_TURNS_PER_REQUEST`).
+    pub max_turns: u32,
+    /// Most tool calls of one step run at the same time.
+    pub max_parallel_tools: usize,
+    /// Replaces the built-in system prompt.
+    pub system_prompt: Option<String>,
+    /// Where the loop fails over on a stream error (never when the model
+    /// is pinned).
+    pub fallback: Option<FallbackConfig>,
+    /// `[agent.harness]`: budget, compaction, event export, context reset.
+    pub harness: HarnessConfig,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            provider: "openai".to_owned(),
+            model: None,
+            max_turns: 15,
+            max_parallel_tools: 8,
+            system_prompt: None,
+            fallback: None,
+            harness: HarnessConfig::default(),
+        }
+    }
+}
+
+/// `[agent.fallback]`: the provider failover target.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackConfig {
+    /// A provider kind or `[providers.<name>]` name.
+    pub provider: String,
+    /// The model; `None` uses the provider kind's default.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// When the loop discards the transcript and reorients from artifacts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextResetMode {
+    /// Never (the default).
+    #[default]
+    Off,
+    /// After `context_reset_stall_threshold` consecutive stalled turns.
+    OnStall,
+    /// After every auto-compaction.
+    OnCompaction,
+}
+
+/// `[agent.harness]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HarnessConfig {
+    /// Stop the session once its estimated cost reaches this many USD;
+    /// `None` is no budget. Not enforced for models without pricing.
+    pub max_budget_usd: Option<f64>,
+    /// Compact the history automatically near the context ceiling.
+    pub auto_compaction_enabled: bool,
+    /// An explicit compaction threshold in tokens (still capped by the
+    /// model's window); `None` uses 90 % of the effective window.
+    pub auto_compaction_threshold_tokens: Option<u64>,
+    /// Also write events to this JSONL file (a compatibility export; the
+    /// canonical store is unaffected). Relative to the workspace.
+    pub event_log_path: Option<PathBuf>,
+    /// When to reset the context.
+    pub context_reset_mode: ContextResetMode,
+    /// Consecutive stalled turns that trigger `on_stall`.
+    pub context_reset_stall_threshold: u32,
+}
+
+impl Default for HarnessConfig {
+    fn default() -> Self {
+        Self {
+            max_budget_usd: None,
+            auto_compaction_enabled: true,
+            auto_compaction_threshold_tokens: None,
+            event_log_path: None,
+            context_reset_mode: ContextResetMode::Off,
+            context_reset_stall_threshold: 3,
+        }
+    }
+}
+
+/// `[context]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// The session's context ceiling in tokens, below the model's window
+    /// when smaller.
+    pub max_context_tokens: u64,
+    /// Move to the largest-context model at 75 % of the window
+    /// (`CONTEXT_AUTO_UPGRADE`).
+    pub auto_upgrade: bool,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self {
+            max_context_tokens: 160_000,
+            auto_upgrade: false,
+        }
+    }
+}
+
+/// `[providers.<name>]`: how to reach one provider. The name is a kind
+/// (`openai`, `anthropic`, `gemini`), or any other name with `kind` set
+/// (`[providers.ollama]` with `kind = "openai"`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// The wire format; defaults to the table's name when that is a kind.
+    #[serde(deserialize_with = "de_kind")]
+    pub kind: Option<ProviderKind>,
+    /// The base URL; defaults to the kind's official one.
+    pub base_url: Option<String>,
+    /// The environment variable holding the key. Defaults to the kind's
+    /// standard variable for a kind-named table, and to no key for a
+    /// custom-named one (so a local server never receives a hosted key).
+    pub api_key_env: Option<String>,
+    /// Extra headers sent with every request (treated as secrets).
+    #[serde(deserialize_with = "de_headers")]
+    pub headers: BTreeMap<String, SecretString>,
+    /// Connect timeout in milliseconds.
+    pub connect_timeout_ms: Option<u64>,
+    /// Time to the response headers in milliseconds.
+    pub first_byte_timeout_ms: Option<u64>,
+    /// Longest silence between body chunks in milliseconds.
+    pub idle_timeout_ms: Option<u64>,
+    /// Retries after the first attempt.
+    pub max_retries: Option<u32>,
+    /// First retry delay in milliseconds (it doubles).
+    pub initial_backoff_ms: Option<u64>,
+    /// Cap on one retry delay in milliseconds.
+    pub max_backoff_ms: Option<u64>,
+}
+
+/// The names `kind` accepts, in the file's spelling.
+pub const PROVIDER_KINDS: &[&str] = &["openai", "anthropic", "gemini"];
+
+/// Parses a provider kind as written in `troupe.toml`.
+pub fn parse_kind(name: &str) -> Option<ProviderKind> {
+    match name {
+        "openai" => Some(ProviderKind::OpenAi),
+        "anthropic" => Some(ProviderKind::Anthropic),
+        "gemini" => Some(ProviderKind::Gemini),
+        _ => None,
+    }
+}
+
+/// The model used when none is configured.
+pub fn default_model(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::OpenAi => "gpt-4.1",
+        ProviderKind::Anthropic => "claude-sonnet-4-5",
+        ProviderKind::Gemini => "gemini-2.5-pro",
+    }
+}
+
+fn de_kind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ProviderKind>, D::Error> {
+    let name = String::deserialize(d)?;
+    parse_kind(&name)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::unknown_variant(&name, PROVIDER_KINDS))
+}
+
+fn de_headers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, SecretString>, D::Error> {
+    let raw = BTreeMap::<String, String>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| (k, SecretString::new(v)))
+        .collect())
+}
+
+/// `[tools]`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// How long an `exec_command` call waits when it gives no
+    /// `timeout_ms`, in milliseconds; `None` keeps the tool's default.
+    pub exec_timeout_ms: Option<u64>,
+}
+
+/// `[permissions]`: tool allow and deny rules (deny wins), as patterns
+/// like `read_file`, `exec_command(git push*)` or `*`. The rules are
+/// interpreted by the tools' permission policy.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PermissionsConfig {
+    /// Calls that may run; empty allows every call no deny rule matches.
+    pub allow: Vec<String>,
+    /// Calls that never run.
+    pub deny: Vec<String>,
+}
+
+/// `[hooks]`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksSection {
+    /// `[hooks.lifecycle]`.
+    pub lifecycle: LifecycleHooks,
+}
+
+/// `[hooks.lifecycle]`: shell commands per lifecycle event.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecycleHooks {
+    /// When a session starts.
+    pub session_start: Vec<String>,
+    /// Before each tool call; exit code 2 blocks it.
+    pub pre_tool_use: Vec<String>,
+    /// After each tool call.
+    pub post_tool_use: Vec<String>,
+    /// When the session ends.
+    pub stop: Vec<String>,
+    /// Before a compaction boundary is recorded.
+    pub pre_compact: Vec<String>,
+    /// Per-command timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl Default for LifecycleHooks {
+    fn default() -> Self {
+        Self {
+            session_start: Vec::new(),
+            pre_tool_use: Vec::new(),
+            post_tool_use: Vec::new(),
+            stop: Vec::new(),
+            pre_compact: Vec::new(),
+            timeout_ms: 10_000,
+        }
+    }
+}
+
+/// `[session]`: the canonical store.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    /// When the log writer fsyncs: `always`, `batch` or `never`.
+    pub fsync: FsyncPolicy,
+    /// Closed sessions kept.
+    pub retention_max_sessions: usize,
+    /// Closed sessions older than this many days are deleted.
+    pub retention_max_age_days: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            fsync: FsyncPolicy::Batch,
+            retention_max_sessions: 50,
+            retention_max_age_days: 30,
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Tools the agent loop can call, each with a capability and a JSON schema.
+//!
+//! # Layout
+//! - [`Tool`]: the trait (name, description, schema, capability, async
+//!   call). Library users implement it for their own tools.
+//! - [`ToolRegistry`]: the deterministically ordered catalog the model sees,
+//!   argument validation against each tool's schema, and the
+//!   [`PermissionPolicy`] (deny wins).
+//! - Built-in tools: `read_file`, `list_files`, `grep`, `write_file`,
+//!   `edit_file`, `exec_command` (with the `wait` action).
+//! - [`paths`]: every path resolves inside the workspace root; `..`,
+//!   absolute paths outside it and symlinks that lead out are refused.
+//! - [`schema`]: the small JSON Schema validator for the subset the tool
+//!   schemas use; [`PermissionPolicy`] lives in `policy`.
+//!
+//! The model-facing reference (schemas, bounds, the wait action, the
+//! policy syntax) is `docs/tools.md`.
+
+mod args;
+mod bound;
+mod exec;
+mod grep;
+mod list;
+pub mod paths;
+mod policy;
+mod read;
+mod registry;
+pub mod schema;
+mod write;
+
+pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
+pub use exec::{DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig};
+pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
+pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
+pub use policy::{PermissionPolicy, glob};
+pub use read::{MAX_READ_LINES, ReadFileTool};
+pub use registry::ToolRegistry;
+pub use write::{EditFileTool, WriteFileTool};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use troupe_protocol::FileChange;
+
+/// What a tool may do to the world. The verifier gets `ReadOnly` tools
+/// only; a restarted agent re-runs an interrupted call only if it is
+/// `ReadOnly`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// Reads only.
+    ReadOnly,
+    /// Writes files.
+    Write,
+    /// Runs processes.
+    Exec,
+}
+
+/// What a tool call runs with.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The workspace root; every path resolves inside it.
+    pub workspace: PathBuf,
+    /// Where bounded outputs spool their full text (the session's
+    /// `derived/` directory); `None` disables spooling.
+    pub spool_dir: Option<PathBuf>,
+    /// Cancelled when the run is aborted; long tools should stop early.
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
+impl ToolContext {
+    /// A context for `workspace` with no spool directory and a fresh
+    /// cancellation token.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            spool_dir: None,
+            cancel: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// This context with `dir` as the spool directory.
+    pub fn with_spool_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spool_dir = Some(dir.into());
+        self
+    }
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    /// What the model sees (bounded).
+    pub output: String,
+    /// Exit code, for tools that run processes.
+    pub exit_code: Option<i32>,
+    /// Where the full output was spooled, when `output` is a preview.
+    pub spool_path: Option<String>,
+    /// Whether `output` was cut.
+    pub truncated: bool,
+    /// Files the call changed.
+    pub changes: Vec<FileChange>,
+}
+
+/// Why a tool call failed. The error goes back to the model as a tool
+/// result asking it to retry; [`ToolError::class`] is the self-heal key
+/// (with the tool name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments were not valid JSON.
+    #[error("arguments are not valid JSON: {0}")]
+    InvalidJson(String),
+    /// No tool of that name.
+    #[error("unknown tool `{name}`; available tools: {available}")]
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The registered names, comma separated.
+        available: String,
+    },
+    /// The arguments break the tool's schema.
+    #[error("arguments do not match the schema: {0}")]
+    Schema(String),
+    /// A path resolves outside the workspace.
+    #[error("path `{path}` is outside the workspace: {reason}")]
+    PathEscape {
+        /// The path as given.
+        path: String,
+        /// `..`, absolute, or a symlink leading out.
+        reason: String,
+    },
+    /// The permission policy or a hook refused the call.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The call was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl ToolError {
+    /// The class of the error, for the self-heal key `<tool>:<class>`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            ToolError::InvalidJson(_) => "invalid_json",
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::Schema(_) => "schema",
+            ToolError::PathEscape { .. } => "path_escape",
+            ToolError::Denied(_) => "denied",
+            ToolError::Failed(_) => "failed",
+            ToolError::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync {
+    /// The registered name (`read_file`).
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments object.
+    fn schema(&self) -> serde_json::Value;
+    /// What it may do.
+    fn capability(&self) -> Capability;
+    /// The workspace-relative paths a call with `args` writes, so two
+    /// writes to the same path in one step run in order. Default: none.
+    fn write_paths(&self, _args: &serde_json::Value) -> Vec<String> {
+        Vec::new()
+    }
+    /// Runs the call. `args` already passed schema validation.
+    fn call<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// A shared tool.
+pub type SharedTool = Arc<dyn Tool>;

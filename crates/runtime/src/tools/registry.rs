@@ -1,0 +1,153 @@
+//! The tool catalog: registration, the model-facing definitions in name
+//! order, argument validation and the permission check.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::exec::{ExecCommandTool, ExecConfig};
+use super::grep::GrepTool;
+use super::list::ListFilesTool;
+use super::read::ReadFileTool;
+use super::write::{EditFileTool, WriteFileTool};
+use super::{Capability, PermissionPolicy, SharedTool, ToolError, schema};
+use crate::provider::ToolDefinition;
+
+/// Tools by name, with the permission policy that guards them.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, SharedTool>,
+    policy: PermissionPolicy,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.names())
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry whose policy allows everything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every built-in tool, `exec_command` with the default limits.
+    pub fn builtin() -> Self {
+        Self::builtin_with(ExecConfig::default())
+    }
+
+    /// Every built-in tool, `exec_command` with `exec` limits.
+    pub fn builtin_with(exec: ExecConfig) -> Self {
+        let mut registry = Self::new();
+        registry.register(Arc::new(ReadFileTool));
+        registry.register(Arc::new(ListFilesTool));
+        registry.register(Arc::new(GrepTool));
+        registry.register(Arc::new(WriteFileTool));
+        registry.register(Arc::new(EditFileTool));
+        registry.register(Arc::new(ExecCommandTool::new(exec)));
+        registry
+    }
+
+    /// Adds `tool`, replacing (and returning) one of the same name.
+    pub fn register(&mut self, tool: SharedTool) -> Option<SharedTool> {
+        self.tools.insert(tool.name().to_string(), tool)
+    }
+
+    /// This registry with `policy`.
+    pub fn with_policy(mut self, policy: PermissionPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Replaces the permission policy.
+    pub fn set_policy(&mut self, policy: PermissionPolicy) {
+        self.policy = policy;
+    }
+
+    /// The permission policy.
+    pub fn policy(&self) -> &PermissionPolicy {
+        &self.policy
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<SharedTool> {
+        self.tools.get(name).cloned()
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The definitions the model sees, sorted by name.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .values()
+            .map(|tool| ToolDefinition {
+                name: tool.name().to_string(),
+                description: tool.description().to_string(),
+                parameters: tool.schema(),
+            })
+            .collect()
+    }
+
+    /// Only the `ReadOnly` tools (for the verifier), with the same policy.
+    pub fn read_only(&self) -> ToolRegistry {
+        ToolRegistry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|(_, tool)| tool.capability() == Capability::ReadOnly)
+                .map(|(name, tool)| (name.clone(), tool.clone()))
+                .collect(),
+            policy: self.policy.clone(),
+        }
+    }
+
+    /// Looks the tool up ([`ToolError::UnknownTool`]), parses `args_text`
+    /// ([`ToolError::InvalidJson`]; empty text counts as `{}`, which some
+    /// providers send for a call with no arguments) and checks it against
+    /// the tool's schema ([`ToolError::Schema`], naming the field).
+    pub fn validate(&self, name: &str, args_text: &str) -> Result<(SharedTool, Value), ToolError> {
+        let tool = self.lookup(name)?;
+        let text = if args_text.trim().is_empty() {
+            "{}"
+        } else {
+            args_text
+        };
+        let args: Value =
+            serde_json::from_str(text).map_err(|e| ToolError::InvalidJson(e.to_string()))?;
+        schema::validate(&tool.schema(), &args).map_err(ToolError::Schema)?;
+        Ok((tool, args))
+    }
+
+    /// Checks a call against the permission policy
+    /// ([`ToolError::Denied`] naming the rule) after looking the tool up
+    /// ([`ToolError::UnknownTool`]).
+    pub fn check_permission(&self, tool_name: &str, args: &Value) -> Result<(), ToolError> {
+        self.lookup(tool_name)?;
+        self.policy.check(tool_name, args)
+    }
+
+    fn lookup(&self, name: &str) -> Result<SharedTool, ToolError> {
+        self.get(name).ok_or_else(|| ToolError::UnknownTool {
+            name: name.to_string(),
+            available: self.names().join(", "),
+        })
+    }
+}

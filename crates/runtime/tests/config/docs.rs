@@ -1,0 +1,51 @@
+//! docs/config.md stays true: its examples parse to what it says.
+
+use std::path::{Path, PathBuf};
+
+use troupe_runtime::config::Config;
+use troupe_runtime::provider::{KeySource, ProviderKind};
+
+fn doc() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.md");
+    std::fs::read_to_string(path).expect("docs/config.md")
+}
+
+/// The ```toml blocks of the doc, in order.
+fn toml_blocks(doc: &str) -> Vec<String> {
+    doc.split("```toml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_documented_defaults_are_the_defaults() {
+    let blocks = toml_blocks(&doc());
+    let c = Config::parse(&blocks[0], &PathBuf::from("docs/config.md")).unwrap();
+    let d = Config::default();
+    assert_eq!(c.agent, d.agent);
+    assert_eq!(c.context, d.context);
+    assert_eq!(c.tools, d.tools);
+    assert_eq!(c.permissions, d.permissions);
+    assert_eq!(c.hooks, d.hooks);
+    assert_eq!(c.session, d.session);
+    assert_eq!(
+        c.exec_timeout(),
+        std::time::Duration::from_secs(10),
+        "the doc says exec_command's default is 10 s"
+    );
+    assert_eq!(
+        c.provider_config().unwrap().base_url,
+        "https://api.openai.com/v1"
+    );
+}
+
+#[test]
+fn the_documented_local_provider_example_works() {
+    let blocks = toml_blocks(&doc());
+    let c = Config::parse(&blocks[1], &PathBuf::from("docs/config.md")).unwrap();
+    let p = c.provider_config().unwrap();
+    assert_eq!(p.kind, ProviderKind::OpenAi);
+    assert_eq!(p.base_url, "http://127.0.0.1:11434/v1");
+    assert_eq!(p.api_key, KeySource::None);
+}

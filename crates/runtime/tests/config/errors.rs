@@ -1,0 +1,341 @@
+//! Bad files, bad variables and bad flags: each error names the place
+//! and the fix, and never a secret.
+
+use troupe_runtime::config::{ConfigError, ConfigOverrides};
+
+use crate::common::{load, load_err, workspace};
+
+#[test]
+fn an_unknown_key_names_itself_its_line_its_table_and_the_valid_keys() {
+    let e = load_err("# comment\n[agent]\nprovider = \"openai\"\nmax_turn = 3\n");
+    let ConfigError::UnknownKey {
+        line,
+        key,
+        table,
+        valid,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line, Some(4));
+    assert_eq!(key, "max_turn");
+    assert_eq!(table, "agent");
+    for k in ["provider", "model", "max_turns", "fallback", "harness"] {
+        assert!(valid.iter().any(|v| v == k), "{k} missing from {valid:?}");
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains("troupe.toml:4: unknown key `max_turn` in [agent]; valid keys: provider, model, max_turns"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("(fix the key or remove it; did you mean `max_turns`?)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unknown_key_in_a_nested_table_names_the_nested_table() {
+    let e = load_err("[agent]\nmax_turns = 3\n\n[agent.harness]\nmax_budget = 1.0\n");
+    let ConfigError::UnknownKey {
+        line,
+        key,
+        table,
+        valid,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (*line, key.as_str(), table.as_str()),
+        (Some(5), "max_budget", "agent.harness")
+    );
+    assert!(valid.iter().any(|v| v == "max_budget_usd"), "{valid:?}");
+    assert!(e.to_string().contains("in [agent.harness]"), "{e}");
+}
+
+#[test]
+fn an_unknown_table_lists_the_top_level_keys() {
+    let e = load_err("[agnet]\nmax_turns = 3\n");
+    let ConfigError::UnknownKey {
+        line,
+        key,
+        table,
+        valid,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (*line, key.as_str(), table.as_str()),
+        (Some(1), "agnet", "")
+    );
+    assert!(valid.iter().any(|v| v == "agent"), "{valid:?}");
+    assert!(
+        !valid.iter().any(|v| v == "model_pinned"),
+        "internal fields are not keys"
+    );
+    assert!(e.to_string().contains("in the top level"), "{e}");
+    assert!(e.to_string().contains("did you mean `agent`?"), "{e}");
+    let far = load_err("[tools]\nfrobnicate = 1\n");
+    assert!(!far.to_string().contains("did you mean"), "{far}");
+    assert!(
+        far.to_string().ends_with("(fix the key or remove it)"),
+        "{far}"
+    );
+}
+
+#[test]
+fn a_dotted_key_at_the_top_level_is_located() {
+    let e = load_err("agent.max_turns = 3\nagent.harness.max_budget = 1.0\n");
+    let ConfigError::UnknownKey {
+        line, key, table, ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (*line, key.as_str(), table.as_str()),
+        (Some(2), "max_budget", "agent.harness")
+    );
+}
+
+#[test]
+fn a_wrong_type_says_the_expected_type_without_quoting_the_value() {
+    let e = load_err("[agent]\n\nmax_turns = \"sk-secret-looking\"\n");
+    let ConfigError::InvalidValue {
+        line, key, message, ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line, Some(3));
+    assert_eq!(key, "agent.max_turns");
+    assert!(
+        message.contains("expected a non-negative integer"),
+        "{message}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("troupe.toml:3: `agent.max_turns`"), "{text}");
+    assert!(!text.contains("sk-secret-looking"), "{text}");
+
+    let e = load_err("[permissions]\nallow = \"read_file\"\n");
+    assert!(
+        e.to_string().contains("expected an array of strings"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(2));
+
+    let e = load_err("[agent.harness]\nauto_compaction_enabled = \"yes\"\n");
+    assert!(e.to_string().contains("expected a boolean"), "{e}");
+}
+
+#[test]
+fn a_bad_enum_value_lists_the_valid_values() {
+    let e = load_err("[agent.harness]\ncontext_reset_mode = \"sometimes\"\n");
+    let text = e.to_string();
+    assert!(
+        text.contains(":2: `agent.harness.context_reset_mode`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unknown value `sometimes`; valid values: off, on_stall, on_compaction"),
+        "{text}"
+    );
+
+    let e = load_err("[session]\nfsync = \"often\"\n");
+    assert!(
+        e.to_string().contains("valid values: always, batch, never"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(2));
+
+    let e = load_err("[providers.local]\nkind = \"openia\"\n");
+    assert!(
+        e.to_string()
+            .contains("valid values: openai, anthropic, gemini"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(2));
+}
+
+#[test]
+fn an_unknown_provider_is_refused_with_its_line() {
+    let e = load_err("[agent]\nmodel = \"x\"\nprovider = \"opnai\"\n");
+    let text = e.to_string();
+    assert!(
+        text.contains(":3: `agent.provider`: unknown provider `opnai`"),
+        "{text}"
+    );
+    assert!(text.contains("openai, anthropic, gemini"), "{text}");
+
+    let e = load_err("[agent.fallback]\nprovider = \"nope\"\n");
+    assert!(e.to_string().contains("`agent.fallback.provider`"), "{e}");
+
+    let e = load_err("[providers.local]\nbase_url = \"http://localhost\"\n");
+    assert!(
+        e.to_string()
+            .contains(":1: `providers.local`: provider `local` is not a kind and sets no `kind`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn invalid_toml_names_the_line() {
+    let e = load_err("[agent]\nmax_turns = 3\nmodel = \"unterminated\n");
+    let ConfigError::Syntax { line, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line, 3);
+    assert!(e.to_string().contains("troupe.toml:3:"), "{e}");
+    assert!(e.to_string().contains("invalid TOML"), "{e}");
+}
+
+#[test]
+fn a_literal_api_key_is_refused_without_echoing_it() {
+    let e = load_err(
+        "[providers.openai]\nbase_url = \"https://x.example\"\napi_key = \"sk-live-123456\"\n",
+    );
+    let ConfigError::LiteralApiKey { line, table, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!((*line, table.as_str()), (3, "providers.openai"));
+    let text = e.to_string();
+    assert!(text.contains("api_key_env"), "{text}");
+    assert!(!text.contains("sk-live-123456"), "{text}");
+    assert!(!format!("{e:?}").contains("sk-live-123456"));
+}
+
+#[test]
+fn a_key_in_api_key_env_is_refused_without_echoing_it() {
+    let e = load_err("[providers.openai]\napi_key_env = \"sk-live-abc/123\"\n");
+    let text = e.to_string();
+    assert!(
+        text.contains(":2: `providers.openai.api_key_env`"),
+        "{text}"
+    );
+    assert!(!text.contains("sk-live"), "{text}");
+}
+
+#[test]
+fn out_of_range_values_name_the_key_and_line() {
+    let cases = [
+        (
+            "[agent.harness]\nmax_budget_usd = -1.0\n",
+            2,
+            "agent.harness.max_budget_usd",
+        ),
+        (
+            "[agent]\nprovider = \"openai\"\nmax_turns = 0\n",
+            3,
+            "agent.max_turns",
+        ),
+        (
+            "[hooks.lifecycle]\ntimeout_ms = 0\n",
+            2,
+            "hooks.lifecycle.timeout_ms",
+        ),
+        (
+            "[session]\nretention_max_sessions = 0\n",
+            2,
+            "session.retention_max_sessions",
+        ),
+        (
+            "[providers.openai]\nbase_url = \"api.openai.com\"\n",
+            2,
+            "providers.openai.base_url",
+        ),
+        (
+            "[models.m]\ninput_per_mtok = -2.0\n",
+            2,
+            "models.m.input_per_mtok",
+        ),
+    ];
+    for (text, want_line, want_key) in cases {
+        let e = load_err(text);
+        let ConfigError::InvalidValue { line, key, fix, .. } = &e else {
+            panic!("{text}: {e:?}")
+        };
+        assert_eq!(
+            (*line, key.as_str()),
+            (Some(want_line), want_key),
+            "{text}: {e}"
+        );
+        assert!(!fix.is_empty());
+    }
+    // A negative integer in an unsigned field is a type error, located.
+    let e = load_err("[agent]\nmax_turns = -5\n");
+    assert_eq!(e.line(), Some(2), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`agent.max_turns`: expected a non-negative integer, found integer `-5`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_environment_value_names_the_variable() {
+    let dir = workspace(None);
+    let cases = [
+        ("AGENT_MAX_TURNS_PER_REQUEST", "many"),
+        ("AGENT_MAX_TURNS_PER_REQUEST", "0"),
+        ("TROUPE_MAX_BUDGET_USD", "-3"),
+        ("TROUPE_MAX_BUDGET_USD", "lots"),
+        ("CONTEXT_AUTO_UPGRADE", "maybe"),
+        ("TROUPE_PROVIDER", "openia"),
+        ("TROUPE_BASE_URL", "localhost:8080"),
+    ];
+    for (var, value) in cases {
+        let e = load(dir.path(), &[(var, value)]).unwrap_err();
+        let ConfigError::Env { var: named, .. } = &e else {
+            panic!("{var}={value}: {e:?}")
+        };
+        assert_eq!(named, var);
+        assert!(
+            e.to_string()
+                .starts_with(&format!("environment variable {var}: ")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_flag_names_the_flag() {
+    let dir = workspace(None);
+    let mut c = load(dir.path(), &[]).unwrap();
+    let e = c
+        .apply(&ConfigOverrides {
+            max_turns: Some(0),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Flag { flag, .. } if flag == "--max-turns"),
+        "{e:?}"
+    );
+    let e = c
+        .apply(&ConfigOverrides {
+            provider: Some("nope".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("flag --provider: unknown provider `nope`"),
+        "{e}"
+    );
+    assert_eq!(c.agent.provider, "openai", "a refused flag changes nothing");
+}
+
+#[test]
+fn header_values_never_print() {
+    let dir = workspace(Some(
+        "[providers.openai]\nheaders = { \"x-secret\" = \"hunter2-value\" }\n",
+    ));
+    let c = load(dir.path(), &[]).unwrap();
+    assert!(!format!("{c:?}").contains("hunter2-value"));
+    assert!(!format!("{:?}", c.provider_config().unwrap()).contains("hunter2-value"));
+}
