@@ -2,6 +2,7 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod exec;
 mod sessions;
 
 use std::path::Path;

@@ -2,7 +2,9 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod exec;
 mod mock_llm;
+mod render;
 mod sessions;
 
 use std::net::SocketAddr;
@@ -19,6 +21,10 @@ pub mod exit {
     pub const ERROR: u8 = 1;
     /// Bad input: usage, configuration, an unknown session.
     pub const BAD_INPUT: u8 = 2;
+    /// A limit was reached (turns or budget).
+    pub const LIMIT: u8 = 3;
+    /// Cancelled (Ctrl-C).
+    pub const CANCELLED: u8 = 130;
 }
 
 /// troupe: supervised teams of LLM agents.
@@ -31,6 +37,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one agent on a task, offline against the scripted model server
+    /// or against a real provider.
+    Exec(exec::ExecArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -87,7 +96,7 @@ fn main() -> ExitCode {
         }
     };
     match run(cli) {
-        Ok(()) => ExitCode::from(exit::OK),
+        Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("troupe: {:#}", f.error);
             ExitCode::from(f.code)
@@ -95,12 +104,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
-        Command::Sessions(args) => sessions::run(args),
+        Command::Exec(args) => exec::run(args),
+        Command::Sessions(args) => sessions::run(args).map(|()| exit::OK),
         Command::Schema => {
             print!("{}", troupe_protocol::events_json_schema());
-            Ok(())
+            Ok(exit::OK)
         }
         Command::MockLlm { script, listen } => {
             if !script.is_file() {
@@ -111,7 +121,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;
-            Ok(())
+            Ok(exit::OK)
         }
     }
 }

@@ -1,6 +1,10 @@
 //! troupe-runtime: one agent's engine, with no actors.
 //!
 //! # Layout
+//! - [`agent`]: the agent loop, a state machine driven one turn at a time
+//!   ([`agent::AgentLoop::step`]): parallel tools with ordered results,
+//!   dedup, self-heal with a per-key cap, empty-step retry, provider
+//!   failover, budget, and a journal of every tool call.
 //! - [`tools`]: the [`tools::Tool`] trait, the capability-tagged registry,
 //!   the permission policy and the built-in tools (read_file, list_files,
 //!   grep, write_file, edit_file, exec_command).
@@ -18,6 +22,7 @@
 //! Everything here can be driven from a plain test with no actor system;
 //! `troupe-actors` supervises it.
 
+pub mod agent;
 pub mod config;
 pub mod fsutil;
 pub mod hooks;

@@ -1,0 +1,340 @@
+//! The agent loop: a state machine driven one turn at a time.
+//!
+//! One turn is one model step (`maxSteps: 1`): the loop owns turns, so it
+//! is the one place that retries empty steps, self-heals tool errors, fails
+//! over, enforces the budget and journals tool calls. [`AgentLoop::step`]
+//! runs one turn and says whether the thread is done; [`AgentLoop::run`]
+//! steps until it is, or until the cancellation token fires. An actor
+//! drives `step` one message at a time; a test can drive it directly.
+//!
+//! What ends a run (`thread.completed.subtype`):
+//! - the model finished with no pending tool call: `success`;
+//! - `max_turns` turns ran: `error_max_turns`;
+//! - the 3-retry self-heal cap on one error key: `error_during_execution`
+//!   (`outcome_code` `tool_retry_cap`);
+//! - two empty steps in a row: `error_during_execution` (`blocked`);
+//! - a stream error with no failover: `error_during_execution`
+//!   (`stream_error`);
+//! - the budget: `error_max_budget_usd`;
+//! - the event log failed closed: `error_during_execution`
+//!   (`persistence_failed`);
+//! - cancellation: `cancelled`.
+
+mod sink;
+mod tools_step;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use troupe_protocol::{
+    CompletionSubtype, ErrorEvent, ItemDetails, ItemEvent, ThreadCompletedEvent, ThreadEvent,
+    ThreadItem, ThreadStartedEvent, Usage, UserMessageItem,
+};
+
+pub use sink::{EventSink, LogSink, MemorySink, NullSink};
+
+use crate::hooks::{HookEvent, HookRunner};
+use crate::provider::{Message, ModelCatalog, ModelClient};
+use crate::tools::{ToolContext, ToolRegistry};
+
+/// Default turn limit (`AGENT_MAX_TURNS_PER_REQUEST`).
+pub const DEFAULT_MAX_TURNS: u32 = 15;
+/// Retries allowed per self-heal key before the run gives up.
+pub const SELF_HEAL_RETRIES: u32 = 3;
+
+/// A model to fail over to.
+#[derive(Clone)]
+pub struct Fallback {
+    /// Its client.
+    pub client: Arc<dyn ModelClient>,
+    /// Its model name.
+    pub model: String,
+    /// A label for messages (`anthropic/claude-sonnet-4-5`).
+    pub label: String,
+}
+
+/// How one agent runs.
+#[derive(Clone)]
+pub struct AgentConfig {
+    /// Event-stream thread id.
+    pub thread_id: String,
+    /// Session id.
+    pub session_id: String,
+    /// The agent's logical address in an actor tree, if any.
+    pub agent_id: Option<String>,
+    /// The model to call.
+    pub model: String,
+    /// A label for the primary provider in messages.
+    pub provider_label: String,
+    /// The system prompt.
+    pub system_prompt: Option<String>,
+    /// Turn limit.
+    pub max_turns: u32,
+    /// Most tool calls of one step running at once.
+    pub max_parallel_tools: usize,
+    /// Cost budget (`agent.harness.max_budget_usd`).
+    pub max_budget_usd: Option<f64>,
+    /// Where to go when the primary provider's stream fails for good.
+    pub fallback: Option<Fallback>,
+    /// The user chose the model explicitly: no silent failover.
+    pub model_pinned: bool,
+}
+
+impl AgentConfig {
+    /// Defaults for `model`, with fresh ids.
+    pub fn new(model: impl Into<String>) -> Self {
+        let id = uuid::Uuid::now_v7().to_string();
+        AgentConfig {
+            thread_id: format!("thread-{id}"),
+            session_id: id,
+            agent_id: None,
+            model: model.into(),
+            provider_label: "primary".into(),
+            system_prompt: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_parallel_tools: 8,
+            max_budget_usd: None,
+            fallback: None,
+            model_pinned: false,
+        }
+    }
+}
+
+/// Whether a step finished the thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    /// Call `step` again.
+    Continue,
+    /// The thread ended; `thread.completed` was emitted.
+    Done(ThreadCompletedEvent),
+}
+
+/// Mutable state of the loop.
+#[derive(Debug, Default)]
+struct LoopState {
+    messages: Vec<Message>,
+    turns: u32,
+    usage: Usage,
+    cost_usd: f64,
+    pricing_unknown: bool,
+    pricing_warned: bool,
+    heal: HashMap<String, u32>,
+    empty_retried: bool,
+    failed_over: bool,
+    last_stop_reason: Option<String>,
+    failed_closed: Option<String>,
+    next_item: u64,
+    completed: Option<ThreadCompletedEvent>,
+}
+
+/// One agent's loop.
+pub struct AgentLoop {
+    config: AgentConfig,
+    client: Arc<dyn ModelClient>,
+    model: String,
+    tools: Arc<ToolRegistry>,
+    catalog: Arc<ModelCatalog>,
+    sink: Arc<dyn EventSink>,
+    ctx: ToolContext,
+    hooks: Option<Arc<HookRunner>>,
+    state: LoopState,
+}
+
+impl AgentLoop {
+    /// A loop calling `client` with `tools`, emitting into `sink`.
+    pub fn new(
+        config: AgentConfig,
+        client: Arc<dyn ModelClient>,
+        tools: Arc<ToolRegistry>,
+        catalog: Arc<ModelCatalog>,
+        sink: Arc<dyn EventSink>,
+        ctx: ToolContext,
+    ) -> Self {
+        let model = config.model.clone();
+        AgentLoop {
+            config,
+            client,
+            model,
+            tools,
+            catalog,
+            sink,
+            ctx,
+            hooks: None,
+            state: LoopState::default(),
+        }
+    }
+
+    /// Runs lifecycle hooks (session_start, pre_tool_use, post_tool_use,
+    /// stop) with this runner.
+    pub fn with_hooks(mut self, hooks: Arc<HookRunner>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// The conversation so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.state.messages
+    }
+
+    /// Turns run so far.
+    pub fn turns(&self) -> u32 {
+        self.state.turns
+    }
+
+    /// Usage so far.
+    pub fn usage(&self) -> Usage {
+        self.state.usage
+    }
+
+    /// The model currently called (changes on failover).
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The cancellation token tools see.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.ctx.cancel.clone()
+    }
+
+    /// Starts the thread: `thread.started`, the session_start hook, and
+    /// the task as a user message.
+    pub async fn start(&mut self, prompt: &str) {
+        self.emit(ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: self.config.thread_id.clone(),
+            session_id: Some(self.config.session_id.clone()),
+            agent_id: self.config.agent_id.clone(),
+        }));
+        if let Some(hooks) = self.hooks.clone() {
+            hooks
+                .run(HookEvent::SessionStart {
+                    source: "startup".into(),
+                })
+                .await;
+        }
+        self.push_user(prompt, None);
+    }
+
+    /// Adds a user message (a steering follow-up) before the next turn.
+    pub fn push_user(&mut self, text: &str, intent_id: Option<String>) {
+        let id = self.item_id();
+        self.emit_item(
+            ThreadEvent::ItemCompleted,
+            id,
+            ItemDetails::UserMessage(UserMessageItem {
+                text: text.to_string(),
+                intent_id,
+            }),
+        );
+        self.state.messages.push(Message::user(text));
+    }
+
+    /// Runs turns until the thread ends or the cancellation token fires,
+    /// then runs the stop hook.
+    pub async fn run(&mut self) -> ThreadCompletedEvent {
+        let cancel = self.ctx.cancel.clone();
+        let done = loop {
+            if cancel.is_cancelled() {
+                break self.finish(CompletionSubtype::Cancelled, "cancelled", None);
+            }
+            let outcome = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => None,
+                o = self.step() => Some(o),
+            };
+            match outcome {
+                Some(StepOutcome::Continue) => {}
+                Some(StepOutcome::Done(done)) => break done,
+                None => break self.finish(CompletionSubtype::Cancelled, "cancelled", None),
+            }
+        };
+        self.stop_hook(&done).await;
+        done
+    }
+
+    /// Runs the stop hook for a finished thread.
+    pub async fn stop_hook(&self, done: &ThreadCompletedEvent) {
+        if let Some(hooks) = &self.hooks {
+            hooks
+                .run(HookEvent::Stop {
+                    subtype: done.subtype.as_str().to_string(),
+                    result: done.result.clone(),
+                })
+                .await;
+        }
+    }
+
+    /// Ends the thread as cancelled (an abort between turns).
+    pub fn abort(&mut self) -> ThreadCompletedEvent {
+        self.ctx.cancel.cancel();
+        self.finish(CompletionSubtype::Cancelled, "cancelled", None)
+    }
+
+    fn item_id(&mut self) -> String {
+        self.state.next_item += 1;
+        format!("item_{}", self.state.next_item)
+    }
+
+    /// Emits an event; a refusal fails the run closed at the next check.
+    fn emit(&mut self, event: ThreadEvent) -> Option<u64> {
+        match self.sink.emit(&event) {
+            Ok(seq) => Some(seq),
+            Err(e) => {
+                tracing::error!(error = %e, event = event.type_name(), "event refused; the run fails closed");
+                if self.state.failed_closed.is_none() {
+                    self.state.failed_closed = Some(e.to_string());
+                }
+                None
+            }
+        }
+    }
+
+    fn emit_item(
+        &mut self,
+        kind: fn(ItemEvent) -> ThreadEvent,
+        id: String,
+        details: ItemDetails,
+    ) -> Option<u64> {
+        let agent_id = self.config.agent_id.clone();
+        self.emit(kind(ItemEvent {
+            item: ThreadItem { id, details },
+            agent_id,
+        }))
+    }
+
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.emit(ThreadEvent::Error(ErrorEvent { message }));
+    }
+
+    /// Emits `thread.completed` (once) and returns it.
+    fn finish(
+        &mut self,
+        subtype: CompletionSubtype,
+        outcome_code: &str,
+        result: Option<String>,
+    ) -> ThreadCompletedEvent {
+        if let Some(done) = &self.state.completed {
+            return done.clone();
+        }
+        let done = ThreadCompletedEvent {
+            thread_id: self.config.thread_id.clone(),
+            session_id: self.config.session_id.clone(),
+            subtype,
+            outcome_code: outcome_code.to_string(),
+            result: if subtype == CompletionSubtype::Success {
+                result
+            } else {
+                None
+            },
+            stop_reason: self.state.last_stop_reason.clone(),
+            usage: self.state.usage,
+            total_cost_usd: (!self.state.pricing_unknown).then_some(self.state.cost_usd),
+            num_turns: self.state.turns,
+        };
+        self.state.completed = Some(done.clone());
+        self.emit(ThreadEvent::ThreadCompleted(done.clone()));
+        done
+    }
+}

@@ -1,0 +1,327 @@
+//! Running the tool calls of one step: journal, dedup, parallel lanes,
+//! results in call order, self-heal.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use tokio::sync::Semaphore;
+use troupe_protocol::{
+    CompletionSubtype, FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem,
+    ToolOutputItem,
+};
+
+use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
+use crate::hooks::HookEvent;
+use crate::provider::{Message, ToolCall};
+use crate::tools::{Capability, SharedTool, ToolContext, ToolError, ToolOutput};
+
+/// One call, ready to run or already failed.
+struct Prepared {
+    call: ToolCall,
+    item_id: String,
+    args: serde_json::Value,
+    /// The tool, or why the call cannot run.
+    tool: Result<SharedTool, ToolError>,
+    /// Index of the identical earlier call whose result this one shares.
+    same_as: Option<usize>,
+}
+
+type CallResult = Result<ToolOutput, ToolError>;
+
+impl AgentLoop {
+    pub(super) async fn run_tools(&mut self, calls: Vec<ToolCall>) -> StepOutcome {
+        let mut prepared = self.prepare(calls);
+        self.pre_tool_hooks(&mut prepared).await;
+        // Journal: every call is on record before any tool runs; calls that
+        // change the world wait until their record is durable.
+        let mut last_seq = None;
+        let mut needs_durable = false;
+        for p in &prepared {
+            let seq = self.emit_item(
+                ThreadEvent::ItemStarted,
+                p.item_id.clone(),
+                ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
+            );
+            last_seq = seq.or(last_seq);
+            needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
+        }
+        if let (true, Some(seq)) = (needs_durable, last_seq)
+            && let Err(e) = self.sink.durable(seq).await
+        {
+            self.state.failed_closed = Some(format!("tool journal not durable: {e}"));
+            return self.done(
+                CompletionSubtype::ErrorDuringExecution,
+                "persistence_failed",
+            );
+        }
+        let results = run_lanes(&prepared, &self.ctx, self.config.max_parallel_tools).await;
+        self.record(&prepared, &results);
+        self.post_tool_hooks(&prepared, &results).await;
+        for (p, r) in prepared.iter().zip(&results) {
+            let (content, is_error) = tool_message(r);
+            self.state.messages.push(Message::ToolResult {
+                call_id: p.call.id.clone(),
+                content,
+                is_error,
+            });
+        }
+        match self.self_heal(&prepared, &results) {
+            Some(key) => {
+                self.warn(format!(
+                    "tool error `{key}` repeated after {SELF_HEAL_RETRIES} retries; giving up"
+                ));
+                self.done(CompletionSubtype::ErrorDuringExecution, "tool_retry_cap")
+            }
+            None => StepOutcome::Continue,
+        }
+    }
+
+    /// Validates each call, checks the permission policy, and marks
+    /// identical calls so they run once.
+    fn prepare(&mut self, calls: Vec<ToolCall>) -> Vec<Prepared> {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let item_id = self.item_id();
+            let (tool, args) = match self.tools.validate(&call.name, &call.arguments) {
+                Ok((tool, args)) => {
+                    let allowed = self.tools.check_permission(&call.name, &args);
+                    (allowed.map(|()| tool), args)
+                }
+                Err(e) => (
+                    Err(e),
+                    serde_json::from_str(&call.arguments)
+                        .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
+                ),
+            };
+            let key = format!("{}\u{0}{}", call.name, args);
+            let index = out.len();
+            let same_as = seen.get(&key).copied();
+            seen.entry(key).or_insert(index);
+            out.push(Prepared {
+                call,
+                item_id,
+                args,
+                tool,
+                same_as,
+            });
+        }
+        out
+    }
+
+    /// pre_tool_use hooks: exit code 2 blocks the call.
+    async fn pre_tool_hooks(&self, prepared: &mut [Prepared]) {
+        let Some(hooks) = self.hooks.clone() else {
+            return;
+        };
+        for p in prepared
+            .iter_mut()
+            .filter(|p| p.tool.is_ok() && p.same_as.is_none())
+        {
+            let outcome = hooks
+                .run(HookEvent::PreToolUse {
+                    tool_name: p.call.name.clone(),
+                    tool_input: p.args.clone(),
+                    tool_call_id: p.call.id.clone(),
+                })
+                .await;
+            if let Some(reason) = outcome.blocked {
+                p.tool = Err(ToolError::Denied(format!(
+                    "blocked by a pre_tool_use hook: {reason}"
+                )));
+            }
+        }
+        // A duplicate shares the fate of the call it repeats.
+        for i in 0..prepared.len() {
+            if let Some(first) = prepared[i].same_as
+                && let Err(e) = &prepared[first].tool
+            {
+                prepared[i].tool = Err(e.clone());
+            }
+        }
+    }
+
+    async fn post_tool_hooks(&self, prepared: &[Prepared], results: &[CallResult]) {
+        let Some(hooks) = &self.hooks else { return };
+        for (p, r) in prepared.iter().zip(results) {
+            let tool_output = match r {
+                Ok(o) => serde_json::json!({"output": o.output, "exit_code": o.exit_code}),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            };
+            hooks
+                .run(HookEvent::PostToolUse {
+                    tool_name: p.call.name.clone(),
+                    tool_input: p.args.clone(),
+                    tool_output,
+                    tool_call_id: p.call.id.clone(),
+                })
+                .await;
+        }
+    }
+
+    /// Emits each call's output and completion, in call order.
+    fn record(&mut self, prepared: &[Prepared], results: &[CallResult]) {
+        for (p, r) in prepared.iter().zip(results) {
+            let status = match r {
+                Ok(_) => ItemStatus::Completed,
+                Err(ToolError::Denied(_)) => ItemStatus::Declined,
+                Err(_) => ItemStatus::Failed,
+            };
+            let (output, exit_code, spool_path, truncated) = match r {
+                Ok(o) => (
+                    o.output.clone(),
+                    o.exit_code,
+                    o.spool_path.clone(),
+                    o.truncated,
+                ),
+                Err(e) => (e.to_string(), None, None, false),
+            };
+            let id = self.item_id();
+            self.emit_item(
+                ThreadEvent::ItemCompleted,
+                id,
+                ItemDetails::ToolOutput(ToolOutputItem {
+                    call_id: p.call.id.clone(),
+                    output,
+                    exit_code,
+                    spool_path,
+                    truncated,
+                    status,
+                }),
+            );
+            if let Ok(o) = r
+                && !o.changes.is_empty()
+                && p.same_as.is_none()
+            {
+                let id = self.item_id();
+                self.emit_item(
+                    ThreadEvent::ItemCompleted,
+                    id,
+                    ItemDetails::FileChange(FileChangeItem {
+                        changes: o.changes.clone(),
+                        status: ItemStatus::Completed,
+                    }),
+                );
+            }
+            self.emit_item(
+                ThreadEvent::ItemCompleted,
+                p.item_id.clone(),
+                ItemDetails::ToolInvocation(invocation(p, status)),
+            );
+        }
+    }
+
+    /// Counts errors per key (`tool:class`); returns the key past the cap.
+    /// A success of a tool clears that tool's keys.
+    fn self_heal(&mut self, prepared: &[Prepared], results: &[CallResult]) -> Option<String> {
+        let mut over = None;
+        for (p, r) in prepared.iter().zip(results) {
+            if p.same_as.is_some() {
+                continue;
+            }
+            match r {
+                Ok(_) => {
+                    let prefix = format!("{}:", p.call.name);
+                    self.state.heal.retain(|k, _| !k.starts_with(&prefix));
+                }
+                Err(e) => {
+                    let key = format!("{}:{}", p.call.name, e.class());
+                    let n = self.state.heal.entry(key.clone()).or_insert(0);
+                    *n += 1;
+                    if *n > SELF_HEAL_RETRIES && over.is_none() {
+                        over = Some(key);
+                    }
+                }
+            }
+        }
+        over
+    }
+}
+
+fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
+    ToolInvocationItem {
+        tool_name: p.call.name.clone(),
+        arguments: p.args.clone(),
+        tool_call_id: p.call.id.clone(),
+        status,
+    }
+}
+
+/// What the model sees for a result.
+fn tool_message(r: &CallResult) -> (String, bool) {
+    match r {
+        Ok(o) => (o.output.clone(), false),
+        Err(e) => (
+            format!(
+                "Error ({}): {e}\nThe call did not succeed. Fix the arguments or take another approach, then retry.",
+                e.class()
+            ),
+            true,
+        ),
+    }
+}
+
+/// Runs the unique, runnable calls: calls that write the same path share a
+/// lane and run in call order; lanes run in parallel, at most `max` calls
+/// at once. Returns one result per call, in call order.
+async fn run_lanes(prepared: &[Prepared], ctx: &ToolContext, max: usize) -> Vec<CallResult> {
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lane_of_path: HashMap<String, usize> = HashMap::new();
+    for (i, p) in prepared.iter().enumerate() {
+        let Ok(tool) = &p.tool else { continue };
+        if p.same_as.is_some() {
+            continue;
+        }
+        let paths = tool.write_paths(&p.args);
+        let lane = paths
+            .iter()
+            .find_map(|path| lane_of_path.get(path).copied());
+        let lane = lane.unwrap_or_else(|| {
+            lanes.push(Vec::new());
+            lanes.len() - 1
+        });
+        lanes[lane].push(i);
+        for path in paths {
+            lane_of_path.insert(path, lane);
+        }
+    }
+    let permits = Arc::new(Semaphore::new(max.max(1)));
+    let lane_results = join_all(lanes.into_iter().map(|lane| {
+        let permits = Arc::clone(&permits);
+        async move {
+            let mut out = Vec::with_capacity(lane.len());
+            for i in lane {
+                let _permit = permits.acquire().await;
+                let p = &prepared[i];
+                let result = match &p.tool {
+                    Ok(tool) => tool.call(p.args.clone(), ctx).await,
+                    Err(e) => Err(e.clone()),
+                };
+                out.push((i, result));
+            }
+            out
+        }
+    }))
+    .await;
+    let mut results: Vec<Option<CallResult>> = vec![None; prepared.len()];
+    for (i, r) in lane_results.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    (0..prepared.len())
+        .map(|i| {
+            let p = &prepared[i];
+            match (&p.tool, p.same_as) {
+                (Err(e), _) => Err(e.clone()),
+                (Ok(_), Some(first)) => results[first].clone().unwrap_or_else(|| {
+                    Err(ToolError::Failed(
+                        "duplicate of a call that did not run".into(),
+                    ))
+                }),
+                (Ok(_), None) => results[i]
+                    .clone()
+                    .unwrap_or_else(|| Err(ToolError::Failed("call did not run".into()))),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,207 @@
+//! One turn: the model step, then (in tools_step) the tools it asked for.
+
+use futures::StreamExt;
+use troupe_protocol::{
+    CompletionSubtype, ItemDetails, TextItem, ThreadEvent, TurnCompletedEvent, TurnFailedEvent,
+    TurnStartedEvent, Usage,
+};
+
+use super::{AgentLoop, StepOutcome};
+use crate::provider::{Message, ModelEvent, ModelRequest, ModelResponse, ProviderError};
+
+/// Emit `item.updated` for streamed text after this many new bytes.
+const UPDATE_EVERY_BYTES: usize = 64;
+
+impl AgentLoop {
+    /// Runs one turn. Returns [`StepOutcome::Done`] once the thread ended
+    /// (and keeps returning the same result after that).
+    pub async fn step(&mut self) -> StepOutcome {
+        if let Some(done) = self.state.completed.clone() {
+            return StepOutcome::Done(done);
+        }
+        if self.state.failed_closed.is_some() {
+            return self.done(
+                CompletionSubtype::ErrorDuringExecution,
+                "persistence_failed",
+            );
+        }
+        if self.state.turns >= self.config.max_turns {
+            return self.done(CompletionSubtype::ErrorMaxTurns, "max_turns");
+        }
+        self.state.turns += 1;
+        let turn = self.state.turns;
+        let agent_id = self.config.agent_id.clone();
+        self.emit(ThreadEvent::TurnStarted(TurnStartedEvent {
+            turn: Some(turn),
+            agent_id: agent_id.clone(),
+        }));
+        let request = self.request();
+        let response = match self.call_model(&request).await {
+            Ok(r) => r,
+            Err(e) => return self.model_failed(e),
+        };
+        let usage = response.usage.unwrap_or_default();
+        self.account(&usage);
+        self.state.last_stop_reason = response.finish_raw.clone();
+        if !response.reasoning.is_empty() {
+            let id = self.item_id();
+            let text = response.reasoning.clone();
+            self.emit_item(
+                ThreadEvent::ItemCompleted,
+                id,
+                ItemDetails::Reasoning(TextItem { text }),
+            );
+        }
+        self.emit(ThreadEvent::TurnCompleted(TurnCompletedEvent {
+            usage,
+            agent_id,
+        }));
+        if self.over_budget() {
+            return self.done(CompletionSubtype::ErrorMaxBudgetUsd, "budget_exhausted");
+        }
+        // Whatever the finish reason ("stop" or "tool_calls"), the calls of
+        // this step are the ones in this response: nothing carries over, so
+        // a later turn never replays stale calls.
+        if response.tool_calls.is_empty() {
+            return self.no_tool_calls(response);
+        }
+        self.state.empty_retried = false;
+        self.state.messages.push(Message::Assistant {
+            content: response.text.clone(),
+            tool_calls: response.tool_calls.clone(),
+        });
+        self.run_tools(response.tool_calls).await
+    }
+
+    pub(super) fn done(&mut self, subtype: CompletionSubtype, code: &str) -> StepOutcome {
+        StepOutcome::Done(self.finish(subtype, code, None))
+    }
+
+    fn request(&self) -> ModelRequest {
+        ModelRequest {
+            model: self.model.clone(),
+            system: self.config.system_prompt.clone(),
+            messages: self.state.messages.clone(),
+            tools: self.tools.definitions(),
+            max_output_tokens: None,
+            temperature: None,
+        }
+    }
+
+    /// Streams one model call, emitting the assistant text as it comes.
+    async fn call_model(&mut self, request: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        let mut stream = self.client.stream(request);
+        let mut response = ModelResponse::default();
+        let mut text_item: Option<String> = None;
+        let mut reported = 0usize;
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            response.apply(&event);
+            if let ModelEvent::TextDelta { .. } = event {
+                let id = match &text_item {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.item_id();
+                        text_item = Some(id.clone());
+                        id
+                    }
+                };
+                if response.text.len() - reported >= UPDATE_EVERY_BYTES || reported == 0 {
+                    reported = response.text.len();
+                    let text = response.text.clone();
+                    self.emit_item(
+                        ThreadEvent::ItemUpdated,
+                        id,
+                        ItemDetails::AgentMessage(TextItem { text }),
+                    );
+                }
+            }
+        }
+        if let Some(id) = text_item {
+            let text = response.text.clone();
+            self.emit_item(
+                ThreadEvent::ItemCompleted,
+                id,
+                ItemDetails::AgentMessage(TextItem { text }),
+            );
+        }
+        Ok(response)
+    }
+
+    /// A model call failed after the client's own retries: fail over, or end.
+    fn model_failed(&mut self, error: ProviderError) -> StepOutcome {
+        let message = format!("model call failed: {error}");
+        self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
+            message: message.clone(),
+            usage: None,
+            agent_id: self.config.agent_id.clone(),
+        }));
+        let can_fail_over = !error.is_context_overflow() && !self.state.failed_over;
+        match self.config.fallback.clone() {
+            Some(fb) if can_fail_over && !self.config.model_pinned => {
+                self.state.failed_over = true;
+                self.warn(format!(
+                    "{} failed ({error}); failing over to {}",
+                    self.config.provider_label, fb.label
+                ));
+                self.client = fb.client;
+                self.model = fb.model;
+                StepOutcome::Continue
+            }
+            Some(fb) if can_fail_over => {
+                self.warn(format!(
+                    "{} failed and the model was chosen explicitly, so troupe does not switch to {}: {error}",
+                    self.config.provider_label, fb.label
+                ));
+                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
+            }
+            _ => {
+                self.warn(message);
+                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
+            }
+        }
+    }
+
+    /// The step asked for no tool: the thread is done, or it was empty.
+    fn no_tool_calls(&mut self, response: ModelResponse) -> StepOutcome {
+        if response.text.trim().is_empty() {
+            if !self.state.empty_retried {
+                // One retry with the same messages.
+                self.state.empty_retried = true;
+                self.warn("the model returned an empty step; retrying once".into());
+                return StepOutcome::Continue;
+            }
+            self.warn("the model returned two empty steps in a row; the run is blocked".into());
+            return self.done(CompletionSubtype::ErrorDuringExecution, "blocked");
+        }
+        self.state
+            .messages
+            .push(Message::assistant(response.text.clone()));
+        StepOutcome::Done(self.finish(CompletionSubtype::Success, "success", Some(response.text)))
+    }
+
+    /// Adds a call's usage and its estimated cost.
+    fn account(&mut self, usage: &Usage) {
+        self.state.usage.add(usage);
+        match self.catalog.estimate_cost(&self.model, usage) {
+            Some(cost) => self.state.cost_usd += cost,
+            None => {
+                self.state.pricing_unknown = true;
+                if self.config.max_budget_usd.is_some() && !self.state.pricing_warned {
+                    self.state.pricing_warned = true;
+                    self.warn(format!(
+                        "pricing is unknown for model {}; agent.harness.max_budget_usd is not enforced and total_cost_usd will be null",
+                        self.model
+                    ));
+                }
+            }
+        }
+    }
+
+    fn over_budget(&self) -> bool {
+        match self.config.max_budget_usd {
+            Some(max) if !self.state.pricing_unknown => self.state.cost_usd >= max,
+            _ => false,
+        }
+    }
+}
