@@ -361,7 +361,7 @@ async fn loopback_table(requests: usize) {
         us(omin) - us(bmin)
     );
     println!(
-        "A stalled connection adds ~40 ms to every call on it, on either client: Nagle on the server's small writes meets delayed ACKs (the scripted server does not set TCP_NODELAY). Best-of-rounds excludes it."
+        "A round counts as stalled when its p50 is above 30 ms (a connection whose small writes wait on delayed ACKs); best-of-rounds excludes such rounds."
     );
     server.shutdown().await;
 }
