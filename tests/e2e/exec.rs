@@ -766,7 +766,8 @@ fn offline_script_mode_runs_the_readme_example() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("README.md"), "# troupe\n").unwrap();
     std::fs::create_dir_all(ws.path().join("crates/actors")).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/exec-offline.toml");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/exec-offline.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args(["exec", "--script", script.to_str().unwrap(), "--workspace"])
         .arg(ws.path())
@@ -775,7 +776,12 @@ fn offline_script_mode_runs_the_readme_example() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("→ read_file"), "{stdout}");
     assert!(stdout.contains("This is troupe"), "{stdout}");
     let events = session_events(ws.path());
@@ -790,7 +796,10 @@ fn offline_script_mode_runs_the_readme_example() {
         })
         .collect();
     assert_eq!(outputs.len(), 2);
-    assert!(outputs.iter().all(|o| o.status == ItemStatus::Completed), "{outputs:?}");
+    assert!(
+        outputs.iter().all(|o| o.status == ItemStatus::Completed),
+        "{outputs:?}"
+    );
     let log = std::fs::read_to_string(session_dir(ws.path()).join("events.jsonl")).unwrap();
     assert!(!log.contains("sk-must-not-be-sent"));
 }

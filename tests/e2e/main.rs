@@ -2,7 +2,10 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod context;
 mod exec;
+mod pipeline;
+mod resume;
 mod sessions;
 
 use std::path::Path;

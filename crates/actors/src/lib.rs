@@ -3,11 +3,14 @@
 //! # Layout
 //! - [`supervisor`]: troupe's own supervision layer. ractor gives links and
 //!   supervision events but no restart strategies, so [`Supervisor`] adds
-//!   Erlang/OTP-style restarts: child restart types (permanent, transient,
-//!   temporary), restart intensity (N restarts in T seconds, then escalate
-//!   to the parent), exponential backoff with jitter, restarts scheduled by
-//!   message, shutdown in reverse start order with a timeout per child, and
-//!   `agent.started` / `agent.restarted` / `agent.stopped` events.
+//!   Erlang/OTP-style restarts: strategies (one_for_one, one_for_all,
+//!   rest_for_one), child restart types (permanent, transient, temporary),
+//!   restart intensity per supervisor (N restarts in T seconds, then
+//!   escalate to the parent), exponential backoff with jitter per child,
+//!   restarts scheduled by message, nested supervisors
+//!   ([`Supervisor::child_spec`]), shutdown in reverse start order with a
+//!   timeout per child, and `agent.started` / `agent.restarted` /
+//!   `agent.stopped` events.
 //! - [`address`]: logical addresses that stay valid across restarts.
 //! - [`drain`]: [`DrainActor`], the canonical persistence drain: it owns the
 //!   session log's writer thread, answers `Flush {ack}` and
@@ -15,18 +18,34 @@
 //!   without losing an accepted event.
 //! - [`session`]: [`SessionTree`], a session's root supervisor with its
 //!   drain, started and shut down in the documented order.
+//! - [`agent`]: [`AgentActor`], one agent driving the runtime's loop one
+//!   turn per message (Abort, Steer and Status between turns; a crash is
+//!   restarted and resumes from the log); [`subagent`]: the
+//!   `spawn_subagent` and `handoff` tools; [`run`]: running the root agent
+//!   to its end.
 //!
 //! Every call between actors has a timeout; nothing here spawns a task
 //! without an owner that ends it.
 
 pub mod address;
+pub mod agent;
 pub mod drain;
+pub mod orient;
+pub mod pipeline;
+pub mod run;
 pub mod session;
+pub mod subagent;
 pub mod supervisor;
+pub mod verifier;
 
 pub use address::{Address, AddressError};
+pub use agent::{
+    AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
+};
 pub use drain::{DrainActor, DrainArgs, DrainMsg};
+pub use run::{RootRun, RunEnd, start_root};
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{
-    ChildInfo, ChildSpec, Intensity, RestartPolicy, Supervisor, SupervisorConfig, SupervisorMsg,
+    ChildInfo, ChildSpec, EscalateFn, Intensity, RestartPolicy, StartFn, StopFn, Strategy,
+    Supervisor, SupervisorArgs, SupervisorConfig, SupervisorMsg,
 };

@@ -15,7 +15,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use parking_lot::Mutex;
 use ractor::{Actor, ActorRef, concurrency::JoinHandle};
-use troupe_protocol::{AgentRole, AgentStartedEvent, ThreadEvent};
+use tokio::sync::watch;
+use troupe_protocol::{
+    AgentRole, AgentStartedEvent, CompletionSubtype, ErrorEvent, ThreadCompletedEvent, ThreadEvent,
+    Usage,
+};
+use troupe_runtime::store::EventReader;
 use troupe_runtime::store::{EventSender, SessionLog};
 
 use crate::address::{Address, AddressError};
@@ -55,6 +60,7 @@ pub struct SessionTree {
     drain: Address<DrainMsg>,
     log: SessionLog,
     escalation: Arc<Mutex<Option<String>>>,
+    escalated: watch::Receiver<Option<String>>,
     timeout: Duration,
 }
 
@@ -68,11 +74,15 @@ impl SessionTree {
         let timeout = config.shutdown_timeout;
         let root_id = config.id.clone();
         let fail_log = log.clone();
+        let (escalated_tx, escalated) = watch::channel(None);
         let args = SupervisorArgs {
             config,
             events: Some(log.sender()),
             escalation: Arc::clone(&escalation),
-            on_escalate: Some(Arc::new(move |why: &str| fail_log.fail_closed(why))),
+            on_escalate: Some(Arc::new(move |why: &str| {
+                end_escalated(&fail_log, why);
+                let _ = escalated_tx.send(Some(why.to_string()));
+            })),
         };
         let (supervisor, join) =
             Actor::spawn(None, Supervisor, args)
@@ -102,6 +112,7 @@ impl SessionTree {
             drain: drain.clone(),
             log: log.clone(),
             escalation,
+            escalated,
             timeout,
         };
         let spec = drain_spec(DrainArgs {
@@ -138,6 +149,24 @@ impl SessionTree {
         self.escalation.lock().clone()
     }
 
+    /// Resolves with the reason once the tree escalated (never otherwise).
+    pub async fn escalated(&self) -> String {
+        let mut rx = self.escalated.clone();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The root supervisor's logical address.
+    pub fn supervisor_address(&self) -> &Address<SupervisorMsg> {
+        &self.supervisor_address
+    }
+
     /// Adds a child to the root supervisor.
     pub async fn start_child(&self, spec: ChildSpec) -> Result<(), SessionTreeError> {
         let what = spec.id.clone();
@@ -169,29 +198,45 @@ impl SessionTree {
     /// the log is complete on disk.
     pub async fn shutdown(self) -> Result<(), SessionTreeError> {
         let timeout = self.timeout * 2;
-        let alive = matches!(
-            self.supervisor.get_status(),
-            ractor::ActorStatus::Running | ractor::ActorStatus::Upgrading
-        );
+        let alive = self.escalation().is_none()
+            && matches!(
+                self.supervisor.get_status(),
+                ractor::ActorStatus::Running | ractor::ActorStatus::Upgrading
+            );
+        let name = self.supervisor_address.name().to_string();
         let stopped = if alive {
-            self.supervisor_address
-                .call(SupervisorMsg::Shutdown, timeout)
+            // One call, no retries: a supervisor that dies meanwhile is
+            // stopped, which is what we want.
+            match self
+                .supervisor
+                .call(SupervisorMsg::Shutdown, Some(timeout))
                 .await
+            {
+                Ok(ractor::rpc::CallResult::Success(())) => Ok(()),
+                Ok(ractor::rpc::CallResult::Timeout) => Err(AddressError::Timeout(name, timeout)),
+                Ok(ractor::rpc::CallResult::SenderError) | Err(_) => {
+                    Err(AddressError::Dropped(name))
+                }
+            }
         } else {
-            Err(AddressError::NotRunning(
-                self.supervisor_address.name().to_string(),
-            ))
+            Err(AddressError::NotRunning(name))
         };
         let _ = tokio::time::timeout(timeout, self.join).await;
         if let Err(e) = &stopped {
             tracing::warn!(error = %e, "supervisor did not shut down cleanly");
         }
         // Whatever happened to the tree, make a last attempt to put every
-        // accepted event on disk.
+        // accepted event on disk: a writer left running by a killed drain
+        // finishes once the log is closed; otherwise start one.
         if !self.log.progress().borrow().finished {
             self.log.close();
-            if let Ok(writer) = self.log.start_writer(|_| {}) {
-                let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+            match self.log.start_writer(|_| {}) {
+                Ok(writer) => {
+                    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+                }
+                Err(_) => {
+                    let _ = self.log.wait_finished(timeout).await;
+                }
             }
         }
         if let Some(why) = self.escalation.lock().clone() {
@@ -242,5 +287,40 @@ pub fn drain_spec(args: DrainArgs) -> ChildSpec {
             }
             .boxed()
         })),
+    }
+}
+
+/// The tree gave up: fail the session closed and record how it ended, with
+/// the reason (which names the agent) and the usage the log shows.
+fn end_escalated(log: &SessionLog, why: &str) {
+    let manifest = log.manifest();
+    let (mut usage, mut turns) = (Usage::default(), 0u32);
+    if let Ok(reader) = EventReader::open(log.events_path()) {
+        for (_, ev) in reader.flatten() {
+            match ev.event {
+                ThreadEvent::TurnCompleted(t) => usage.add(&t.usage),
+                ThreadEvent::TurnStarted(_) => turns += 1,
+                _ => {}
+            }
+        }
+    }
+    let tx = log.sender();
+    let _ = tx.emit(&ThreadEvent::Error(ErrorEvent {
+        message: format!("session failed: {why}"),
+    }));
+    log.fail_closed(why);
+    let done = ThreadEvent::ThreadCompleted(ThreadCompletedEvent {
+        thread_id: manifest.root_thread_id,
+        session_id: manifest.session_id,
+        subtype: CompletionSubtype::ErrorDuringExecution,
+        outcome_code: "escalated".into(),
+        result: None,
+        stop_reason: None,
+        usage,
+        total_cost_usd: None,
+        num_turns: turns,
+    });
+    if let Err(e) = tx.emit(&done) {
+        tracing::error!(error = %e, "could not record the escalated session's end");
     }
 }

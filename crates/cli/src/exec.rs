@@ -1,21 +1,26 @@
-//! `troupe exec`: one agent, one task, from the command line.
+//! `troupe exec`: one agent, one task, from the command line, run as the
+//! root agent of a supervised session tree.
 
-use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio_util::sync::CancellationToken;
-use troupe_actors::{SessionTree, SupervisorConfig};
+use serde::{Deserialize, Serialize};
+use troupe_actors::agent::{AgentEnv, SubagentLimits};
+use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
-use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink};
+use troupe_runtime::agent::Fallback;
 use troupe_runtime::config::{Config, ConfigOverrides};
+use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::HookRunner;
 use troupe_runtime::provider::{ModelClient, ProviderClient};
-use troupe_runtime::store::{ExportFormat, JsonlFileExporter, SessionStore, WriterExporter};
-use troupe_runtime::tools::{ToolContext, ToolRegistry};
+use troupe_runtime::store::{
+    ExportFormat, JsonlFileExporter, SessionLog, SessionStore, WriterExporter,
+};
+use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::{Script, ScriptedServer};
 
 use crate::render::HumanRenderer;
@@ -59,59 +64,82 @@ pub struct ExecArgs {
 
 const SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
 Use the tools to read files, search, edit and run commands; verify your changes by running the \
-tests. When the task is done, answer with a short summary and call no tool.";
+tests. You may split self-contained parts of a long task across subagents with spawn_subagent. \
+When the task is done, answer with a short summary and call no tool.";
+
+/// What a session records about how it was started, so
+/// `troupe sessions resume` continues with the same settings (never a key).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionSettings {
+    /// Provider kind or table name.
+    pub provider: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The model was pinned by a flag.
+    pub model_pinned: bool,
+    /// Base URL given by flag (or the offline server's).
+    pub base_url: Option<String>,
+    /// Turn limit given by flag.
+    pub max_turns: Option<u32>,
+    /// Budget given by flag.
+    pub max_budget_usd: Option<f64>,
+    /// The offline script, if the run was offline.
+    pub script: Option<PathBuf>,
+    /// The task.
+    pub task: String,
+}
+
+/// The settings file in a session directory.
+pub const SETTINGS_FILE: &str = "settings.json";
+/// The pid file of the process writing a session.
+pub const PID_FILE: &str = "writer.pid";
 
 pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(&args.prompt)?;
-    let workspace = std::fs::canonicalize(&args.workspace).map_err(|e| {
+    let workspace = canonical_workspace(&args.workspace)?;
+    let script =
+        match &args.script {
+            Some(path) => Some(std::fs::canonicalize(path).map_err(|e| {
+                Failure::bad_input(anyhow::anyhow!("script {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+    let settings = SessionSettings {
+        provider: args.provider.clone(),
+        model: args.model.clone(),
+        model_pinned: args.model.is_some(),
+        base_url: args.base_url.clone(),
+        max_turns: args.max_turns,
+        max_budget_usd: args.max_budget_usd,
+        script,
+        task: prompt,
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let session = Session::prepare(&workspace, &settings, args.events.clone()).await?;
+        let store = SessionStore::for_workspace(&workspace);
+        let id = SessionStore::new_session_id();
+        let log = store.create(&id, &id, session.config.log_config())?;
+        troupe_runtime::fsutil::write_atomic(
+            &log.dir().join(SETTINGS_FILE),
+            &serde_json::to_vec_pretty(&settings)?,
+        )?;
+        if let Err(e) = store.apply_retention(session.config.retention(), Some(&id)) {
+            tracing::warn!(error = %e, "session retention failed");
+        }
+        session
+            .run(log, &id, settings.task.clone(), false, args.json)
+            .await
+    })
+}
+
+pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
+    std::fs::canonicalize(dir).map_err(|e| {
         Failure::bad_input(anyhow::anyhow!(
             "workspace {} is not a directory: {e}",
-            args.workspace.display()
+            dir.display()
         ))
-    })?;
-    let script = match &args.script {
-        Some(path) => Some(Script::from_path(path).map_err(Failure::bad_input)?),
-        None => None,
-    };
-    let mut config = Config::load(&workspace).map_err(Failure::bad_input)?;
-    let rt = tokio::runtime::Runtime::new()?;
-    // Offline: the scripted model server, in-process, on 127.0.0.1.
-    let server = match script {
-        Some(script) => Some(
-            rt.block_on(ScriptedServer::start(script))
-                .map_err(anyhow::Error::from)?,
-        ),
-        None => None,
-    };
-    let (provider, base_url, model) = match &server {
-        Some(server) => (
-            Some("openai".to_string()),
-            Some(server.openai_base_url()),
-            Some(args.model.clone().unwrap_or_else(|| "scripted".into())),
-        ),
-        None => (
-            args.provider.clone(),
-            args.base_url.clone(),
-            args.model.clone(),
-        ),
-    };
-    config
-        .apply(&ConfigOverrides {
-            provider,
-            model,
-            base_url,
-            max_turns: args.max_turns,
-            max_budget_usd: args.max_budget_usd,
-            events_path: args.events.clone(),
-            auto_upgrade: None,
-        })
-        .map_err(Failure::bad_input)?;
-    let offline = server.is_some();
-    let code = rt.block_on(exec(config, workspace, prompt, args.json, offline));
-    if let Some(server) = server {
-        rt.block_on(server.shutdown());
-    }
-    code
+    })
 }
 
 fn read_prompt(arg: &str) -> Result<String, Failure> {
@@ -139,119 +167,228 @@ fn client(
     Ok(Arc::new(c))
 }
 
-async fn exec(
+/// Everything a run needs before its session exists.
+pub struct Session {
     config: Config,
     workspace: PathBuf,
-    prompt: String,
-    json: bool,
+    events: Option<PathBuf>,
+    server: Option<ScriptedServer>,
     offline: bool,
-) -> Result<u8, Failure> {
-    let mut primary = config.provider_config().map_err(Failure::bad_input)?;
-    if offline {
-        // The scripted server never gets a hosted provider's key.
-        primary = primary.without_key();
-    }
-    let provider_label = format!("{}/{}", config.agent.provider, config.model());
-    let fallback = match (
+}
+
+impl Session {
+    /// Loads the configuration and applies the settings (starting the
+    /// scripted server for an offline run).
+    pub async fn prepare(
+        workspace: &Path,
+        s: &SessionSettings,
+        events: Option<PathBuf>,
+    ) -> Result<Session, Failure> {
+        let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
+        let server = match &s.script {
+            Some(path) => {
+                let script = Script::from_path(path).map_err(Failure::bad_input)?;
+                Some(
+                    ScriptedServer::start(script)
+                        .await
+                        .map_err(anyhow::Error::from)?,
+                )
+            }
+            None => None,
+        };
+        let (provider, base_url, model) = match &server {
+            Some(server) => (
+                Some("openai".to_string()),
+                Some(server.openai_base_url()),
+                Some(s.model.clone().unwrap_or_else(|| "scripted".into())),
+            ),
+            None => (s.provider.clone(), s.base_url.clone(), s.model.clone()),
+        };
+        config
+            .apply(&ConfigOverrides {
+                provider,
+                model,
+                base_url,
+                max_turns: s.max_turns,
+                max_budget_usd: s.max_budget_usd,
+                events_path: events.clone(),
+                auto_upgrade: None,
+            })
+            .map_err(Failure::bad_input)?;
+        // Refuse bad provider settings before a session exists.
+        config.provider_config().map_err(Failure::bad_input)?;
         config
             .fallback_provider_config()
-            .map_err(Failure::bad_input)?,
-        config.fallback_model(),
-    ) {
-        (Some(fb), Some(model)) => {
-            let label = format!(
-                "{}/{model}",
-                config
+            .map_err(Failure::bad_input)?;
+        Ok(Session {
+            config,
+            workspace: workspace.to_path_buf(),
+            events,
+            offline: server.is_some(),
+            server,
+        })
+    }
+
+    fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
+        let config = &self.config;
+        let mut primary = config.provider_config().map_err(Failure::bad_input)?;
+        if self.offline {
+            // The scripted server never gets a hosted provider's key.
+            primary = primary.without_key();
+        }
+        let fallback = match (
+            config
+                .fallback_provider_config()
+                .map_err(Failure::bad_input)?,
+            config.fallback_model(),
+        ) {
+            (Some(fb), Some(model)) => {
+                let kind = config
                     .agent
                     .fallback
                     .as_ref()
-                    .map_or("fallback", |f| f.provider.as_str())
-            );
-            Some(Fallback {
-                client: client(fb)?,
-                model,
-                label,
-            })
-        }
-        _ => None,
-    };
-    let primary = client(primary)?;
-
-    let store = SessionStore::for_workspace(&workspace);
-    let session_id = SessionStore::new_session_id();
-    let log = store.create(&session_id, &session_id, config.log_config())?;
-    if json {
-        log.add_exporter(Box::new(WriterExporter::new(
-            "stdout",
-            std::io::stdout(),
-            ExportFormat::Bare,
-        )));
-    } else {
-        log.add_exporter(Box::new(HumanRenderer::new(std::io::stdout())));
-    }
-    if let Some(path) = config.event_log_path() {
-        let exporter = JsonlFileExporter::open(&path, ExportFormat::Bare).map_err(|e| {
-            Failure::bad_input(anyhow::anyhow!(
-                "cannot open --events {}: {e}",
-                path.display()
-            ))
-        })?;
-        log.add_exporter(Box::new(exporter));
-    }
-    if let Err(e) = store.apply_retention(config.retention(), Some(&session_id)) {
-        tracing::warn!(error = %e, "session retention failed");
-    }
-    let tree = SessionTree::start(log.clone(), SupervisorConfig::default()).await?;
-
-    let cancel = CancellationToken::new();
-    watch_ctrl_c(cancel.clone());
-    let mut tools = ToolRegistry::builtin_with(config.exec_config());
-    tools.set_policy(config.permission_policy());
-    let ctx = ToolContext {
-        workspace: workspace.clone(),
-        spool_dir: Some(log.dir().join("derived")),
-        cancel: cancel.clone(),
-    };
-    let agent_config = AgentConfig {
-        thread_id: session_id.clone(),
-        session_id: session_id.clone(),
-        agent_id: None,
-        model: config.model(),
-        provider_label,
-        system_prompt: Some(
-            config
+                    .map_or("fallback", |f| f.provider.as_str());
+                Some(Fallback {
+                    client: client(fb)?,
+                    label: format!("{kind}/{model}"),
+                    model,
+                })
+            }
+            _ => None,
+        };
+        let mut tools = ToolRegistry::builtin_with(config.exec_config());
+        tools.set_policy(config.permission_policy());
+        let hooks = HookRunner::new(config.hooks(), &self.workspace)
+            .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
+        Ok(AgentEnv {
+            log: log.clone(),
+            session_id: id.to_string(),
+            workspace: self.workspace.clone(),
+            client: client(primary)?,
+            fallback,
+            model: config.model(),
+            model_pinned: config.model_pinned,
+            provider_label: format!("{}/{}", config.agent.provider, config.model()),
+            system_prompt: config
                 .agent
                 .system_prompt
                 .clone()
                 .unwrap_or_else(|| SYSTEM_PROMPT.into()),
-        ),
-        max_turns: config.agent.max_turns,
-        max_parallel_tools: config.agent.max_parallel_tools,
-        max_budget_usd: config.agent.harness.max_budget_usd,
-        fallback,
-        model_pinned: config.model_pinned,
-    };
-    let hooks = HookRunner::new(config.hooks(), &workspace)
-        .with_session(session_id.clone(), Some(log.events_path().to_path_buf()));
-    let sink = Arc::new(LogSink::new(log.clone(), Duration::from_secs(30)));
-    let mut agent = AgentLoop::new(
-        agent_config,
-        primary,
-        Arc::new(tools),
-        Arc::new(config.model_catalog()),
-        sink,
-        ctx,
-    )
-    .with_hooks(Arc::new(hooks));
-    agent.start(&prompt).await;
-    let done = agent.run().await;
-    // thread.completed is emitted; now the exporters finish and the log
-    // drains and syncs. Only then is the outcome reported.
-    tree.shutdown().await?;
-    if !json {
-        summary(&done, &log.dir().display().to_string())?;
+            max_turns: config.agent.max_turns,
+            max_parallel_tools: config.agent.max_parallel_tools,
+            max_budget_usd: config.agent.harness.max_budget_usd,
+            catalog: Arc::new(config.model_catalog()),
+            tools,
+            hooks: Some(Arc::new(hooks)),
+            limits: SubagentLimits::default(),
+            call_timeout: Duration::from_secs(30),
+            supervisor: tree.supervisor_address().clone(),
+            context: ContextSettings::from_config(
+                config,
+                &self.workspace,
+                Some(log.dir().join("derived")),
+            ),
+        })
     }
-    Ok(exit_code(done.subtype))
+
+    /// Opens session `id` for running: exporters (stdout human or JSON,
+    /// `--events`), the pid file, the supervised tree with its drain, and
+    /// the agents' environment.
+    pub async fn open(self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
+        if json {
+            log.add_exporter(Box::new(WriterExporter::new(
+                "stdout",
+                std::io::stdout(),
+                ExportFormat::Bare,
+            )));
+        } else {
+            log.add_exporter(Box::new(HumanRenderer::new(std::io::stdout())));
+        }
+        if let Some(path) = self.config.event_log_path().or(self.events.clone()) {
+            let exporter = JsonlFileExporter::open(&path, ExportFormat::Bare).map_err(|e| {
+                Failure::bad_input(anyhow::anyhow!(
+                    "cannot open --events {}: {e}",
+                    path.display()
+                ))
+            })?;
+            log.add_exporter(Box::new(exporter));
+        }
+        let pid_file = log.dir().join(PID_FILE);
+        std::fs::write(&pid_file, std::process::id().to_string())?;
+        let tree = SessionTree::start(log.clone(), SupervisorConfig::default()).await?;
+        let env = Arc::new(self.env(&log, id, &tree)?);
+        Ok(Open {
+            tree,
+            env,
+            log,
+            pid_file,
+            server: self.server,
+            config: self.config,
+        })
+    }
+
+    /// Runs the root agent of session `id` (fresh, or resumed from its
+    /// log) under a supervised tree, drains the log, prints the summary and
+    /// returns the exit code.
+    pub async fn run(
+        self,
+        log: SessionLog,
+        id: &str,
+        task: String,
+        resume: bool,
+        json: bool,
+    ) -> Result<u8, Failure> {
+        let open = self.open(log, id, json).await?;
+        let timeout = open.env.call_timeout;
+        let root = start_root(&open.tree, Arc::clone(&open.env), task, resume).await?;
+        watch_ctrl_c(root.address.clone(), timeout);
+        let end = root.wait(&open.tree).await;
+        let dir = open.log.dir().display().to_string();
+        // thread.completed is emitted; now the exporters finish and the log
+        // drains and syncs. Only then is the outcome reported.
+        let shutdown = open.close().await;
+        let code = match &end {
+            RunEnd::Finished(o) => {
+                shutdown?;
+                if !json {
+                    summary(&o.completed, &dir)?;
+                }
+                exit_code(o.completed.subtype)
+            }
+            RunEnd::Escalated(why) => {
+                eprintln!("troupe: session failed: {why}");
+                exit::ERROR
+            }
+        };
+        Ok(code)
+    }
+}
+
+/// A session open for running.
+pub struct Open {
+    /// The supervised tree.
+    pub tree: SessionTree,
+    /// The agents' environment.
+    pub env: Arc<AgentEnv>,
+    /// The session log.
+    pub log: SessionLog,
+    pid_file: PathBuf,
+    server: Option<ScriptedServer>,
+    /// The configuration in force.
+    pub config: Config,
+}
+
+impl Open {
+    /// Shuts the tree down (the log drains and syncs), removes the pid
+    /// file, stops the offline server.
+    pub async fn close(self) -> Result<(), troupe_actors::SessionTreeError> {
+        let shutdown = self.tree.shutdown().await;
+        let _ = std::fs::remove_file(&self.pid_file);
+        if let Some(server) = self.server {
+            server.shutdown().await;
+        }
+        shutdown
+    }
 }
 
 fn exit_code(subtype: CompletionSubtype) -> u8 {
@@ -281,18 +418,19 @@ fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
     writeln!(out, "session: {session}")
 }
 
-/// The first Ctrl-C cancels cleanly; a second exits at once with 130.
-fn watch_ctrl_c(cancel: CancellationToken) {
+/// The first Ctrl-C aborts the root agent cleanly; a second exits at once
+/// with 130.
+fn watch_ctrl_c(root: troupe_actors::Address<troupe_actors::AgentMsg>, timeout: Duration) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_err() {
             return;
         }
-        cancel.cancel();
-        if std::io::stderr().is_terminal() {
-            eprintln!("\ncancelling… (Ctrl-C again to exit now)");
-        }
-        if tokio::signal::ctrl_c().await.is_ok() {
-            std::process::exit(i32::from(exit::CANCELLED));
-        }
+        eprintln!("\ncancelling… (Ctrl-C again to exit now)");
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(exit::CANCELLED));
+            }
+        });
+        RootRun::abort(&root, timeout).await;
     });
 }

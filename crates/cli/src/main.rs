@@ -4,7 +4,9 @@
 
 mod exec;
 mod mock_llm;
+mod pipeline_cmd;
 mod render;
+mod resume;
 mod sessions;
 
 use std::net::SocketAddr;
@@ -40,6 +42,12 @@ enum Command {
     /// Run one agent on a task, offline against the scripted model server
     /// or against a real provider.
     Exec(exec::ExecArgs),
+    /// Run a proposer/verifier pipeline (docs/pipeline.md) in a git
+    /// repository.
+    Run(pipeline_cmd::RunArgs),
+    /// The main job, offline: a supervised proposer fixes a failing test in
+    /// its own worktree, a read-only verifier approves, the change merges.
+    Demo(pipeline_cmd::DemoArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -107,7 +115,9 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Exec(args) => exec::run(args),
-        Command::Sessions(args) => sessions::run(args).map(|()| exit::OK),
+        Command::Run(args) => pipeline_cmd::run(args),
+        Command::Demo(args) => pipeline_cmd::demo(args),
+        Command::Sessions(args) => sessions::run(args),
         Command::Schema => {
             print!("{}", troupe_protocol::events_json_schema());
             Ok(exit::OK)

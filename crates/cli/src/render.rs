@@ -39,7 +39,10 @@ impl<W: Write + Send> HumanRenderer<W> {
         match event {
             ThreadEvent::ItemUpdated(e) | ThreadEvent::ItemCompleted(e) => {
                 if let ItemDetails::AgentMessage(m) = &e.item.details {
-                    let done = self.printed.entry(e.item.id.clone()).or_insert(0);
+                    // Item ids are unique within a thread; agents share the
+                    // stream, so key by agent too.
+                    let key = format!("{}\u{0}{}", e.agent_id.as_deref().unwrap_or(""), e.item.id);
+                    let done = self.printed.entry(key).or_insert(0);
                     if let Some(new) = m.text.get(*done..).filter(|s| !s.is_empty()) {
                         write!(self.out, "{new}")?;
                         self.open_line = !new.ends_with('\n');

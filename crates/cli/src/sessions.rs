@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
-use troupe_runtime::store::{Manifest, RetentionPolicy, SessionStore, StoreError};
+use troupe_runtime::store::{
+    AgentRow, Manifest, RetentionPolicy, SessionStore, StoreError, agent_tree,
+};
 
 use crate::Failure;
 
@@ -37,6 +39,31 @@ enum SessionsCommand {
         /// The session id.
         id: String,
     },
+    /// Continue a session whose process died (its manifest is still
+    /// active), with the settings it recorded.
+    Resume {
+        /// The session id.
+        id: String,
+    },
+    /// Compact a stored session: archive its full history under
+    /// `derived/`, write the compacted history beside it (summary envelope,
+    /// last user/assistant pair, continuity tail) and append a
+    /// `thread.compact_boundary` (trigger manual) to its log.
+    Compact {
+        /// The session id.
+        id: String,
+        /// Continuity tail to keep verbatim, in estimated tokens (besides
+        /// the last user/assistant pair).
+        #[arg(long, default_value_t = 0)]
+        tail_tokens: u64,
+    },
+    /// Fork a session: a new session that starts from the minimal resume
+    /// artifact of this one (summary envelope and its user messages, no
+    /// continuity tail), continued with `troupe sessions resume NEW_ID`.
+    Fork {
+        /// The session id.
+        id: String,
+    },
     /// Print the conversation rebuilt from a session's events.
     Transcript {
         /// The session id.
@@ -60,7 +87,16 @@ fn store_err(e: StoreError) -> Failure {
     }
 }
 
-pub fn run(args: SessionsArgs) -> Result<(), Failure> {
+pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
+    if let SessionsCommand::Resume { id } = &args.command {
+        return crate::resume::run(&args.workspace, id, args.json);
+    }
+    if let SessionsCommand::Compact { id, tail_tokens } = &args.command {
+        return context_cmd::compact(&args.workspace, id, *tail_tokens, args.json);
+    }
+    if let SessionsCommand::Fork { id } = &args.command {
+        return context_cmd::fork(&args.workspace, id, args.json);
+    }
     let store = SessionStore::for_workspace(&args.workspace);
     let mut out = std::io::stdout().lock();
     match args.command {
@@ -95,15 +131,20 @@ pub fn run(args: SessionsArgs) -> Result<(), Failure> {
         }
         SessionsCommand::Show { id } => {
             let m = store.manifest(&id).map_err(store_err)?;
-            let last = store
+            let events: Vec<ThreadEvent> = store
                 .events(&id)
                 .map_err(store_err)?
                 .filter_map(Result::ok)
-                .last()
-                .map(|(_, ev)| ev.event);
+                .map(|(_, ev)| ev.event)
+                .collect();
+            let last = events.last().cloned();
+            let tree = agent_tree(events.into_iter());
+            let cost = total_cost(&tree);
             if args.json {
                 let mut v = manifest_json(&m);
                 v["last_event"] = serde_json::to_value(&last)?;
+                v["agents"] = serde_json::to_value(&tree)?;
+                v["total_cost_usd"] = serde_json::to_value(cost)?;
                 writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "session  {}", m.session_id)?;
@@ -113,6 +154,10 @@ pub fn run(args: SessionsArgs) -> Result<(), Failure> {
                 }
                 writeln!(out, "turns    {}", m.turn_count)?;
                 writeln!(out, "events   {}", m.event_count)?;
+                match cost {
+                    Some(c) => writeln!(out, "cost     ${c:.4}")?,
+                    None => writeln!(out, "cost     unknown")?,
+                }
                 writeln!(out, "created  {}", m.created_at)?;
                 writeln!(out, "updated  {}", m.updated_at)?;
                 writeln!(
@@ -122,6 +167,26 @@ pub fn run(args: SessionsArgs) -> Result<(), Failure> {
                 )?;
                 if let Some(ev) = last {
                     writeln!(out, "last     {}", ev.type_name())?;
+                }
+                writeln!(out, "agents")?;
+                for r in &tree {
+                    let depth = r.agent_id.matches('/').count();
+                    let cost = r.cost_usd.map(|c| format!(" ${c:.4}")).unwrap_or_default();
+                    let restarts = if r.restarts > 0 {
+                        format!(" restarts {}", r.restarts)
+                    } else {
+                        String::new()
+                    };
+                    writeln!(
+                        out,
+                        "  {}{} [{}] turns {} tokens {}{cost}{restarts} — {}",
+                        "  ".repeat(depth),
+                        r.agent_id,
+                        r.role,
+                        r.turns,
+                        r.usage.total_tokens(),
+                        r.state
+                    )?;
                 }
             }
         }
@@ -136,6 +201,9 @@ pub fn run(args: SessionsArgs) -> Result<(), Failure> {
                 }
             }
         }
+        SessionsCommand::Resume { .. }
+        | SessionsCommand::Compact { .. }
+        | SessionsCommand::Fork { .. } => {}
         SessionsCommand::Transcript { id } => {
             let t = store.transcript(&id).map_err(store_err)?;
             write!(out, "{}", t.render())?;
@@ -160,9 +228,156 @@ pub fn run(args: SessionsArgs) -> Result<(), Failure> {
             }
         }
     }
-    Ok(())
+    Ok(crate::exit::OK)
 }
 
 fn manifest_json(m: &Manifest) -> serde_json::Value {
     serde_json::to_value(m).unwrap_or_default()
+}
+
+/// `troupe sessions compact` and `troupe sessions fork` (docs/context.md).
+mod context_cmd {
+    use std::io::Write;
+    use std::path::Path;
+
+    use troupe_protocol::{
+        ItemDetails, ItemEvent, ThreadEvent, ThreadItem, ThreadStartedEvent, UserMessageItem,
+    };
+    use troupe_runtime::config::Config;
+    use troupe_runtime::context::ContextSettings;
+    use troupe_runtime::context::history::{ForkArtifact, compact_stored, stored_messages};
+    use troupe_runtime::context::summary::read_memory;
+    use troupe_runtime::hooks::{HookEvent, HookRunner};
+    use troupe_runtime::store::{SessionLog, SessionStatus, SessionStore};
+
+    use super::store_err;
+    use crate::{Failure, exit};
+
+    /// Emits `events` into `log` with a writer of its own, then drains it.
+    fn append(log: &SessionLog, events: &[ThreadEvent]) -> Result<(), Failure> {
+        let writer = log.start_writer(|_| {})?;
+        for e in events {
+            log.sender().emit(e)?;
+        }
+        log.close();
+        writer.join()?;
+        Ok(())
+    }
+
+    pub fn compact(ws: &Path, id: &str, tail_tokens: u64, json: bool) -> Result<u8, Failure> {
+        let store = SessionStore::for_workspace(ws);
+        let manifest = store.manifest(id).map_err(store_err)?;
+        if manifest.status == SessionStatus::Active {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} is still active; compact it once it has ended (or resume it first)"
+            )));
+        }
+        let config = Config::load(ws).map_err(Failure::bad_input)?;
+        let dir = store.session_dir(id).map_err(store_err)?;
+        let settings = ContextSettings {
+            continuity_tail_tokens: tail_tokens,
+            ..ContextSettings::from_config(&config, ws, Some(dir.join("derived")))
+        };
+        let window = config
+            .model_catalog()
+            .get(&config.model())
+            .and_then(|i| i.context_window);
+        let mut out = std::io::stdout().lock();
+        let Some(c) = compact_stored(&dir, &manifest.root_thread_id, &settings, window)? else {
+            writeln!(out, "nothing to compact in session {id}")?;
+            return Ok(exit::OK);
+        };
+        let hooks =
+            HookRunner::new(config.hooks(), ws).with_session(id, Some(dir.join("events.jsonl")));
+        tokio::runtime::Runtime::new()?.block_on(hooks.run(HookEvent::PreCompact {
+            trigger: "manual".into(),
+            mode: "local".into(),
+            original_message_count: c.event.original_message_count,
+            compacted_message_count: c.event.compacted_message_count,
+            history_artifact_path: c.event.history_artifact_path.clone(),
+        }));
+        let (log, _) = store.reopen(id, config.log_config()).map_err(store_err)?;
+        let event = ThreadEvent::CompactBoundary(c.event.clone());
+        append(&log, std::slice::from_ref(&event))?;
+        if json {
+            writeln!(out, "{}", serde_json::to_string(&event)?)?;
+        } else {
+            writeln!(
+                out,
+                "compacted session {id}: {} messages -> {}",
+                c.event.original_message_count, c.event.compacted_message_count
+            )?;
+            if let Some(p) = &c.event.history_artifact_path {
+                writeln!(out, "archive    {p}")?;
+            }
+            writeln!(out, "compacted  {}", c.compacted_path)?;
+        }
+        Ok(exit::OK)
+    }
+
+    pub fn fork(ws: &Path, id: &str, json: bool) -> Result<u8, Failure> {
+        let store = SessionStore::for_workspace(ws);
+        store.manifest(id).map_err(store_err)?;
+        let config = Config::load(ws).map_err(Failure::bad_input)?;
+        let source = store.session_dir(id).map_err(store_err)?;
+        let messages = stored_messages(&source)?;
+        let artifact = ForkArtifact::build(id, &messages, read_memory(ws).as_deref());
+        let new_id = SessionStore::new_session_id();
+        let log = store
+            .create(&new_id, &new_id, config.log_config())
+            .map_err(store_err)?;
+        let artifact_path = log.dir().join("derived").join("fork.json");
+        troupe_runtime::fsutil::write_atomic(
+            &artifact_path,
+            &serde_json::to_vec_pretty(&artifact)?,
+        )?;
+        // The forked session resumes with the settings of its source.
+        let settings = source.join("settings.json");
+        if settings.is_file() {
+            std::fs::copy(&settings, log.dir().join("settings.json"))?;
+        }
+        let mut events = vec![ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: new_id.clone(),
+            session_id: Some(new_id.clone()),
+            agent_id: None,
+        })];
+        for (i, m) in artifact.messages().into_iter().enumerate() {
+            if let troupe_runtime::provider::Message::User { content } = m {
+                events.push(ThreadEvent::ItemCompleted(ItemEvent {
+                    item: ThreadItem {
+                        id: format!("item_{}", i + 1),
+                        details: ItemDetails::UserMessage(UserMessageItem {
+                            text: content,
+                            intent_id: None,
+                        }),
+                    },
+                    agent_id: None,
+                }));
+            }
+        }
+        append(&log, &events)?;
+        let mut out = std::io::stdout().lock();
+        let shown = artifact_path
+            .strip_prefix(ws)
+            .unwrap_or(&artifact_path)
+            .display()
+            .to_string();
+        if json {
+            let v = serde_json::json!({"source": id, "session_id": new_id, "artifact": shown});
+            writeln!(out, "{v}")?;
+        } else {
+            writeln!(out, "forked session {id} into {new_id}")?;
+            writeln!(out, "artifact {shown}")?;
+        }
+        Ok(exit::OK)
+    }
+}
+
+/// The tree's cost: the sum over agents with a thread, `None` when any of
+/// them is unknown.
+fn total_cost(tree: &[AgentRow]) -> Option<f64> {
+    tree.iter()
+        .filter(|r| r.turns > 0)
+        .map(|r| r.cost_usd)
+        .sum::<Option<f64>>()
 }

@@ -60,6 +60,10 @@ pub enum ThreadEvent {
     /// from orientation context only.
     #[serde(rename = "context.reset")]
     ContextReset(ContextResetEvent),
+    /// The projected context crossed 75 % of the model's window and the
+    /// loop moved to a model with a larger window. Nothing was discarded.
+    #[serde(rename = "context.routed")]
+    ContextRouted(ContextRoutedEvent),
     /// An actor of the session's tree started.
     #[serde(rename = "agent.started")]
     AgentStarted(AgentStartedEvent),
@@ -93,6 +97,7 @@ impl ThreadEvent {
             ThreadEvent::Error(_) => "error",
             ThreadEvent::CompactBoundary(_) => "thread.compact_boundary",
             ThreadEvent::ContextReset(_) => "context.reset",
+            ThreadEvent::ContextRouted(_) => "context.routed",
             ThreadEvent::AgentStarted(_) => "agent.started",
             ThreadEvent::AgentRestarted(_) => "agent.restarted",
             ThreadEvent::AgentStopped(_) => "agent.stopped",
@@ -102,7 +107,7 @@ impl ThreadEvent {
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 14] = [
+    pub const KNOWN_TYPES: [&'static str; 15] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -113,6 +118,7 @@ impl ThreadEvent {
         "error",
         "thread.compact_boundary",
         "context.reset",
+        "context.routed",
         "agent.started",
         "agent.restarted",
         "agent.stopped",
@@ -253,6 +259,22 @@ pub struct ContextResetEvent {
     pub previous_context_usage_percent: Option<f64>,
     /// Whether per-segment tool budgets were reset.
     pub tool_budget_reset: bool,
+}
+
+/// `context.routed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ContextRoutedEvent {
+    /// The model called until now.
+    pub from_model: String,
+    /// The model called from the next request on.
+    pub to_model: String,
+    /// The projected size of the next request, in tokens.
+    pub projected_tokens: u64,
+    /// The window of `from_model` whose 75 % was crossed, in tokens.
+    pub window: u64,
+    /// The window of `to_model`, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_window: Option<u64>,
 }
 
 /// The part an actor plays in the session's tree.

@@ -15,7 +15,14 @@
 //!   `.vtcode/sessions/<session_id>/`: the dispatch gate, the bounded
 //!   hand-off to a blocking group-commit writer, the manifest, torn-line
 //!   recovery, retention and readers.
+//! - [`verifier`]: the read-only verifier's engine: a review of one
+//!   proposal with read-only tools and Landlock-sandboxed commands, ending
+//!   in a schema-validated `submit_verdict`.
+//! - [`context`]: context management: token accounting, routing at 75 %,
+//!   compaction at 90 %, request segments, recovery, context reset.
 //! - [`config`]: `troupe.toml`, with environment and flag overrides.
+//! - [`state`]: loop state under `.vtcode/state/`: steering queue, loop run
+//!   state, loop memory (notes, decisions, `remember`), budget tree.
 //! - [`hooks`]: lifecycle hooks (commands fed JSON on stdin).
 //! - [`fsutil`]: writes that must not tear.
 //!
@@ -24,8 +31,11 @@
 
 pub mod agent;
 pub mod config;
+pub mod context;
 pub mod fsutil;
 pub mod hooks;
 pub mod provider;
+pub mod state;
 pub mod store;
 pub mod tools;
+pub mod verifier;

@@ -44,5 +44,5 @@ pub use request::{
     RecordedMessage, RecordedRequest, RecordedToolCall, RecordedToolResult, Role, WireFormat,
 };
 pub use rule::Rule;
-pub use script::{CursorMode, MessageReply, Reply, Script, ToolCallSpec, Usage};
+pub use script::{CursorMode, MessageReply, Reply, Route, Script, ToolCallSpec, Usage};
 pub use server::ScriptedServer;

@@ -29,6 +29,24 @@ pub struct Script {
     /// Whether one cursor is shared by all requests or kept per conversation.
     #[serde(default)]
     pub cursor: CursorMode,
+    /// Conversations with their own replies, matched before `replies`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// Replies for the conversations whose system prompt or first user
+/// message contains `when`. Each matching conversation (keyed like
+/// [`CursorMode::PerConversation`]) replays `replies` from the start, so
+/// several agents talking to one server in parallel each get their own
+/// script, whatever order their requests arrive in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// A substring of the conversation's system prompt or first user
+    /// message; the first route that matches wins.
+    pub when: String,
+    /// The route's replies.
+    pub replies: Vec<Reply>,
 }
 
 /// How requests are mapped to positions in [`Script::replies`].
@@ -65,6 +83,16 @@ impl Script {
     /// Adds a rule that answers once the replies are used up.
     pub fn then_rule(mut self, rule: Rule) -> Script {
         self.rule = Some(rule);
+        self
+    }
+
+    /// Adds a route: conversations whose system prompt or first user
+    /// message contains `when` get `replies`, each from the start.
+    pub fn with_route(mut self, when: impl Into<String>, replies: Vec<Reply>) -> Script {
+        self.routes.push(Route {
+            when: when.into(),
+            replies,
+        });
         self
     }
 
@@ -128,6 +156,18 @@ impl Script {
         if let Some(rule) = &self.rule {
             rule.validate()
                 .map_err(|msg| TestkitError::InvalidScript(format!("rule: {msg}")))?;
+        }
+        for (r, route) in self.routes.iter().enumerate() {
+            if route.when.is_empty() {
+                return Err(TestkitError::InvalidScript(format!(
+                    "routes[{r}]: `when` is empty; give a substring of the system prompt or first user message"
+                )));
+            }
+            for (i, reply) in route.replies.iter().enumerate() {
+                reply.validate().map_err(|msg| {
+                    TestkitError::InvalidScript(format!("routes[{r}].replies[{i}]: {msg}"))
+                })?;
+            }
         }
         Ok(())
     }

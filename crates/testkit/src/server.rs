@@ -322,12 +322,30 @@ impl Shared {
         let found = request.violations();
         inner.violations.extend(found);
         inner.requests.push(request.clone());
-        let replies = &self.script.replies;
-        let position = match self.script.cursor {
-            CursorMode::Shared => &mut inner.cursor,
-            CursorMode::PerConversation => {
-                inner.cursors.entry(request.conversation_key()).or_insert(0)
+        let system = request.system.clone().unwrap_or_default();
+        let first = request.first_user_text().unwrap_or_default();
+        let route = self
+            .script
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| system.contains(&r.when) || first.contains(&r.when));
+        let (replies, position) = match (route, self.script.cursor) {
+            (Some((i, r)), _) => {
+                // Keyed by the first user message only: an agent whose system
+                // prompt changes between its turns (orientation, resume)
+                // stays one conversation.
+                let key = match request.header("x-troupe-conversation") {
+                    Some(h) => format!("route {i}\u{0}{h}"),
+                    None => format!("route {i}\u{0}{first}"),
+                };
+                (&r.replies, inner.cursors.entry(key).or_insert(0))
             }
+            (None, CursorMode::Shared) => (&self.script.replies, &mut inner.cursor),
+            (None, CursorMode::PerConversation) => (
+                &self.script.replies,
+                inner.cursors.entry(request.conversation_key()).or_insert(0),
+            ),
         };
         if let Some(reply) = replies.get(*position) {
             *position += 1;

@@ -1,1 +1,62 @@
-//! placeholder
+//! Git worktrees for troupe subagents, on libgit2 (git2): no git CLI needed.
+//!
+//! Each subagent writes in its own linked worktree of the workspace
+//! repository, on its own branch; a verifier reads its diff; the change is
+//! merged back into the parent's branch, or thrown away.
+//!
+//! ```text
+//! <workspace>/                       the parent (any branch, or detached)
+//!   .git/info/exclude                gets `/.vtcode/` if not ignored yet
+//!   .git/worktrees/<id>/             libgit2's admin entry + `troupe-base`
+//!   .vtcode/worktrees/<id>/          the worktree, on branch `troupe/<id>`
+//! ```
+//!
+//! # Layout
+//! - [`Workspace`] (`workspace.rs`): open the parent, create, find, list and
+//!   remove worktrees; [`Workspace::merge`] (`merge.rs`); [`Workspace::prune`]
+//!   (`prune.rs`).
+//!   `fastadd.rs` writes a new worktree's files from several threads when
+//!   the tree is plain (no attributes, submodules or filters).
+//! - [`Worktree`] (`worktree.rs`): path, branch, base, status, diff, commit.
+//! - [`resolve_in_worktree`] (`paths.rs`): confine a caller's path.
+//! - [`WorktreeError`] (`error.rs`): every refusal, with how to fix it.
+//! - [`init_repo_with_commit`], [`recent_commits`] (`repo.rs`): helpers for
+//!   callers that are not worktrees.
+//!
+//! ```no_run
+//! use troupe_worktree::{MergeOutcome, Workspace};
+//! # fn main() -> Result<(), troupe_worktree::WorktreeError> {
+//! let ws = Workspace::open("/path/to/repo")?;
+//! let wt = ws.create_worktree("fix-1")?;
+//! std::fs::write(wt.path().join("notes.txt"), "hello\n").ok();
+//! wt.commit("add notes")?;
+//! match ws.merge(&wt)? {
+//!     // Nothing in the parent changed; the worktree keeps its commits.
+//!     MergeOutcome::Conflict { paths } => assert!(!paths.is_empty()),
+//!     // UpToDate, FastForward { head } or Merged { commit }: done with it.
+//!     _ => ws.remove(&wt)?,
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! See docs/worktrees.md for merge semantics, refusals and pruning.
+
+mod admin;
+mod error;
+mod fastadd;
+mod id;
+mod merge;
+mod paths;
+mod prune;
+mod repo;
+mod workspace;
+mod worktree;
+
+pub use error::{Result, WorktreeError};
+pub use id::{BRANCH_PREFIX, validate_id};
+pub use merge::MergeOutcome;
+pub use paths::resolve_in_worktree;
+pub use prune::PruneReport;
+pub use repo::{init_repo_with_commit, recent_commits};
+pub use workspace::{WORKTREES_DIR, Workspace, WorktreeInfo};
+pub use worktree::{ChangeKind, ChangedFile, Diff, Status, Worktree};

@@ -13,6 +13,9 @@
 //! - the 3-retry self-heal cap on one error key: `error_during_execution`
 //!   (`outcome_code` `tool_retry_cap`);
 //! - two empty steps in a row: `error_during_execution` (`blocked`);
+//! - a provider rejecting the retry after a recovery compaction (context
+//!   overflow right after tool output, see [`crate::context`]):
+//!   `error_during_execution` (`blocked`);
 //! - a stream error with no failover: `error_during_execution`
 //!   (`stream_error`);
 //! - the budget: `error_max_budget_usd`;
@@ -20,6 +23,7 @@
 //!   (`persistence_failed`);
 //! - cancellation: `cancelled`.
 
+mod resume;
 mod sink;
 mod tools_step;
 mod turn;
@@ -33,8 +37,10 @@ use troupe_protocol::{
     ThreadItem, ThreadStartedEvent, Usage, UserMessageItem,
 };
 
+pub use resume::ResumeReport;
 pub use sink::{EventSink, LogSink, MemorySink, NullSink};
 
+use crate::context::{ContextManager, ContextSettings};
 use crate::hooks::{HookEvent, HookRunner};
 use crate::provider::{Message, ModelCatalog, ModelClient};
 use crate::tools::{ToolContext, ToolRegistry};
@@ -127,6 +133,8 @@ struct LoopState {
     failed_closed: Option<String>,
     next_item: u64,
     completed: Option<ThreadCompletedEvent>,
+    /// Steering intent ids already in the history.
+    applied_intents: Vec<String>,
 }
 
 /// One agent's loop.
@@ -139,7 +147,17 @@ pub struct AgentLoop {
     sink: Arc<dyn EventSink>,
     ctx: ToolContext,
     hooks: Option<Arc<HookRunner>>,
+    guard: Option<Arc<dyn SpendGuard>>,
+    context: ContextManager,
     state: LoopState,
+}
+
+/// An outside account a loop charges after every model call (the actor
+/// tree's budget: a parent's caps cover its children). `Some` ends the run
+/// with that subtype and outcome code.
+pub trait SpendGuard: Send + Sync {
+    /// Charges one model call; returns why the run must end, if it must.
+    fn charge(&self, usage: &Usage, cost_usd: Option<f64>) -> Option<(CompletionSubtype, String)>;
 }
 
 impl AgentLoop {
@@ -153,6 +171,7 @@ impl AgentLoop {
         ctx: ToolContext,
     ) -> Self {
         let model = config.model.clone();
+        let context = ContextManager::new(ContextSettings::default().with_paths_from(&ctx));
         AgentLoop {
             config,
             client,
@@ -162,8 +181,34 @@ impl AgentLoop {
             sink,
             ctx,
             hooks: None,
+            guard: None,
+            context,
             state: LoopState::default(),
         }
+    }
+
+    /// Manages the context with `settings` (routing, compaction, reset;
+    /// docs/context.md). Unset paths default to the tool context's
+    /// workspace and spool directory (the session's `derived/`).
+    pub fn with_context(mut self, settings: ContextSettings) -> Self {
+        self.context = ContextManager::new(settings.with_paths_from(&self.ctx));
+        self
+    }
+
+    /// The context manager (projections, segments, compactions).
+    pub fn context(&self) -> &ContextManager {
+        &self.context
+    }
+
+    /// Charges every model call to `guard` too (budget caps across a tree).
+    pub fn with_spend_guard(mut self, guard: Arc<dyn SpendGuard>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// Steering intent ids already applied (in the history).
+    pub fn applied_intents(&self) -> &[String] {
+        &self.state.applied_intents
     }
 
     /// Runs lifecycle hooks (session_start, pre_tool_use, post_tool_use,
@@ -219,6 +264,9 @@ impl AgentLoop {
     /// Adds a user message (a steering follow-up) before the next turn.
     pub fn push_user(&mut self, text: &str, intent_id: Option<String>) {
         let id = self.item_id();
+        if let Some(intent) = &intent_id {
+            self.state.applied_intents.push(intent.clone());
+        }
         self.emit_item(
             ThreadEvent::ItemCompleted,
             id,

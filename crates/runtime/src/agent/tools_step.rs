@@ -249,7 +249,7 @@ fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
 }
 
 /// What the model sees for a result.
-fn tool_message(r: &CallResult) -> (String, bool) {
+pub(super) fn tool_message(r: &CallResult) -> (String, bool) {
     match r {
         Ok(o) => (o.output.clone(), false),
         Err(e) => (

@@ -1,5 +1,7 @@
 //! One turn: the model step, then (in tools_step) the tools it asked for.
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use troupe_protocol::{
     CompletionSubtype, ItemDetails, TextItem, ThreadEvent, TurnCompletedEvent, TurnFailedEvent,
@@ -7,6 +9,7 @@ use troupe_protocol::{
 };
 
 use super::{AgentLoop, StepOutcome};
+use crate::context::{ContextStep, Recovery, TurnInput};
 use crate::provider::{Message, ModelEvent, ModelRequest, ModelResponse, ProviderError};
 
 /// Emit `item.updated` for streamed text after this many new bytes.
@@ -35,12 +38,16 @@ impl AgentLoop {
             turn: Some(turn),
             agent_id: agent_id.clone(),
         }));
+        self.prepare_context().await;
         let request = self.request();
+        let provider = self.provider_label();
+        self.context.observe_request(&request, &provider);
         let response = match self.call_model(&request).await {
             Ok(r) => r,
-            Err(e) => return self.model_failed(e),
+            Err(e) => return self.call_failed(e).await,
         };
         let usage = response.usage.unwrap_or_default();
+        self.context.observe_usage(usage.input_tokens);
         self.account(&usage);
         self.state.last_stop_reason = response.finish_raw.clone();
         if !response.reasoning.is_empty() {
@@ -59,6 +66,12 @@ impl AgentLoop {
         if self.over_budget() {
             return self.done(CompletionSubtype::ErrorMaxBudgetUsd, "budget_exhausted");
         }
+        if let Some(guard) = self.guard.clone() {
+            let cost = self.catalog.estimate_cost(&self.model, &usage);
+            if let Some((subtype, code)) = guard.charge(&usage, cost) {
+                return self.done(subtype, &code);
+            }
+        }
         // Whatever the finish reason ("stop" or "tool_calls"), the calls of
         // this step are the ones in this response: nothing carries over, so
         // a later turn never replays stale calls.
@@ -70,7 +83,114 @@ impl AgentLoop {
             content: response.text.clone(),
             tool_calls: response.tool_calls.clone(),
         });
-        self.run_tools(response.tool_calls).await
+        let outcome = self.run_tools(response.tool_calls).await;
+        self.context.after_tools(&self.state.messages, &self.tools);
+        outcome
+    }
+
+    /// Context hook point before a request: a stall reset, routing at
+    /// 75 %, compaction at 90 % (docs/context.md).
+    async fn prepare_context(&mut self) {
+        let tools = self.tools.definitions();
+        let provider = self.provider_label();
+        let client = Arc::clone(&self.client);
+        let hooks = self.hooks.clone();
+        // A copy: if the step is cancelled while a summary call or a hook
+        // runs, the loop keeps its history.
+        let mut messages = self.state.messages.clone();
+        let input = TurnInput {
+            thread_id: &self.config.thread_id,
+            session_id: &self.config.session_id,
+            model: &self.model,
+            provider: &provider,
+            system: self.config.system_prompt.as_deref(),
+            tools: &tools,
+            catalog: &self.catalog,
+            client: client.as_ref(),
+            hooks: hooks.as_deref(),
+            registry: &self.tools,
+            turns: self.state.turns,
+        };
+        let step = self.context.before_request(&mut messages, input).await;
+        self.state.messages = messages;
+        self.apply_context(step);
+    }
+
+    fn apply_context(&mut self, step: ContextStep) {
+        for w in step.warnings {
+            self.warn(w);
+        }
+        if let Some(usage) = step.usage {
+            self.account(&usage);
+        }
+        if let Some(model) = step.switch_model {
+            self.model = model;
+        }
+        for event in step.events {
+            self.emit(event);
+        }
+    }
+
+    fn provider_label(&self) -> String {
+        match (&self.config.fallback, self.state.failed_over) {
+            (Some(fb), true) => fb.label.clone(),
+            _ => self.config.provider_label.clone(),
+        }
+    }
+
+    /// A model call failed. A context overflow right after tool output
+    /// gets one recovery compaction and a retry; a failure of that retry
+    /// blocks. Anything else goes to [`Self::model_failed`].
+    async fn call_failed(&mut self, error: ProviderError) -> StepOutcome {
+        if !error.is_context_overflow() && !self.context.recovering() {
+            return self.model_failed(error);
+        }
+        let tools = self.tools.definitions();
+        let provider = self.provider_label();
+        let client = Arc::clone(&self.client);
+        let hooks = self.hooks.clone();
+        // A copy: if the step is cancelled while a summary call or a hook
+        // runs, the loop keeps its history.
+        let mut messages = self.state.messages.clone();
+        let input = TurnInput {
+            thread_id: &self.config.thread_id,
+            session_id: &self.config.session_id,
+            model: &self.model,
+            provider: &provider,
+            system: self.config.system_prompt.as_deref(),
+            tools: &tools,
+            catalog: &self.catalog,
+            client: client.as_ref(),
+            hooks: hooks.as_deref(),
+            registry: &self.tools,
+            turns: self.state.turns,
+        };
+        let recovery = self.context.recover(&mut messages, input).await;
+        self.state.messages = messages;
+        let step = match recovery {
+            Recovery::NotApplicable => return self.model_failed(error),
+            Recovery::Retry(step) => step,
+            Recovery::Blocked(why) => {
+                let message = format!("{why}: {error}");
+                self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
+                    message: message.clone(),
+                    usage: None,
+                    agent_id: self.config.agent_id.clone(),
+                }));
+                self.warn(format!("{message}; the run is blocked and can be resumed"));
+                return self.done(CompletionSubtype::ErrorDuringExecution, "blocked");
+            }
+        };
+        self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
+            message: format!("model call failed: {error}"),
+            usage: None,
+            agent_id: self.config.agent_id.clone(),
+        }));
+        self.apply_context(step);
+        self.warn(format!(
+            "the provider rejected the request as too long ({error}); compacted the older history and retrying once"
+        ));
+        StepOutcome::Continue
     }
 
     pub(super) fn done(&mut self, subtype: CompletionSubtype, code: &str) -> StepOutcome {

@@ -46,7 +46,8 @@ pub use layers::{
 };
 pub use sections::{
     AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
-    LifecycleHooks, PermissionsConfig, ProviderSettings, SessionConfig, ToolsConfig, default_model,
+    LifecycleHooks, PermissionsConfig, ProviderSettings, SessionConfig, ToolsConfig,
+    VerifierConfig, default_model,
 };
 
 use crate::hooks::HookConfig;
@@ -87,6 +88,8 @@ pub struct Config {
     pub hooks: HooksSection,
     /// `[session]`.
     pub session: SessionConfig,
+    /// `[verifier]`.
+    pub verifier: VerifierConfig,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

@@ -205,6 +205,16 @@ pub struct ToolsConfig {
     pub exec_timeout_ms: Option<u64>,
 }
 
+/// `[verifier]`: the read-only verifier.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerifierConfig {
+    /// Where Landlock cannot fully enforce the read-only sandbox, run the
+    /// verifier's `exec_command` without it (default `false`: the
+    /// verifier is refused with an error instead).
+    pub allow_unsandboxed: bool,
+}
+
 /// `[permissions]`: tool allow and deny rules (deny wins), as patterns
 /// like `read_file`, `exec_command(git push*)` or `*`. The rules are
 /// interpreted by the tools' permission policy.

@@ -40,7 +40,7 @@ pub use log::{
     SessionLog, WriterHandle,
 };
 pub use manifest::{Manifest, SessionStatus};
-pub use reader::{BadLine, EventReader, Transcript, TranscriptEntry};
+pub use reader::{AgentRow, BadLine, EventReader, Transcript, TranscriptEntry, agent_tree};
 pub use recovery::RecoveryReport;
 pub use retention::RetentionReport;
 

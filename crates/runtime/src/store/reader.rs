@@ -241,3 +241,85 @@ impl Transcript {
         out
     }
 }
+
+/// One actor of a session's tree, as its events describe it.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct AgentRow {
+    /// Logical address.
+    pub agent_id: String,
+    /// Its parent in the tree.
+    pub parent_id: Option<String>,
+    /// supervisor, drain, root, subagent or verifier.
+    pub role: String,
+    /// Turns it ran.
+    pub turns: u32,
+    /// Tokens it used.
+    pub usage: troupe_protocol::Usage,
+    /// Its cost, when its thread completed with a known price.
+    pub cost_usd: Option<f64>,
+    /// Restarts by its supervisor.
+    pub restarts: u32,
+    /// `running`, `stopped: <reason>` or the thread's subtype.
+    pub state: String,
+}
+
+/// The actor tree of a session, in start order, from its events.
+pub fn agent_tree(events: impl Iterator<Item = ThreadEvent>) -> Vec<AgentRow> {
+    let mut rows: Vec<AgentRow> = Vec::new();
+    let mut threads: Vec<(String, String)> = Vec::new();
+    fn row<'a>(rows: &'a mut Vec<AgentRow>, id: &str) -> &'a mut AgentRow {
+        if let Some(i) = rows.iter().position(|r| r.agent_id == id) {
+            return &mut rows[i];
+        }
+        rows.push(AgentRow {
+            agent_id: id.to_string(),
+            state: "running".into(),
+            ..AgentRow::default()
+        });
+        let last = rows.len() - 1;
+        &mut rows[last]
+    }
+    for ev in events {
+        match ev {
+            ThreadEvent::AgentStarted(s) => {
+                let r = row(&mut rows, &s.agent_id);
+                r.parent_id = s.parent_id;
+                r.role = serde_json::to_value(s.role)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+            }
+            ThreadEvent::AgentRestarted(s) => row(&mut rows, &s.agent_id).restarts += 1,
+            ThreadEvent::AgentStopped(s) => {
+                let r = row(&mut rows, &s.agent_id);
+                if r.state == "running" {
+                    r.state = format!("stopped: {}", s.reason);
+                }
+            }
+            ThreadEvent::ThreadStarted(t) => {
+                if let Some(a) = t.agent_id {
+                    threads.push((t.thread_id, a));
+                }
+            }
+            ThreadEvent::TurnStarted(t) => {
+                if let Some(a) = t.agent_id {
+                    row(&mut rows, &a).turns += 1;
+                }
+            }
+            ThreadEvent::TurnCompleted(t) => {
+                if let Some(a) = t.agent_id {
+                    row(&mut rows, &a).usage.add(&t.usage);
+                }
+            }
+            ThreadEvent::ThreadCompleted(c) => {
+                if let Some((_, a)) = threads.iter().find(|(t, _)| *t == c.thread_id) {
+                    let r = row(&mut rows, &a.clone());
+                    r.cost_usd = c.total_cost_usd;
+                    r.state = c.subtype.as_str().to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    rows
+}

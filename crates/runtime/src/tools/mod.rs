@@ -29,7 +29,10 @@ pub mod schema;
 mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
-pub use exec::{DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig};
+pub use exec::{
+    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox,
+    SandboxError, SandboxStatus,
+};
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use policy::{PermissionPolicy, glob};

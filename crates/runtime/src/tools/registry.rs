@@ -107,6 +107,8 @@ impl ToolRegistry {
     }
 
     /// Only the `ReadOnly` tools (for the verifier), with the same policy.
+    /// An `exec_command` built with [`ExecConfig::sandbox`] set is
+    /// `ReadOnly` and stays; the default one does not.
     pub fn read_only(&self) -> ToolRegistry {
         ToolRegistry {
             tools: self

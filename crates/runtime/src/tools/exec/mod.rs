@@ -10,11 +10,17 @@
 //! Every result is one bounded block: status, exit code, total bytes,
 //! truncated flag, spool path (a readable partial snapshot while
 //! `spool_complete: false`), then `---` and a head-and-tail preview.
+//!
+//! With [`ExecConfig::sandbox`] set, every command runs under the
+//! read-only Landlock sandbox ([`Sandbox`], `sandbox.rs`) and the tool
+//! declares [`Capability::ReadOnly`]; a command that cannot be sandboxed
+//! is refused, never run unconfined.
 
 mod process;
+mod sandbox;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +29,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
+use self::sandbox::PreparedSandbox;
+pub use self::sandbox::{LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxStatus};
 use super::args::{opt_str, opt_u64, required_str};
 use super::{Capability, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
 
@@ -46,6 +54,9 @@ pub struct ExecConfig {
     /// globs (`*`, `?`) matched case-insensitively against the names, so
     /// the model's commands do not see the runtime's API keys.
     pub env_remove: Vec<String>,
+    /// Run every command in this sandbox (`None`: unconfined, the
+    /// default). A sandboxed tool declares [`Capability::ReadOnly`].
+    pub sandbox: Option<Sandbox>,
 }
 
 /// The default [`ExecConfig::env_remove`] globs.
@@ -60,6 +71,7 @@ impl Default for ExecConfig {
             preview_bytes: 16 * 1024,
             max_sessions: 16,
             env_remove: DEFAULT_ENV_REMOVE.iter().map(|s| s.to_string()).collect(),
+            sandbox: None,
         }
     }
 }
@@ -82,6 +94,11 @@ impl ExecCommandTool {
             config,
             sessions: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The sandbox every command runs in, if any.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.config.sandbox.as_ref()
     }
 
     /// The ids of the sessions kept now, sorted.
@@ -109,6 +126,8 @@ impl ExecCommandTool {
         self.make_room()?;
         let id = new_session_id();
         let (spool, spool_public) = spool_path(ctx, &id)?;
+        let sandbox = self.prepare_sandbox(&spool)?;
+        let sandboxed = sandbox.is_some();
         let session = process::spawn(SpawnRequest {
             id: id.clone(),
             command,
@@ -118,11 +137,28 @@ impl ExecCommandTool {
             ceiling: self.config.ceiling,
             env_remove: &self.config.env_remove,
             cancel: &ctx.cancel,
+            sandbox,
         })
-        .map_err(|e| ToolError::Failed(format!("cannot start `sh -c`: {e}")))?;
+        .map_err(|e| spawn_error(&e, sandboxed))?;
         let session = Arc::new(session);
         self.sessions.lock().insert(id, session.clone());
         self.wait_on(&session, self.timeout(args), ctx).await
+    }
+
+    /// Builds the sandbox for one run, with `spool` (created here, empty)
+    /// writable; `None` when the tool is not sandboxed.
+    fn prepare_sandbox(&self, spool: &Path) -> Result<Option<PreparedSandbox>, ToolError> {
+        let Some(sandbox) = &self.config.sandbox else {
+            return Ok(None);
+        };
+        let refused =
+            |e: String| ToolError::Failed(format!("refused, the command did not run: {e}"));
+        std::fs::File::create(spool)
+            .map_err(|e| refused(format!("cannot create the spool file: {e}")))?;
+        sandbox.prepare(Some(spool)).map(Some).map_err(|e| {
+            let _ = std::fs::remove_file(spool);
+            refused(e.to_string())
+        })
     }
 
     async fn wait(&self, args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -298,6 +334,18 @@ impl Drop for ExecCommandTool {
     }
 }
 
+/// The model-facing error for a failed spawn.
+fn spawn_error(e: &std::io::Error, sandboxed: bool) -> ToolError {
+    if sandboxed && e.raw_os_error() == Some(SANDBOX_ERRNO) {
+        return ToolError::Failed(
+            "refused, the command did not run: the read-only sandbox could not be applied in \
+             the child process (Landlock restrict_self or no_new_privs failed)"
+                .to_string(),
+        );
+    }
+    ToolError::Failed(format!("cannot start `sh -c`: {e}"))
+}
+
 fn resolve_cwd(ctx: &ToolContext, cwd: Option<&str>) -> Result<PathBuf, ToolError> {
     let cwd = cwd.unwrap_or(".");
     let dir = paths::resolve(&ctx.workspace, cwd, true)?;
@@ -326,12 +374,24 @@ fn spool_path(ctx: &ToolContext, id: &str) -> Result<(PathBuf, bool), ToolError>
     }
 }
 
+/// What the model reads about a sandboxed `exec_command`.
+const SANDBOXED_DESCRIPTION: &str = "Run a shell command (`sh -c`) READ-ONLY in the workspace (or \
+     `cwd`, a workspace-relative directory): the OS refuses every write outside a scratch \
+     directory, which TMPDIR, HOME and CARGO_TARGET_DIR point into, so builds and tests work but \
+     no file of the workspace can change. Waits up to timeout_ms; a command still running then is \
+     NOT killed: the result has `status: running` and a session_id, and {\"action\": \"wait\", \
+     \"session_id\": ..., \"timeout_ms\": N} waits again. Returns status, exit_code, total_bytes, \
+     truncated, spool_path (the full output) and a bounded preview of stdout and stderr combined.";
+
 impl Tool for ExecCommandTool {
     fn name(&self) -> &str {
         "exec_command"
     }
 
     fn description(&self) -> &str {
+        if self.config.sandbox.is_some() {
+            return SANDBOXED_DESCRIPTION;
+        }
         "Run a shell command (`sh -c`) in the workspace (or `cwd`, a workspace-relative \
          directory). Waits up to timeout_ms; a command still running then is NOT killed: the \
          result has `status: running` and a session_id, and {\"action\": \"wait\", \"session_id\": \
@@ -354,7 +414,11 @@ impl Tool for ExecCommandTool {
     }
 
     fn capability(&self) -> Capability {
-        Capability::Exec
+        if self.config.sandbox.is_some() {
+            Capability::ReadOnly
+        } else {
+            Capability::Exec
+        }
     }
 
     fn call<'a>(

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::sandbox::PreparedSandbox;
+
 /// Why a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndReason {
@@ -122,6 +124,8 @@ pub struct SpawnRequest<'a> {
     pub env_remove: &'a [String],
     /// The starting call's cancellation token.
     pub cancel: &'a CancellationToken,
+    /// The sandbox to apply in the child, already built.
+    pub sandbox: Option<PreparedSandbox>,
 }
 
 /// Starts the command in a new process group and its supervisor task.
@@ -140,6 +144,10 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
     for name in scrubbed_env(req.env_remove) {
         command.env_remove(name);
     }
+    let sandboxed = req.sandbox.is_some();
+    if let Some(sandbox) = req.sandbox {
+        sandbox.install(&mut command);
+    }
     let child = command.spawn()?;
     let pgid = child
         .id()
@@ -148,7 +156,9 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
     let (tx, rx) = watch::channel(ProcState::Running);
     let kill = req.cancel.child_token();
     tokio::spawn(supervise(child, pgid, req.ceiling, kill.clone(), tx));
-    tracing::debug!(session_id = %req.id, pgid, command = req.command, "exec_command started");
+    // The parent's copy of the ruleset fd closes with `command`.
+    drop(command);
+    tracing::debug!(session_id = %req.id, pgid, sandboxed, command = req.command, "exec_command started");
     Ok(ProcSession {
         id: req.id,
         pgid,

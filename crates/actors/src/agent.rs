@@ -1,0 +1,679 @@
+//! The AgentActor: one agent of the tree, driving the runtime's loop one
+//! turn per message.
+//!
+//! A turn runs as a task the actor owns (its handle is in the state), so
+//! `Abort`, `Steer` and `Status` are served between turns and an abort
+//! cancels a turn in flight. A panic in a turn (a crashing tool) fails the
+//! actor; its supervisor restarts it, and the new incarnation rebuilds its
+//! history from the canonical log (`AgentLoop::resume`): finished tool
+//! calls are never run again.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use troupe_protocol::{
+    BoundaryStatus, CompletionSubtype, Deliverable, HandoffItem, HandoffRequest, ItemDetails,
+    ItemEvent, ThreadCompletedEvent, ThreadEvent, ThreadItem, Usage,
+};
+use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
+use troupe_runtime::context::ContextSettings;
+use troupe_runtime::hooks::HookRunner;
+use troupe_runtime::provider::{ModelCatalog, ModelClient};
+use troupe_runtime::state::{
+    AgentSpend, BudgetNode, BudgetStatus, LoopMemory, LoopState, LoopStateStore, LoopStatus,
+    RememberTool,
+};
+use troupe_runtime::store::{EventReader, SessionLog};
+use troupe_runtime::tools::{ToolContext, ToolRegistry};
+
+use crate::address::Address;
+use crate::orient::{OrientInput, orientation};
+use crate::subagent::{HandoffSlot, HandoffTool, SpawnSubagentTool};
+use crate::supervisor::SupervisorMsg;
+
+/// Where a subagent writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// In the parent's workspace.
+    #[default]
+    Shared,
+    /// In its own git worktree under `.vtcode/worktrees/<id>`.
+    Worktree,
+}
+
+/// What an agent is asked to do (serializable, so a subagent spec can be
+/// sent to another machine later).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentSpec {
+    /// Name, unique among its siblings; its id is `<parent>/<name>`.
+    pub name: String,
+    /// The task, as the first user message.
+    pub task: String,
+    /// Tools it may use (`None`: all of the parent's).
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Model (`None`: the session's).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Turn limit (`None`: the session's).
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// Share of the parent's remaining budget, 0 to 1 (`None`: all of it).
+    #[serde(default)]
+    pub budget_share: Option<f64>,
+    /// Shared workspace or its own worktree.
+    #[serde(default)]
+    pub isolation: Isolation,
+}
+
+/// Limits on the subagent tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubagentLimits {
+    /// Deepest nesting (the root is depth 0).
+    pub max_depth: u32,
+    /// Most subagents one agent runs at once.
+    pub max_concurrent: usize,
+}
+
+impl Default for SubagentLimits {
+    fn default() -> Self {
+        SubagentLimits {
+            max_depth: 3,
+            max_concurrent: 4,
+        }
+    }
+}
+
+/// What every agent of a session shares.
+pub struct AgentEnv {
+    /// The session log.
+    pub log: SessionLog,
+    /// The session id.
+    pub session_id: String,
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// The primary model client.
+    pub client: Arc<dyn ModelClient>,
+    /// Failover target.
+    pub fallback: Option<Fallback>,
+    /// Default model.
+    pub model: String,
+    /// The user chose the model explicitly.
+    pub model_pinned: bool,
+    /// Label of the primary provider for messages.
+    pub provider_label: String,
+    /// System prompt of every agent.
+    pub system_prompt: String,
+    /// Default turn limit.
+    pub max_turns: u32,
+    /// Parallel tool calls per step.
+    pub max_parallel_tools: usize,
+    /// The session's budget (the root's).
+    pub max_budget_usd: Option<f64>,
+    /// Model catalog (windows, prices).
+    pub catalog: Arc<ModelCatalog>,
+    /// The built-in tools (instances shared by every agent).
+    pub tools: ToolRegistry,
+    /// Lifecycle hooks.
+    pub hooks: Option<Arc<HookRunner>>,
+    /// Subagent depth and concurrency.
+    pub limits: SubagentLimits,
+    /// Timeout of calls between actors.
+    pub call_timeout: Duration,
+    /// The session's root supervisor, which runs every agent.
+    pub supervisor: Address<SupervisorMsg>,
+    /// Context management (thresholds, routing, reset, archives).
+    pub context: ContextSettings,
+}
+
+/// How an agent ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentOutcome {
+    /// Its terminal event.
+    pub completed: ThreadCompletedEvent,
+    /// Its handoff (typed, with the boundary status of every deliverable).
+    pub handoff: HandoffRequest,
+    /// What it and every agent below it spent, per agent.
+    pub spend: Vec<AgentSpend>,
+}
+
+/// State shared by every incarnation of one agent.
+pub struct AgentShared {
+    started: AtomicBool,
+    done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
+    /// `.vtcode/state/loop-<id>.json`: step index, usage, cost, status and
+    /// the durable steering queue. Written atomically at every step.
+    loop_state: Mutex<LoopState>,
+    pub(crate) children: AtomicUsize,
+    pub(crate) budget: Arc<BudgetNode>,
+}
+
+impl AgentShared {
+    /// Fresh shared state; `resume` marks the agent as already started
+    /// (and reloads its loop state from disk when there is one).
+    pub fn new(
+        done: oneshot::Sender<AgentOutcome>,
+        resume: bool,
+        store: &LoopStateStore,
+        loop_id: &str,
+        budget: Arc<BudgetNode>,
+    ) -> Arc<Self> {
+        let loop_state = resume
+            .then(|| store.load(loop_id).ok().flatten())
+            .flatten()
+            .unwrap_or_else(|| LoopState::new(loop_id));
+        Arc::new(AgentShared {
+            started: AtomicBool::new(resume),
+            done: Mutex::new(Some(done)),
+            loop_state: Mutex::new(loop_state),
+            children: AtomicUsize::new(0),
+            budget,
+        })
+    }
+}
+
+/// The loop-state id of an agent: `<session>.<agent path with dots>`.
+pub fn loop_id(session_id: &str, agent_id: &str) -> String {
+    let id = format!("{session_id}.{}", agent_id.replace('/', "."));
+    id.chars().take(128).collect()
+}
+
+/// Charges an agent's model calls to its node of the budget tree.
+struct NodeGuard(Arc<BudgetNode>);
+
+impl SpendGuard for NodeGuard {
+    fn charge(&self, usage: &Usage, cost_usd: Option<f64>) -> Option<(CompletionSubtype, String)> {
+        match self.0.charge(usage, cost_usd, 1) {
+            BudgetStatus::Ok => None,
+            BudgetStatus::CostLimitReached => Some((
+                CompletionSubtype::ErrorMaxBudgetUsd,
+                "budget_exhausted".into(),
+            )),
+            BudgetStatus::TokenLimitReached => {
+                Some((CompletionSubtype::ErrorMaxBudgetUsd, "token_limit".into()))
+            }
+            BudgetStatus::StepLimitReached => {
+                Some((CompletionSubtype::ErrorMaxTurns, "step_limit".into()))
+            }
+        }
+    }
+}
+
+/// Arguments of one agent (cloned for each restart).
+#[derive(Clone)]
+pub struct AgentArgs {
+    /// The session's shared environment.
+    pub env: Arc<AgentEnv>,
+    /// Logical address, e.g. `session/root/fixer`.
+    pub agent_id: String,
+    /// The agent that spawned it.
+    pub parent_id: Option<String>,
+    /// 0 for the root.
+    pub depth: u32,
+    /// What to do.
+    pub spec: AgentSpec,
+    /// Where it can be reached across restarts.
+    pub address: Address<AgentMsg>,
+    /// State across incarnations.
+    pub shared: Arc<AgentShared>,
+    /// Its workspace (a worktree for an isolated subagent).
+    pub workspace: PathBuf,
+    /// Start the thread at once; otherwise wait (idle) for `AgentMsg::Run`.
+    pub autostart: bool,
+}
+
+/// A snapshot for `Status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentStatus {
+    /// Logical address.
+    pub agent_id: String,
+    /// Turns run.
+    pub turns: u32,
+    /// Tokens used.
+    pub usage: Usage,
+    /// A turn is running.
+    pub busy: bool,
+}
+
+/// Messages of the [`AgentActor`].
+pub enum AgentMsg {
+    /// Start the thread of an agent spawned idle (`autostart: false`).
+    Run,
+    /// Run the next turn (sent by the actor to itself).
+    Step,
+    /// A turn ended (sent by the turn's task).
+    StepDone(Box<AgentLoop>, Option<StepOutcome>),
+    /// A turn panicked (a tool crashed): fail, to be restarted.
+    StepPanicked(String),
+    /// A steering follow-up for the next turn boundary; replies its intent id.
+    Steer {
+        /// The text.
+        text: String,
+        /// The intent id, or why it was refused.
+        reply: RpcReplyPort<Result<String, String>>,
+    },
+    /// Cancel the run.
+    Abort(RpcReplyPort<()>),
+    /// Report progress.
+    Status(RpcReplyPort<AgentStatus>),
+}
+
+/// The agent actor.
+pub struct AgentActor;
+
+/// One incarnation's state.
+pub struct AgentState {
+    args: AgentArgs,
+    agent: Option<AgentLoop>,
+    turn: Option<JoinHandle<()>>,
+    cancel: CancellationToken,
+    handoff: HandoffSlot,
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = AgentArgs;
+
+    /// Trivial on purpose: a failure here would reach no supervisor.
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        args: AgentArgs,
+    ) -> Result<AgentState, ActorProcessingErr> {
+        Ok(AgentState {
+            args,
+            agent: None,
+            turn: None,
+            cancel: CancellationToken::new(),
+            handoff: HandoffSlot::default(),
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        let mut agent = build_loop(state);
+        let resuming = state.args.shared.started.load(Ordering::SeqCst);
+        if resuming {
+            let env = &state.args.env;
+            env.log.flush(env.call_timeout).await?;
+            let events = agent_events(&env.log, &state.args.agent_id, &thread_id(&state.args))?;
+            let report = agent.resume(&events).await;
+            tracing::info!(agent = %state.args.agent_id, ?report, "agent resumed from the log");
+            // Steering: replay only the pending intents that are in neither
+            // the applied window nor the history.
+            let history: HashSet<String> = agent.applied_intents().iter().cloned().collect();
+            let replay = state
+                .args
+                .shared
+                .loop_state
+                .lock()
+                .steering
+                .reconcile(&history);
+            tracing::info!(agent = %state.args.agent_id, replay = replay.len(), "steering intents to replay");
+        } else if state.args.autostart {
+            state.args.shared.started.store(true, Ordering::SeqCst);
+            agent.start(&state.args.spec.task).await;
+        } else {
+            // Idle until Run.
+            state.agent = Some(agent);
+            state.args.address.set(myself);
+            return Ok(());
+        }
+        state.agent = Some(agent);
+        state.args.address.set(myself.clone());
+        myself.cast(AgentMsg::Step)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.cancel.cancel();
+        if let Some(t) = state.turn.take() {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        msg: AgentMsg,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            AgentMsg::Run => {
+                if let Some(agent) = state.agent.as_mut()
+                    && agent.turns() == 0
+                    && !state.args.shared.started.swap(true, Ordering::SeqCst)
+                {
+                    agent.start(&state.args.spec.task).await;
+                    myself.cast(AgentMsg::Step)?;
+                }
+            }
+            AgentMsg::Step => start_turn(&myself, state),
+            AgentMsg::StepDone(agent, outcome) => {
+                state.turn = None;
+                let mut agent = *agent;
+                match outcome {
+                    Some(StepOutcome::Continue) => {
+                        state.agent = Some(agent);
+                        myself.cast(AgentMsg::Step)?;
+                    }
+                    Some(StepOutcome::Done(done)) => finish(&myself, state, agent, done).await,
+                    None => {
+                        let done = agent.abort();
+                        finish(&myself, state, agent, done).await;
+                    }
+                }
+            }
+            AgentMsg::StepPanicked(why) => {
+                return Err(format!("agent {} crashed: {why}", state.args.agent_id).into());
+            }
+            AgentMsg::Steer { text, reply } => {
+                let _ = reply.send(steer(&state.args, text));
+            }
+            AgentMsg::Abort(reply) => {
+                state.cancel.cancel();
+                if state.turn.is_none()
+                    && let Some(mut agent) = state.agent.take()
+                {
+                    let done = agent.abort();
+                    finish(&myself, state, agent, done).await;
+                }
+                let _ = reply.send(());
+            }
+            AgentMsg::Status(reply) => {
+                let (turns, usage) = state
+                    .agent
+                    .as_ref()
+                    .map(|a| (a.turns(), a.usage()))
+                    .unwrap_or_default();
+                let _ = reply.send(AgentStatus {
+                    agent_id: state.args.agent_id.clone(),
+                    turns,
+                    usage,
+                    busy: state.turn.is_some(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn thread_id(args: &AgentArgs) -> String {
+    if args.depth == 0 {
+        args.env.session_id.clone()
+    } else {
+        format!("{}:{}", args.env.session_id, args.agent_id)
+    }
+}
+
+fn steer(args: &AgentArgs, text: String) -> Result<String, String> {
+    let mut st = args.shared.loop_state.lock();
+    let id = st.steering.push(text).map_err(|e| e.to_string())?;
+    // The intent is durable before it is acknowledged.
+    save_loop_state(args, &st);
+    Ok(id)
+}
+
+fn save_loop_state(args: &AgentArgs, st: &LoopState) {
+    if let Err(e) = LoopStateStore::new(&args.env.workspace).save(st) {
+        tracing::warn!(error = %e, agent = %args.agent_id, "loop state not saved");
+    }
+}
+
+/// Builds this incarnation's loop: its tools (plus spawn_subagent and
+/// handoff), its workspace, its model and limits.
+fn build_loop(state: &mut AgentState) -> AgentLoop {
+    let args = &state.args;
+    let env = &args.env;
+    let mut tools = match &args.spec.allowed_tools {
+        None => env.tools.clone(),
+        Some(names) => {
+            let mut r = ToolRegistry::new().with_policy(env.tools.policy().clone());
+            for name in names {
+                if let Some(t) = env.tools.get(name) {
+                    r.register(t);
+                }
+            }
+            r
+        }
+    };
+    tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+    if args.depth > 0 {
+        tools.register(Arc::new(HandoffTool::new(state.handoff.clone())));
+    }
+    tools.register(Arc::new(RememberTool::new(
+        LoopMemory::for_workspace(&env.workspace),
+        args.agent_id.clone(),
+    )));
+    let config = AgentConfig {
+        thread_id: thread_id(args),
+        session_id: env.session_id.clone(),
+        agent_id: Some(args.agent_id.clone()),
+        model: args.spec.model.clone().unwrap_or_else(|| env.model.clone()),
+        provider_label: env.provider_label.clone(),
+        system_prompt: Some(format!(
+            "{}\n\n{}",
+            env.system_prompt,
+            orientation(&OrientInput {
+                workspace: &env.workspace,
+                agent_id: &args.agent_id,
+                parent_id: args.parent_id.as_deref(),
+                loop_state: Some(&args.shared.loop_state.lock()),
+            })
+        )),
+        max_turns: args.spec.max_turns.unwrap_or(env.max_turns),
+        max_parallel_tools: env.max_parallel_tools,
+        max_budget_usd: if args.depth == 0 {
+            env.max_budget_usd
+        } else {
+            None
+        },
+        fallback: env.fallback.clone(),
+        model_pinned: env.model_pinned,
+    };
+    let ctx = ToolContext {
+        workspace: args.workspace.clone(),
+        spool_dir: Some(env.log.dir().join("derived")),
+        cancel: state.cancel.clone(),
+    };
+    let sink = Arc::new(LogSink::new(env.log.clone(), env.call_timeout));
+    let mut agent = AgentLoop::new(
+        config,
+        Arc::clone(&env.client),
+        Arc::new(tools),
+        Arc::clone(&env.catalog),
+        sink,
+        ctx,
+    );
+    if let Some(h) = &env.hooks {
+        agent = agent.with_hooks(Arc::clone(h));
+    }
+    let mut context = env.context.clone();
+    context.workspace = Some(args.workspace.clone());
+    context.recent_commits = troupe_worktree::recent_commits(&env.workspace, 5).unwrap_or_default();
+    agent
+        .with_context(context)
+        .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))
+}
+
+/// This agent's events from the canonical log.
+fn agent_events(
+    log: &SessionLog,
+    agent_id: &str,
+    thread: &str,
+) -> Result<Vec<ThreadEvent>, ActorProcessingErr> {
+    let mut out = Vec::new();
+    for line in EventReader::open(log.events_path())? {
+        let Ok((_, ev)) = line else { continue };
+        let mine = match &ev.event {
+            ThreadEvent::ThreadStarted(e) => e.agent_id.as_deref() == Some(agent_id),
+            ThreadEvent::TurnStarted(e) => e.agent_id.as_deref() == Some(agent_id),
+            ThreadEvent::TurnCompleted(e) => e.agent_id.as_deref() == Some(agent_id),
+            ThreadEvent::ItemStarted(e) | ThreadEvent::ItemCompleted(e) => {
+                e.agent_id.as_deref() == Some(agent_id)
+            }
+            ThreadEvent::ThreadCompleted(e) => e.thread_id == thread,
+            _ => false,
+        };
+        if mine {
+            out.push(ev.event);
+        }
+    }
+    Ok(out)
+}
+
+/// Applies pending steering, then runs one turn as an owned task.
+fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
+    if state.turn.is_some() {
+        return;
+    }
+    let Some(mut agent) = state.agent.take() else {
+        return;
+    };
+    {
+        let mut st = state.args.shared.loop_state.lock();
+        let pending = st.steering.take_pending();
+        for intent in pending {
+            if !agent.applied_intents().contains(&intent.id) {
+                agent.push_user(&intent.text, Some(intent.id.clone()));
+            }
+            st.steering.mark_applied(&intent.id);
+        }
+        st.step_index = u64::from(agent.turns());
+        st.usage = agent.usage();
+        st.touch();
+        save_loop_state(&state.args, &st);
+    }
+    let cancel = state.cancel.clone();
+    let me = myself.clone();
+    let turn = tokio::spawn(async move {
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            o = agent.step() => Some(o),
+        };
+        (agent, outcome)
+    });
+    state.turn = Some(tokio::spawn(async move {
+        let msg = match turn.await {
+            Ok((agent, outcome)) => AgentMsg::StepDone(Box::new(agent), outcome),
+            Err(e) => AgentMsg::StepPanicked(panic_text(e)),
+        };
+        let _ = me.cast(msg);
+    }));
+}
+
+fn panic_text(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The thread ended: stop hook, handoff, tell whoever waits, stop.
+async fn finish(
+    myself: &ActorRef<AgentMsg>,
+    state: &mut AgentState,
+    agent: AgentLoop,
+    done: ThreadCompletedEvent,
+) {
+    agent.stop_hook(&done).await;
+    let args = &state.args;
+    let handoff = state
+        .handoff
+        .take()
+        .unwrap_or_else(|| synthesize_handoff(args, &done));
+    if args.depth > 0 {
+        let item = ThreadEvent::ItemCompleted(ItemEvent {
+            item: ThreadItem {
+                id: format!("handoff-{}", args.agent_id),
+                details: ItemDetails::Handoff(HandoffItem {
+                    from_agent: args.agent_id.clone(),
+                    handoff: handoff.clone(),
+                }),
+            },
+            agent_id: Some(args.agent_id.clone()),
+        });
+        if let Err(e) = args.env.log.sender().emit(&item) {
+            tracing::warn!(error = %e, "handoff item refused");
+        }
+    }
+    {
+        let mut st = args.shared.loop_state.lock();
+        st.step_index = u64::from(done.num_turns);
+        st.usage = done.usage;
+        st.cost_usd = done.total_cost_usd;
+        st.set_status(match done.subtype {
+            CompletionSubtype::Success => LoopStatus::Completed,
+            CompletionSubtype::Cancelled => LoopStatus::Cancelled,
+            CompletionSubtype::ErrorMaxBudgetUsd => LoopStatus::BudgetExhausted,
+            _ => LoopStatus::Failed,
+        });
+        save_loop_state(args, &st);
+    }
+    if let Some(tx) = args.shared.done.lock().take() {
+        let _ = tx.send(AgentOutcome {
+            completed: done,
+            handoff,
+            spend: args.shared.budget.report(),
+        });
+    }
+    myself.stop(Some("completed".into()));
+}
+
+/// A handoff for an agent that did not submit one: its task, with the
+/// outcome as the boundary status.
+pub fn synthesize_handoff(args: &AgentArgs, done: &ThreadCompletedEvent) -> HandoffRequest {
+    let (status, note) = match done.subtype {
+        CompletionSubtype::Success => (BoundaryStatus::Done, None),
+        other => (
+            BoundaryStatus::Blocked,
+            Some(format!("ended as {other} ({})", done.outcome_code)),
+        ),
+    };
+    HandoffRequest {
+        target: args.parent_id.clone().unwrap_or_else(|| "user".into()),
+        state_summary: done
+            .result
+            .clone()
+            .unwrap_or_else(|| format!("The agent ended as {} without a summary.", done.subtype)),
+        boundary_status: vec![Deliverable {
+            name: args
+                .spec
+                .task
+                .lines()
+                .next()
+                .unwrap_or("task")
+                .chars()
+                .take(120)
+                .collect(),
+            status,
+            note,
+        }],
+        task_context: args.spec.task.clone(),
+        ..HandoffRequest::default()
+    }
+}

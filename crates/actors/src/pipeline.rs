@@ -1,0 +1,496 @@
+//! Proposer/verifier pipelines (`troupe run PIPELINE.toml`).
+//!
+//! Each proposer is a supervised subagent working in its own git worktree
+//! (`.vtcode/worktrees/<id>`, branch `troupe/<id>`). When it hands off,
+//! its changes are committed and a fresh read-only verifier judges the
+//! commit. Approved: the change merges back into the workspace's branch
+//! (merges are serialized; a conflict is reported and leaves the branch
+//! untouched). Rejected: the findings go back to the proposer as its next
+//! turn, up to `max_rounds`. Proposers run in parallel. Every step is in the
+//! event stream: `handoff`, `verdict` and `file_change` items.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use ractor::Actor;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, oneshot};
+use troupe_protocol::{
+    FileChange, FileChangeItem, FileChangeKind, HandoffRequest, ItemDetails, ItemEvent, ItemStatus,
+    ThreadEvent, ThreadItem, Verdict,
+};
+use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
+use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
+use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
+
+use crate::address::Address;
+use crate::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
+use crate::session::SessionTree;
+use crate::subagent::agent_child_spec;
+use crate::verifier::{VerifierActor, VerifierArgs, VerifierMsg};
+
+/// A pipeline file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// `[pipeline]`.
+    #[serde(default)]
+    pub pipeline: PipelineSection,
+    /// `[[proposers]]`, at least one.
+    pub proposers: Vec<ProposerSpec>,
+}
+
+/// `[pipeline]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineSection {
+    /// A name for messages.
+    pub name: String,
+    /// Verifier rejections a proposer gets before the pipeline gives up.
+    pub max_rounds: u32,
+    /// The verifier's model (default: the session's).
+    pub verifier_model: Option<String>,
+}
+
+impl Default for PipelineSection {
+    fn default() -> Self {
+        PipelineSection {
+            name: "pipeline".into(),
+            max_rounds: 3,
+            verifier_model: None,
+        }
+    }
+}
+
+/// `[[proposers]]`: one subtask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposerSpec {
+    /// Unique name (letters, digits, `-`, `_`).
+    pub name: String,
+    /// Its task.
+    pub task: String,
+    /// Model (default: the session's).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Turn limit per round.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+}
+
+/// Why a pipeline could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The file is not a valid pipeline.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+    /// The workspace is not usable for worktrees.
+    #[error(transparent)]
+    Worktree(#[from] troupe_worktree::WorktreeError),
+}
+
+impl PipelineSpec {
+    /// Parses and checks a pipeline file's text.
+    pub fn parse(text: &str, path: &Path) -> Result<PipelineSpec, PipelineError> {
+        let invalid = |reason: String| PipelineError::Invalid {
+            path: path.display().to_string(),
+            reason,
+        };
+        let spec: PipelineSpec = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        if spec.proposers.is_empty() {
+            return Err(invalid(
+                "no [[proposers]]: add at least one with a name and a task".into(),
+            ));
+        }
+        if spec.pipeline.max_rounds == 0 {
+            return Err(invalid("[pipeline] max_rounds must be at least 1".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for p in &spec.proposers {
+            let ok = !p.name.is_empty()
+                && p.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !ok {
+                return Err(invalid(format!(
+                    "proposer name `{}` must be letters, digits, `-` or `_`",
+                    p.name
+                )));
+            }
+            if !names.insert(p.name.clone()) {
+                return Err(invalid(format!("two proposers are named `{}`", p.name)));
+            }
+            if p.task.trim().is_empty() {
+                return Err(invalid(format!("proposer `{}` has an empty task", p.name)));
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// How one proposal ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProposalStatus {
+    /// Approved and merged; the parent's new HEAD.
+    Merged {
+        /// The commit the parent's branch points at now.
+        head: String,
+    },
+    /// Approved, but merging conflicted; the parent is untouched.
+    Conflict {
+        /// The conflicting paths.
+        paths: Vec<String>,
+    },
+    /// Still rejected after the last round.
+    Rejected,
+    /// The proposer could not produce a change.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One proposer's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProposalReport {
+    /// The proposer.
+    pub name: String,
+    /// Rounds run.
+    pub rounds: u32,
+    /// How it ended.
+    pub status: ProposalStatus,
+    /// The last verdict.
+    pub verdict: Option<Verdict>,
+    /// The last handoff.
+    pub handoff: Option<HandoffRequest>,
+}
+
+/// What the pipeline needs from the session.
+pub struct PipelineRun<'a> {
+    /// The supervised tree (agents and verifiers are its children).
+    pub tree: &'a SessionTree,
+    /// The session's agent environment (its workspace is the git repo).
+    pub env: Arc<AgentEnv>,
+    /// How verifiers run (sandbox, limits).
+    pub verifier: VerifierSettings,
+}
+
+/// Runs every proposer (in parallel) to a merged change or a final status.
+pub async fn run_pipeline(
+    run: &PipelineRun<'_>,
+    spec: &PipelineSpec,
+) -> Result<Vec<ProposalReport>, PipelineError> {
+    let workspace = Arc::new(Workspace::open(&run.env.workspace)?);
+    let merges = Arc::new(Mutex::new(()));
+    let reports = join_all(spec.proposers.iter().map(|p| {
+        let workspace = Arc::clone(&workspace);
+        let merges = Arc::clone(&merges);
+        async move { run_proposer(run, spec, p, &workspace, &merges).await }
+    }))
+    .await;
+    Ok(reports)
+}
+
+async fn run_proposer(
+    run: &PipelineRun<'_>,
+    spec: &PipelineSpec,
+    p: &ProposerSpec,
+    workspace: &Workspace,
+    merges: &Mutex<()>,
+) -> ProposalReport {
+    let mut report = ProposalReport {
+        name: p.name.clone(),
+        rounds: 0,
+        status: ProposalStatus::Rejected,
+        verdict: None,
+        handoff: None,
+    };
+    let short: String = run
+        .env
+        .session_id
+        .chars()
+        .rev()
+        .take(8)
+        .collect::<String>()
+        .chars()
+        .rev()
+        .collect();
+    let wt = match workspace.create_worktree(&format!("{short}-{}", p.name)) {
+        Ok(wt) => wt,
+        Err(e) => {
+            report.status = ProposalStatus::Failed {
+                reason: e.to_string(),
+            };
+            return report;
+        }
+    };
+    let agent_id = format!("{}/{}", run.tree.supervisor_address().name(), p.name);
+    for round in 1..=spec.pipeline.max_rounds {
+        report.rounds = round;
+        let handoff = match propose(run, p, &wt, &agent_id, round, report.verdict.as_ref()).await {
+            Ok(h) => h,
+            Err(reason) => {
+                report.status = ProposalStatus::Failed { reason };
+                return report;
+            }
+        };
+        report.handoff = Some(handoff.clone());
+        let head = match wt.commit(&commit_message(p, &handoff)) {
+            Ok(Some(head)) => head,
+            Ok(None) => wt.status().map(|s| s.head).unwrap_or_default(),
+            Err(e) => {
+                report.status = ProposalStatus::Failed {
+                    reason: e.to_string(),
+                };
+                return report;
+            }
+        };
+        let request = VerifyRequest {
+            proposal: handoff,
+            base: wt.base(),
+            head,
+            worktree: wt.path().to_path_buf(),
+        };
+        let verdict = verify(run, spec, &p.name, round, request).await;
+        report.verdict = Some(verdict.clone());
+        if verdict.approved {
+            report.status = merge(run, workspace, &wt, merges).await;
+            return report;
+        }
+    }
+    report
+}
+
+/// Runs (round 1) or continues (later rounds, with the verifier's findings
+/// as the next user turn) the proposer; returns its handoff.
+async fn propose(
+    run: &PipelineRun<'_>,
+    p: &ProposerSpec,
+    wt: &Worktree,
+    agent_id: &str,
+    round: u32,
+    rejected: Option<&Verdict>,
+) -> Result<HandoffRequest, String> {
+    let env = &run.env;
+    let store = LoopStateStore::new(&env.workspace);
+    let lid = loop_id(&env.session_id, agent_id);
+    if let Some(verdict) = rejected {
+        // The findings become the proposer's next turn: a durable steering
+        // intent, applied when the agent resumes its thread.
+        let mut st = store
+            .load(&lid)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| LoopState::new(lid.clone()));
+        st.steering
+            .push(findings_message(verdict))
+            .map_err(|e| e.to_string())?;
+        store.save(&st).map_err(|e| e.to_string())?;
+    }
+    let (tx, rx) = oneshot::channel();
+    let budget = troupe_runtime::state::BudgetNode::root_named(
+        agent_id.to_string(),
+        CostBudget::unlimited(),
+    );
+    let args = AgentArgs {
+        env: Arc::clone(env),
+        agent_id: agent_id.to_string(),
+        parent_id: Some(format!("{}/pipeline", run.tree.supervisor_address().name())),
+        depth: 1,
+        spec: AgentSpec {
+            name: format!("{}-r{round}", p.name),
+            task: p.task.clone(),
+            model: p.model.clone(),
+            max_turns: p.max_turns,
+            ..AgentSpec::default()
+        },
+        address: Address::new(agent_id.to_string()),
+        shared: AgentShared::new(tx, round > 1, &store, &lid, budget),
+        workspace: wt.path().to_path_buf(),
+        autostart: true,
+    };
+    run.tree
+        .start_child(agent_child_spec(args))
+        .await
+        .map_err(|e| e.to_string())?;
+    let outcome = rx
+        .await
+        .map_err(|_| format!("proposer {} stopped without a handoff", p.name))?;
+    Ok(outcome.handoff)
+}
+
+fn findings_message(verdict: &Verdict) -> String {
+    let mut text = String::from(
+        "The independent verifier rejected your change. Fix every finding below in this worktree, \
+         run the checks again, then call `handoff` again.\n\nFindings:\n",
+    );
+    for f in &verdict.findings {
+        match &f.path {
+            Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
+            None => text.push_str(&format!("- {}\n", f.message)),
+        }
+    }
+    for c in verdict.checks.iter().filter(|c| c.exit_code != 0) {
+        text.push_str(&format!(
+            "\nCheck `{}` exited {}:\n{}\n",
+            c.command, c.exit_code, c.output_excerpt
+        ));
+    }
+    text
+}
+
+fn commit_message(p: &ProposerSpec, handoff: &HandoffRequest) -> String {
+    let first = handoff.state_summary.lines().next().unwrap_or("").trim();
+    let summary = if first.is_empty() {
+        p.task.lines().next().unwrap_or("change")
+    } else {
+        first
+    };
+    format!(
+        "{}: {summary}\n\nProposed by troupe agent `{}`.",
+        p.name, p.name
+    )
+}
+
+/// A fresh verifier (temporary child) judges one proposal.
+async fn verify(
+    run: &PipelineRun<'_>,
+    spec: &PipelineSpec,
+    name: &str,
+    round: u32,
+    request: VerifyRequest,
+) -> Verdict {
+    let env = &run.env;
+    let id = format!("verify-{name}-r{round}");
+    let mut settings = run.verifier.clone();
+    settings.name = format!("{}/{id}", run.tree.supervisor_address().name());
+    settings.thread_id = Some(format!("{}:{}", env.session_id, settings.name));
+    settings.session_id = Some(env.session_id.clone());
+    settings.spool_dir = Some(env.log.dir().join("derived"));
+    settings.cancel = tokio_util::sync::CancellationToken::new();
+    let args = VerifierArgs {
+        env: Arc::clone(env),
+        model: spec
+            .pipeline
+            .verifier_model
+            .clone()
+            .unwrap_or_else(|| env.model.clone()),
+        settings,
+    };
+    let address: Address<VerifierMsg> = Address::new(id.clone());
+    let slot = address.clone();
+    let child = crate::supervisor::ChildSpec {
+        id: id.clone(),
+        role: troupe_protocol::AgentRole::Verifier,
+        restart: crate::supervisor::RestartPolicy::Temporary,
+        start: Arc::new(move |sup| {
+            let slot = slot.clone();
+            let args = VerifierArgs {
+                env: Arc::clone(&args.env),
+                model: args.model.clone(),
+                settings: args.settings.clone(),
+            };
+            Box::pin(async move {
+                let (r, _) = Actor::spawn_linked(None, VerifierActor, args, sup).await?;
+                slot.set(r.clone());
+                Ok(r.get_cell())
+            })
+        }),
+        stop: None,
+    };
+    if let Err(e) = run.tree.start_child(child).await {
+        return rejection(format!("the verifier could not start: {e}"));
+    }
+    let timeout = Duration::from_secs(30 * 60);
+    let verdict = address
+        .call(
+            |r| VerifierMsg::Verify(Box::new(request.clone()), r),
+            timeout,
+        )
+        .await
+        .unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}")));
+    if let Some(actor) = address.get() {
+        actor.stop(Some("verdict delivered".into()));
+    }
+    verdict
+}
+
+fn rejection(message: String) -> Verdict {
+    Verdict {
+        approved: false,
+        findings: vec![troupe_protocol::Finding {
+            message,
+            path: None,
+        }],
+        checks: Vec::new(),
+    }
+}
+
+/// Merges an approved worktree (one merge at a time) and records it.
+async fn merge(
+    run: &PipelineRun<'_>,
+    workspace: &Workspace,
+    wt: &Worktree,
+    merges: &Mutex<()>,
+) -> ProposalStatus {
+    let _one_at_a_time = merges.lock().await;
+    let changes: Vec<FileChange> = wt
+        .diff()
+        .map(|d| {
+            d.files
+                .into_iter()
+                .map(|f| FileChange {
+                    path: f.path,
+                    kind: match f.kind {
+                        ChangeKind::Added => FileChangeKind::Add,
+                        ChangeKind::Deleted => FileChangeKind::Delete,
+                        ChangeKind::Modified | ChangeKind::TypeChanged => FileChangeKind::Update,
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let status = match workspace.merge(wt) {
+        Ok(MergeOutcome::FastForward { head }) | Ok(MergeOutcome::Merged { commit: head }) => {
+            ProposalStatus::Merged { head }
+        }
+        Ok(MergeOutcome::UpToDate) => ProposalStatus::Merged {
+            head: wt.status().map(|s| s.head).unwrap_or_default(),
+        },
+        Ok(MergeOutcome::Conflict { paths }) => ProposalStatus::Conflict { paths },
+        Err(e) => ProposalStatus::Failed {
+            reason: e.to_string(),
+        },
+    };
+    let agent_id = format!("{}/pipeline", run.tree.supervisor_address().name());
+    let item_status = match &status {
+        ProposalStatus::Merged { .. } => ItemStatus::Completed,
+        _ => ItemStatus::Failed,
+    };
+    let event = ThreadEvent::ItemCompleted(ItemEvent {
+        item: ThreadItem {
+            id: format!("merge-{}", wt.id()),
+            details: ItemDetails::FileChange(FileChangeItem {
+                changes,
+                status: item_status,
+            }),
+        },
+        agent_id: Some(agent_id),
+    });
+    if let Err(e) = run.env.log.sender().emit(&event) {
+        tracing::warn!(error = %e, "merge event refused");
+    }
+    if matches!(status, ProposalStatus::Merged { .. })
+        && let Err(e) = workspace.remove(wt)
+    {
+        tracing::warn!(error = %e, "worktree not removed after merge");
+    }
+    status
+}

@@ -1,0 +1,106 @@
+//! Running a session's root agent under the supervised tree, to its end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use troupe_protocol::ThreadCompletedEvent;
+
+use crate::address::Address;
+use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
+
+use crate::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id};
+use crate::session::{SessionTree, SessionTreeError};
+use crate::subagent::agent_child_spec;
+
+/// How a root run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// The root agent finished (in any subtype).
+    Finished(Box<AgentOutcome>),
+    /// The supervisor gave up; the reason names the agent.
+    Escalated(String),
+}
+
+impl RunEnd {
+    /// The terminal event, when the agent produced one.
+    pub fn completed(&self) -> Option<&ThreadCompletedEvent> {
+        match self {
+            RunEnd::Finished(o) => Some(&o.completed),
+            RunEnd::Escalated(_) => None,
+        }
+    }
+}
+
+/// A running root agent.
+pub struct RootRun {
+    /// Its logical address (Abort, Steer, Status).
+    pub address: Address<AgentMsg>,
+    done: oneshot::Receiver<AgentOutcome>,
+}
+
+/// Starts the root agent (`session/root`) on `task` under the tree's
+/// supervisor. With `resume`, it rebuilds its history from the log
+/// instead of starting the thread.
+pub async fn start_root(
+    tree: &SessionTree,
+    env: Arc<AgentEnv>,
+    task: String,
+    resume: bool,
+) -> Result<RootRun, SessionTreeError> {
+    let (tx, done) = oneshot::channel();
+    let agent_id = format!("{}/root", tree.supervisor_address().name());
+    let address = Address::new(agent_id.clone());
+    let budget = BudgetNode::root_named(
+        agent_id.clone(),
+        CostBudget {
+            max_cost_usd: env.max_budget_usd,
+            ..CostBudget::unlimited()
+        },
+    );
+    let store = LoopStateStore::new(&env.workspace);
+    let shared = AgentShared::new(
+        tx,
+        resume,
+        &store,
+        &loop_id(&env.session_id, &agent_id),
+        budget,
+    );
+    let args = AgentArgs {
+        workspace: env.workspace.clone(),
+        env,
+        agent_id,
+        parent_id: None,
+        depth: 0,
+        spec: AgentSpec {
+            name: "root".into(),
+            task,
+            ..AgentSpec::default()
+        },
+        address: address.clone(),
+        shared,
+        autostart: true,
+    };
+    tree.start_child(agent_child_spec(args)).await?;
+    Ok(RootRun { address, done })
+}
+
+impl RootRun {
+    /// Waits until the root agent ends or the tree escalates.
+    pub async fn wait(self, tree: &SessionTree) -> RunEnd {
+        tokio::select! {
+            o = self.done => match o {
+                Ok(o) => RunEnd::Finished(Box::new(o)),
+                Err(_) => RunEnd::Escalated(tree.escalation().unwrap_or_else(|| "the root agent stopped without a result".into())),
+            },
+            why = tree.escalated() => RunEnd::Escalated(why),
+        }
+    }
+
+    /// Asks the root agent to cancel (between turns, or its turn in flight).
+    pub async fn abort(address: &Address<AgentMsg>, timeout: Duration) {
+        if let Err(e) = address.call(AgentMsg::Abort, timeout).await {
+            tracing::warn!(error = %e, "abort not delivered");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Subagents: the `spawn_subagent` tool that starts a supervised child
+//! agent and waits for its typed handoff, and the `handoff` tool a child
+//! uses to return one.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use ractor::Actor;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use troupe_protocol::{AgentRole, BoundaryStatus, HandoffRequest};
+use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+
+use crate::address::Address;
+use crate::agent::{
+    AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
+};
+use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
+use troupe_runtime::state::{CostBudget, LoopStateStore};
+
+/// Where a child's submitted handoff waits for the end of its run.
+#[derive(Clone, Default)]
+pub struct HandoffSlot(Arc<Mutex<Option<HandoffRequest>>>);
+
+impl HandoffSlot {
+    /// Takes the submitted handoff, if any.
+    pub fn take(&self) -> Option<HandoffRequest> {
+        self.0.lock().take()
+    }
+}
+
+/// `handoff`: a subagent reports what it did, with the boundary status of
+/// every deliverable.
+pub struct HandoffTool {
+    slot: HandoffSlot,
+}
+
+impl HandoffTool {
+    /// A tool filling `slot`.
+    pub fn new(slot: HandoffSlot) -> Self {
+        HandoffTool { slot }
+    }
+}
+
+fn string_list() -> Value {
+    json!({"type": "array", "items": {"type": "string"}})
+}
+
+impl Tool for HandoffTool {
+    fn name(&self) -> &str {
+        "handoff"
+    }
+
+    fn description(&self) -> &str {
+        "Hand your work back to the agent that started you. Call it once, when you are done or \
+         cannot go on, with the status of every deliverable (done, in_progress, not_started, \
+         blocked), then end with a short final message."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "state_summary": {"type": "string"},
+                "boundary_status": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "status": {"type": "string", "enum": ["done", "in_progress", "not_started", "blocked"]},
+                        "note": {"type": "string"}
+                    },
+                    "required": ["name", "status"],
+                    "additionalProperties": false
+                }},
+                "modified_files": string_list(),
+                "test_results": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "command": {"type": "string"},
+                        "passed": {"type": "boolean"},
+                        "output_excerpt": {"type": "string"}
+                    },
+                    "required": ["command", "passed"],
+                    "additionalProperties": false
+                }},
+                "open_decisions": string_list(),
+                "known_issues": string_list(),
+                "next_actions": string_list()
+            },
+            "required": ["state_summary", "boundary_status"],
+            "additionalProperties": false
+        })
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::ReadOnly
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let mut body = args;
+            if let Value::Object(m) = &mut body {
+                m.insert("target".into(), Value::String("parent".into()));
+            }
+            let handoff: HandoffRequest =
+                serde_json::from_value(body).map_err(|e| ToolError::Schema(e.to_string()))?;
+            let done = handoff
+                .boundary_status
+                .iter()
+                .filter(|d| d.status == BoundaryStatus::Done)
+                .count();
+            let total = handoff.boundary_status.len();
+            *self.slot.0.lock() = Some(handoff);
+            Ok(ToolOutput {
+                output: format!(
+                    "Handoff recorded ({done} of {total} deliverables done). End with a short final message."
+                ),
+                ..ToolOutput::default()
+            })
+        })
+    }
+}
+
+/// `spawn_subagent`: starts a supervised child agent on a task and returns
+/// its handoff (as markdown) when it ends.
+pub struct SpawnSubagentTool {
+    parent: AgentArgs,
+}
+
+impl SpawnSubagentTool {
+    /// The tool of agent `parent`. Children run under the session's
+    /// supervisor (`AgentEnv::supervisor`), as transient children with
+    /// ids scoped by their parent's (`root/fixer`).
+    pub fn new(parent: AgentArgs) -> Self {
+        SpawnSubagentTool { parent }
+    }
+
+    fn spec(&self, args: &Value) -> Result<AgentSpec, ToolError> {
+        let spec: AgentSpec =
+            serde_json::from_value(args.clone()).map_err(|e| ToolError::Schema(e.to_string()))?;
+        let ok_name = !spec.name.is_empty()
+            && spec
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok_name {
+            return Err(ToolError::Schema(format!(
+                "name `{}` must be letters, digits, `-` or `_`",
+                spec.name
+            )));
+        }
+        if let Some(s) = spec.budget_share
+            && !(0.0..=1.0).contains(&s)
+        {
+            return Err(ToolError::Schema(format!(
+                "budget_share {s} must be between 0 and 1"
+            )));
+        }
+        Ok(spec)
+    }
+
+    fn child_args(
+        &self,
+        spec: AgentSpec,
+        done: oneshot::Sender<AgentOutcome>,
+    ) -> Result<AgentArgs, ToolError> {
+        let p = &self.parent;
+        let depth = p.depth + 1;
+        if depth > p.env.limits.max_depth {
+            return Err(ToolError::Denied(format!(
+                "subagents may nest {} levels deep; {} is already at depth {}",
+                p.env.limits.max_depth, p.agent_id, p.depth
+            )));
+        }
+        if spec.isolation == Isolation::Worktree {
+            return Err(ToolError::Failed(
+                "worktree isolation is not available in this build; use isolation \"shared\""
+                    .into(),
+            ));
+        }
+        let agent_id = format!("{}/{}", p.agent_id, spec.name);
+        let budget = p.shared.budget.child(
+            agent_id.clone(),
+            spec.budget_share.unwrap_or(1.0),
+            CostBudget::unlimited(),
+        );
+        let store = LoopStateStore::new(&p.env.workspace);
+        let shared = AgentShared::new(
+            done,
+            false,
+            &store,
+            &loop_id(&p.env.session_id, &agent_id),
+            budget,
+        );
+        Ok(AgentArgs {
+            env: Arc::clone(&p.env),
+            address: Address::new(agent_id.clone()),
+            agent_id,
+            parent_id: Some(p.agent_id.clone()),
+            depth,
+            shared,
+            autostart: true,
+            workspace: p.workspace.clone(),
+            spec,
+        })
+    }
+}
+
+/// Starts an agent under the session's root supervisor (transient: a
+/// crash restarts it and it resumes from the log).
+pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
+    let id = args
+        .agent_id
+        .split_once('/')
+        .map_or(args.agent_id.clone(), |(_, rest)| rest.to_string());
+    let role = if args.depth == 0 {
+        AgentRole::Root
+    } else {
+        AgentRole::Subagent
+    };
+    ChildSpec {
+        id,
+        role,
+        restart: RestartPolicy::Transient,
+        start: Arc::new(move |sup| {
+            let a = args.clone();
+            Box::pin(async move {
+                Actor::spawn_linked(None, AgentActor, a, sup)
+                    .await
+                    .map(|(r, _)| r.get_cell())
+            })
+        }),
+        stop: None,
+    }
+}
+
+impl Tool for SpawnSubagentTool {
+    fn name(&self) -> &str {
+        "spawn_subagent"
+    }
+
+    fn description(&self) -> &str {
+        "Start a subagent on a self-contained part of the task and wait for its handoff (the \
+         status of every deliverable, files changed, test results). Several calls in one step \
+         run in parallel."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "task": {"type": "string"},
+                "allowed_tools": string_list(),
+                "model": {"type": "string"},
+                "max_turns": {"type": "integer", "minimum": 1},
+                "budget_share": {"type": "number", "minimum": 0, "maximum": 1},
+                "isolation": {"type": "string", "enum": ["shared", "worktree"]}
+            },
+            "required": ["name", "task"],
+            "additionalProperties": false
+        })
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::Exec
+    }
+
+    fn call<'a>(
+        &'a self,
+        args: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let spec = self.spec(&args)?;
+            let limits = self.parent.env.limits;
+            let running = &self.parent.shared.children;
+            if running.fetch_add(1, Ordering::SeqCst) >= limits.max_concurrent {
+                running.fetch_sub(1, Ordering::SeqCst);
+                return Err(ToolError::Denied(format!(
+                    "at most {} subagents may run at once",
+                    limits.max_concurrent
+                )));
+            }
+            let result = self.run_child(spec, ctx).await;
+            running.fetch_sub(1, Ordering::SeqCst);
+            result
+        })
+    }
+}
+
+impl SpawnSubagentTool {
+    async fn run_child(&self, spec: AgentSpec, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let (tx, rx) = oneshot::channel();
+        let child = self.child_args(spec, tx)?;
+        let address = child.address.clone();
+        let agent_id = child.agent_id.clone();
+        let timeout = self.parent.env.call_timeout;
+        let spec = agent_child_spec(child);
+        self.parent
+            .env
+            .supervisor
+            .call(|r| SupervisorMsg::StartChild(spec.clone(), r), timeout)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?
+            .map_err(ToolError::Failed)?;
+        let outcome = tokio::select! {
+            o = rx => o.map_err(|_| ToolError::Failed(format!("subagent {agent_id} stopped without a result")))?,
+            _ = ctx.cancel.cancelled() => {
+                let _ = address.call(AgentMsg::Abort, timeout).await;
+                return Err(ToolError::Cancelled);
+            }
+        };
+        Ok(ToolOutput {
+            output: format!(
+                "Subagent {agent_id} ended as {} after {} turns.\n\n{}",
+                outcome.completed.subtype,
+                outcome.completed.num_turns,
+                outcome.handoff.to_markdown()
+            ),
+            ..ToolOutput::default()
+        })
+    }
+}

@@ -1,0 +1,105 @@
+//! The VerifierActor: a temporary child that judges one proposal with the
+//! runtime's read-only verifier, sharing no context with the proposer.
+//!
+//! It receives only the proposal (`VerifyRequest`: the handoff, base and
+//! head commits, the worktree path); its tools are read-only, plus
+//! exec_command under Landlock; it answers with a structured `Verdict`. A
+//! run that ends without a valid verdict is a rejection whose finding says
+//! why; approval is never inferred from prose.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::task::JoinHandle;
+use troupe_protocol::Verdict;
+use troupe_runtime::agent::LogSink;
+use troupe_runtime::verifier::{VerifierSettings, VerifyRequest, run_verifier};
+
+use crate::agent::AgentEnv;
+
+/// Messages of the [`VerifierActor`].
+pub enum VerifierMsg {
+    /// Judge one proposal; the reply is the verdict (a rejection when the
+    /// verifier could not decide).
+    Verify(Box<VerifyRequest>, RpcReplyPort<Verdict>),
+}
+
+/// The verifier actor.
+pub struct VerifierActor;
+
+/// What a verifier needs.
+pub struct VerifierArgs {
+    /// The session (model client, catalog, log).
+    pub env: Arc<AgentEnv>,
+    /// The model to judge with.
+    pub model: String,
+    /// Sandbox, limits, name.
+    pub settings: VerifierSettings,
+}
+
+/// One verifier's state: the run it owns.
+pub struct VerifierState {
+    args: VerifierArgs,
+    run: Option<JoinHandle<()>>,
+}
+
+impl Actor for VerifierActor {
+    type Msg = VerifierMsg;
+    type State = VerifierState;
+    type Arguments = VerifierArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<VerifierMsg>,
+        args: VerifierArgs,
+    ) -> Result<VerifierState, ActorProcessingErr> {
+        Ok(VerifierState { args, run: None })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<VerifierMsg>,
+        state: &mut VerifierState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.args.settings.cancel.cancel();
+        if let Some(run) = state.run.take() {
+            run.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<VerifierMsg>,
+        msg: VerifierMsg,
+        state: &mut VerifierState,
+    ) -> Result<(), ActorProcessingErr> {
+        let VerifierMsg::Verify(request, reply) = msg;
+        let env = Arc::clone(&state.args.env);
+        let model = state.args.model.clone();
+        let settings = state.args.settings.clone();
+        // The run is owned by this actor: stopping it aborts the run.
+        state.run = Some(tokio::spawn(async move {
+            let sink = Arc::new(LogSink::new(env.log.clone(), Duration::from_secs(30)));
+            let verdict = match run_verifier(
+                &request,
+                Arc::clone(&env.client),
+                &model,
+                Arc::clone(&env.catalog),
+                sink,
+                settings,
+            )
+            .await
+            {
+                Ok(outcome) => outcome.verdict,
+                Err(e) => {
+                    tracing::warn!(error = %e, "verifier could not decide; rejecting");
+                    e.rejection()
+                }
+            };
+            let _ = reply.send(verdict);
+        }));
+        Ok(())
+    }
+}

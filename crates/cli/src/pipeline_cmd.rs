@@ -1,0 +1,340 @@
+//! `troupe run PIPELINE.toml` and `troupe demo`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use troupe_actors::pipeline::{
+    PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
+};
+use troupe_protocol::{
+    CompletionSubtype, ItemDetails, ItemEvent, ThreadCompletedEvent, ThreadEvent, ThreadItem,
+    ThreadStartedEvent, Usage, UserMessageItem,
+};
+use troupe_runtime::store::{AgentRow, EventReader, SessionStore, agent_tree};
+use troupe_runtime::verifier::VerifierSettings;
+
+use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
+use crate::{Failure, exit};
+
+/// Arguments of `troupe run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The pipeline file (docs/pipeline.md).
+    pipeline: PathBuf,
+    /// Print one JSON event per line on stdout, and nothing else there.
+    #[arg(long)]
+    json: bool,
+    /// The workspace: a git repository (default: the current directory).
+    #[arg(long, default_value = ".")]
+    workspace: PathBuf,
+    /// Provider kind or a [providers.<name>] table.
+    #[arg(long)]
+    provider: Option<String>,
+    /// The model of every agent (pins it).
+    #[arg(long)]
+    model: Option<String>,
+    /// Base URL of the provider.
+    #[arg(long)]
+    base_url: Option<String>,
+    /// Run offline against this script (docs/scripted-server.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
+    script: Option<PathBuf>,
+}
+
+/// Arguments of `troupe demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Make the demo repository here (an empty or new directory) instead
+    /// of a new temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print the event stream (one JSON event per line) instead of the
+    /// summary.
+    #[arg(long)]
+    json: bool,
+}
+
+const DEMO_SCRIPT: &str = include_str!("../../../docs/examples/demo-script.toml");
+const DEMO_CALC: &str = "#!/bin/sh\n# A tiny calculator: sh calc.sh add A B\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\n  *) echo \"usage: calc.sh add A B\" >&2; exit 2 ;;\nesac\n";
+const DEMO_TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then\n  echo \"ok: add 2 2 = 4\"\nelse\n  echo \"FAIL: add 2 2 = $out (want 4)\"\n  exit 1\nfi\n";
+const DEMO_PIPELINE: &str = "[pipeline]\nname = \"demo\"\nmax_rounds = 2\n\n[[proposers]]\nname = \"fixer\"\ntask = \"The test `sh test.sh` fails. Find the bug in calc.sh, fix it, run the test, and hand off.\"\n";
+
+pub fn run(args: RunArgs) -> Result<u8, Failure> {
+    let text = std::fs::read_to_string(&args.pipeline).map_err(|e| {
+        Failure::bad_input(anyhow::anyhow!(
+            "pipeline file {}: {e}",
+            args.pipeline.display()
+        ))
+    })?;
+    let spec = PipelineSpec::parse(&text, &args.pipeline).map_err(Failure::bad_input)?;
+    let workspace = canonical_workspace(&args.workspace)?;
+    troupe_worktree::Workspace::open(&workspace).map_err(Failure::bad_input)?;
+    let script = match &args.script {
+        Some(p) => Some(
+            std::fs::canonicalize(p)
+                .map_err(|e| Failure::bad_input(anyhow::anyhow!("script {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let settings = SessionSettings {
+        provider: args.provider,
+        model: args.model.clone(),
+        model_pinned: args.model.is_some(),
+        base_url: args.base_url,
+        max_turns: None,
+        max_budget_usd: None,
+        script,
+        task: format!("pipeline {}", spec.pipeline.name),
+    };
+    execute(&workspace, &settings, &spec, args.json)
+}
+
+pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            let empty = std::fs::read_dir(d)?.next().is_none();
+            if !empty {
+                return Err(Failure::bad_input(anyhow::anyhow!(
+                    "--dir {} is not empty; give an empty or new directory",
+                    d.display()
+                )));
+            }
+            d.clone()
+        }
+        None => tempfile::Builder::new()
+            .prefix("troupe-demo-")
+            .tempdir()?
+            .keep(),
+    };
+    let workspace = canonical_workspace(&dir)?;
+    make_demo_repo(&workspace)?;
+    let script = workspace.join(".vtcode").join("demo-script.toml");
+    std::fs::create_dir_all(script.parent().unwrap_or(&workspace))?;
+    std::fs::write(&script, DEMO_SCRIPT)?;
+    let spec =
+        PipelineSpec::parse(DEMO_PIPELINE, Path::new("demo pipeline")).map_err(Failure::from)?;
+    let settings = SessionSettings {
+        provider: None,
+        model: None,
+        model_pinned: false,
+        base_url: None,
+        max_turns: None,
+        max_budget_usd: None,
+        script: Some(script),
+        task: "troupe demo".into(),
+    };
+    if !args.json {
+        println!(
+            "troupe demo: a repository with a failing test in {}",
+            workspace.display()
+        );
+    }
+    execute(&workspace, &settings, &spec, args.json)
+}
+
+/// A git repository with a buggy calc.sh and its failing test.
+fn make_demo_repo(dir: &Path) -> Result<(), Failure> {
+    std::fs::write(dir.join("calc.sh"), DEMO_CALC)?;
+    std::fs::write(dir.join("test.sh"), DEMO_TEST)?;
+    std::fs::write(
+        dir.join("README.md"),
+        "# calc\n\n`sh test.sh` runs the test.\n",
+    )?;
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n")?;
+    troupe_worktree::init_repo_with_commit(dir, "calc: add(), with a test")
+        .map_err(Failure::from)?;
+    Ok(())
+}
+
+fn execute(
+    workspace: &Path,
+    settings: &SessionSettings,
+    spec: &PipelineSpec,
+    json: bool,
+) -> Result<u8, Failure> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let session = Session::prepare(workspace, settings, None).await?;
+        let store = SessionStore::for_workspace(workspace);
+        let id = SessionStore::new_session_id();
+        let log = store.create(&id, &id, session_log_config(workspace)?)?;
+        troupe_runtime::fsutil::write_atomic(
+            &log.dir().join(SETTINGS_FILE),
+            &serde_json::to_vec_pretty(settings)?,
+        )?;
+        let open = session.open(log, &id, json).await?;
+        let tx = open.log.sender();
+        let pipeline_agent = format!("{}/pipeline", open.tree.supervisor_address().name());
+        tx.emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: id.clone(),
+            session_id: Some(id.clone()),
+            agent_id: Some(pipeline_agent.clone()),
+        }))?;
+        tx.emit(&ThreadEvent::ItemCompleted(ItemEvent {
+            item: ThreadItem {
+                id: "pipeline-spec".into(),
+                details: ItemDetails::UserMessage(UserMessageItem {
+                    text: serde_json::to_string(spec)?,
+                    intent_id: None,
+                }),
+            },
+            agent_id: Some(pipeline_agent),
+        }))?;
+        let verifier = VerifierSettings::default().with_config(&open.config);
+        let reports = run_pipeline(
+            &PipelineRun {
+                tree: &open.tree,
+                env: std::sync::Arc::clone(&open.env),
+                verifier,
+            },
+            spec,
+        )
+        .await
+        .map_err(Failure::bad_input)?;
+        open.log.flush(std::time::Duration::from_secs(30)).await?;
+        let tree = agent_tree(read_events(open.log.events_path()).into_iter());
+        let done = completion(&id, &reports, &tree);
+        tx.emit(&ThreadEvent::ThreadCompleted(done.clone()))?;
+        let dir = open.log.dir().to_path_buf();
+        open.close().await?;
+        if !json {
+            print_summary(workspace, &dir, &reports, &tree, &done)?;
+        }
+        Ok(if done.subtype == CompletionSubtype::Success {
+            exit::OK
+        } else {
+            exit::ERROR
+        })
+    })
+}
+
+fn session_log_config(workspace: &Path) -> Result<troupe_runtime::store::LogConfig, Failure> {
+    let config = troupe_runtime::config::Config::load(workspace).map_err(Failure::bad_input)?;
+    Ok(config.log_config())
+}
+
+fn read_events(path: &Path) -> Vec<ThreadEvent> {
+    EventReader::open(path)
+        .map(|r| r.filter_map(Result::ok).map(|(_, e)| e.event).collect())
+        .unwrap_or_default()
+}
+
+/// The pipeline's terminal event: success only when every proposal merged.
+fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> ThreadCompletedEvent {
+    let merged = reports
+        .iter()
+        .filter(|r| matches!(r.status, ProposalStatus::Merged { .. }))
+        .count();
+    let code = if merged == reports.len() {
+        "success"
+    } else if reports
+        .iter()
+        .any(|r| matches!(r.status, ProposalStatus::Conflict { .. }))
+    {
+        "merge_conflict"
+    } else if reports
+        .iter()
+        .any(|r| matches!(r.status, ProposalStatus::Failed { .. }))
+    {
+        "proposer_failed"
+    } else {
+        "rejected"
+    };
+    let mut usage = Usage::default();
+    for r in tree {
+        usage.add(&r.usage);
+    }
+    let cost = tree
+        .iter()
+        .filter(|r| r.turns > 0)
+        .map(|r| r.cost_usd)
+        .sum::<Option<f64>>();
+    let success = merged == reports.len();
+    ThreadCompletedEvent {
+        thread_id: id.to_string(),
+        session_id: id.to_string(),
+        subtype: if success {
+            CompletionSubtype::Success
+        } else {
+            CompletionSubtype::ErrorDuringExecution
+        },
+        outcome_code: code.into(),
+        result: success.then(|| format!("{merged} of {} proposals merged", reports.len())),
+        stop_reason: None,
+        usage,
+        total_cost_usd: cost,
+        num_turns: tree.iter().map(|r| r.turns).sum(),
+    }
+}
+
+fn print_summary(
+    workspace: &Path,
+    session: &Path,
+    reports: &[ProposalReport],
+    tree: &[AgentRow],
+    done: &ThreadCompletedEvent,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\nagent tree")?;
+    for r in tree {
+        let depth = r.agent_id.matches('/').count();
+        writeln!(
+            out,
+            "  {}{} [{}] turns {} — {}",
+            "  ".repeat(depth),
+            r.agent_id,
+            r.role,
+            r.turns,
+            r.state
+        )?;
+    }
+    for r in reports {
+        writeln!(
+            out,
+            "\nproposal {} ({} round{})",
+            r.name,
+            r.rounds,
+            if r.rounds == 1 { "" } else { "s" }
+        )?;
+        if let Some(h) = &r.handoff {
+            for d in &h.boundary_status {
+                writeln!(out, "  [{}] {}", d.status.as_str(), d.name)?;
+            }
+        }
+        if let Some(v) = &r.verdict {
+            let word = if v.approved { "approved" } else { "rejected" };
+            writeln!(out, "  verdict: {word}")?;
+            for c in &v.checks {
+                writeln!(out, "    check `{}` exited {}", c.command, c.exit_code)?;
+            }
+            for f in &v.findings {
+                writeln!(out, "    finding: {}", f.message)?;
+            }
+        }
+        match &r.status {
+            ProposalStatus::Merged { head } => writeln!(out, "  merged: {head}")?,
+            ProposalStatus::Conflict { paths } => {
+                writeln!(out, "  merge conflict in: {}", paths.join(", "))?
+            }
+            ProposalStatus::Rejected => writeln!(out, "  still rejected after the last round")?,
+            ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
+        }
+    }
+    let cost = done
+        .total_cost_usd
+        .map(|c| format!("${c:.4}"))
+        .unwrap_or_else(|| "cost unknown".into());
+    writeln!(
+        out,
+        "\n— {} ({}) · {} turns · {} input / {} output tokens · {cost}",
+        done.subtype,
+        done.outcome_code,
+        done.num_turns,
+        done.usage.input_tokens,
+        done.usage.output_tokens
+    )?;
+    writeln!(out, "workspace: {}", workspace.display())?;
+    writeln!(out, "session:   {}", session.display())
+}

@@ -1,0 +1,171 @@
+//! Clearing what a crash left behind: stale entries in `.git/worktrees/`,
+//! stray directories under `.vtcode/worktrees/`, and `troupe/*` branches no
+//! worktree uses.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use git2::{BranchType, Repository};
+
+use crate::admin::{self, AdminEntry};
+use crate::error::{GitContext, Result, io_err};
+use crate::id::BRANCH_PREFIX;
+use crate::workspace::{Workspace, remove_dir_if_exists};
+
+/// What [`Workspace::prune`] cleared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Stale worktree entries removed from `.git/worktrees/` (with their
+    /// directory, for troupe's own), sorted.
+    pub worktrees: Vec<String>,
+    /// Directories under `.vtcode/worktrees/` that belonged to no worktree,
+    /// removed.
+    pub directories: Vec<PathBuf>,
+    /// `troupe/*` branches used by no worktree and fully contained in
+    /// HEAD, deleted.
+    pub branches: Vec<String>,
+    /// `troupe/*` branches used by no worktree but holding commits HEAD
+    /// lacks: kept, so no work is lost. Merge or delete them by hand.
+    pub kept_branches: Vec<String>,
+}
+
+impl PruneReport {
+    /// Nothing was stale.
+    pub fn is_empty(&self) -> bool {
+        self.worktrees.is_empty() && self.directories.is_empty() && self.branches.is_empty()
+    }
+}
+
+impl Workspace {
+    /// Clears stale worktrees (run it at startup, not while another process
+    /// is creating worktrees in this workspace):
+    ///
+    /// - troupe's worktrees (under `.vtcode/worktrees/`) whose directory or
+    ///   `.git` link is gone, whose admin entry is incomplete, or whose
+    ///   creation never finished, locked or not;
+    /// - other linked worktrees whose directory is gone, unless locked (as
+    ///   `git worktree prune` does);
+    /// - directories under `.vtcode/worktrees/` that no worktree owns;
+    /// - `troupe/*` branches no worktree has checked out, when HEAD already
+    ///   contains them (others are reported in
+    ///   [`PruneReport::kept_branches`]).
+    pub fn prune(&self) -> Result<PruneReport> {
+        let repo = self.repo()?;
+        let mut report = PruneReport::default();
+        let live = self.prune_entries(&repo, &mut report)?;
+        self.prune_directories(&live, &mut report)?;
+        prune_branches(&repo, &mut report)?;
+        if !report.is_empty() {
+            tracing::info!(?report, "pruned stale worktrees");
+        }
+        Ok(report)
+    }
+
+    /// Removes stale admin entries; returns the worktree paths still alive.
+    fn prune_entries(
+        &self,
+        repo: &Repository,
+        report: &mut PruneReport,
+    ) -> Result<HashSet<PathBuf>> {
+        let mut live = HashSet::new();
+        for name in admin::entry_names(repo.commondir())? {
+            let admin = admin::admin_dir(repo.commondir(), &name);
+            let info = AdminEntry::read(&admin);
+            let managed = self.is_managed(info.worktree_path.as_deref())
+                || (info.worktree_path.is_none() && self.worktrees_dir().join(&name).exists());
+            let stale = match info.defect(managed) {
+                Some(reason) if managed || !info.locked => reason,
+                _ => {
+                    live.extend(info.worktree_path.clone());
+                    continue;
+                }
+            };
+            tracing::debug!(worktree = %name, %stale, "pruning stale worktree");
+            if managed {
+                let path = info
+                    .worktree_path
+                    .clone()
+                    .unwrap_or_else(|| self.worktrees_dir().join(&name));
+                remove_dir_if_exists(&path)?;
+            }
+            remove_dir_if_exists(&admin)?;
+            report.worktrees.push(name);
+        }
+        report.worktrees.sort();
+        Ok(live)
+    }
+
+    /// Removes directories under `.vtcode/worktrees/` that no live worktree
+    /// owns (a create killed before libgit2 registered it).
+    fn prune_directories(&self, live: &HashSet<PathBuf>, report: &mut PruneReport) -> Result<()> {
+        let dir = self.worktrees_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("listing", &dir)(e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(io_err("listing", &dir))?.path();
+            if live.contains(&path) || !is_dir(&path) {
+                continue;
+            }
+            tracing::debug!(path = %path.display(), "removing stray worktree directory");
+            remove_dir_if_exists(&path)?;
+            report.directories.push(path);
+        }
+        report.directories.sort();
+        Ok(())
+    }
+}
+
+/// A directory, not following symlinks.
+fn is_dir(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.is_dir())
+}
+
+/// Deletes `troupe/*` branches that no worktree (nor the parent) has checked
+/// out and that HEAD already contains.
+fn prune_branches(repo: &Repository, report: &mut PruneReport) -> Result<()> {
+    let mut in_use = HashSet::new();
+    if let Ok(head) = repo.head() {
+        in_use.extend(head.name().ok().map(str::to_string));
+    }
+    for name in admin::entry_names(repo.commondir())? {
+        let entry = AdminEntry::read(&admin::admin_dir(repo.commondir(), &name));
+        in_use.extend(entry.head_ref);
+    }
+    let head = repo.head().ok().and_then(|h| h.target());
+    let branches = repo
+        .branches(Some(BranchType::Local))
+        .git("listing branches")?;
+    for branch in branches {
+        let (mut branch, _) = branch.git("listing branches")?;
+        let Ok(name) = branch.get().name().map(str::to_string) else {
+            continue;
+        };
+        let Some(short) = name.strip_prefix("refs/heads/") else {
+            continue;
+        };
+        if !short.starts_with(BRANCH_PREFIX) || in_use.contains(&name) {
+            continue;
+        }
+        let short = short.to_string();
+        let contained = match (head, branch.get().target()) {
+            (Some(head), Some(tip)) => {
+                tip == head || repo.graph_descendant_of(head, tip).unwrap_or(false)
+            }
+            _ => false,
+        };
+        if contained {
+            branch
+                .delete()
+                .git("deleting a left-over worktree branch")?;
+            report.branches.push(short);
+        } else {
+            report.kept_branches.push(short);
+        }
+    }
+    report.branches.sort();
+    report.kept_branches.sort();
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! `troupe demo` and `troupe run PIPELINE.toml` through the built binary:
+//! real git repositories in temp dirs, the scripted model server, the
+//! Landlock-sandboxed verifier.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+use troupe_protocol::{ItemDetails, ThreadEvent};
+use troupe_testkit::{Reply, Script, ToolCallSpec};
+
+use super::exec::session_events;
+
+const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
+const TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
+
+fn repo(dir: &Path) {
+    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
+    std::fs::write(dir.join("test.sh"), TEST).unwrap();
+    std::fs::write(dir.join("shared.txt"), "original\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+}
+
+fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) if i.item.details.type_name() == kind => {
+                Some(&i.item.details)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Output {
+    std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).unwrap();
+    std::fs::write(
+        ws.join(".vtcode-script.json"),
+        serde_json::to_string(script).unwrap(),
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "run",
+            ".vtcode-pipeline.toml",
+            "--script",
+            ".vtcode-script.json",
+            "--workspace",
+        ])
+        .arg(ws)
+        .current_dir(ws)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn demo_runs_offline_and_merges_the_verified_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["demo", "--dir"])
+        .arg(&dir)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "agent tree",
+        "session/fixer",
+        "verdict: approved",
+        "merged: ",
+        "session:",
+    ] {
+        assert!(stdout.contains(needle), "summary lacks {needle}: {stdout}");
+    }
+    // The fix is on the repository's branch and the test passes there.
+    let test = Command::new("sh")
+        .arg("test.sh")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}",
+        String::from_utf8_lossy(&test.stdout)
+    );
+    let log = troupe_worktree::recent_commits(&dir, 5).unwrap();
+    assert!(log[0].contains("fixer: Fixed the off-by-one"), "{log:?}");
+    let events = session_events(&dir);
+    assert_eq!(items(&events, "handoff").len(), 1);
+    let verdicts = items(&events, "verdict");
+    assert!(matches!(verdicts[0], ItemDetails::Verdict(v) if v.verdict.approved));
+    assert!(items(&events, "file_change").iter().any(
+        |c| matches!(c, ItemDetails::FileChange(f) if f.changes.iter().any(|c| c.path == "calc.sh"))
+    ));
+    // The worktree was removed after the merge.
+    let left = std::fs::read_dir(dir.join(".vtcode/worktrees"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn demo_json_prints_the_event_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["demo", "--json", "--dir"])
+        .arg(tmp.path().join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<ThreadEvent> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
+        .collect();
+    assert!(!items(&events, "verdict").is_empty());
+    assert!(!items(&events, "handoff").is_empty());
+    assert!(
+        matches!(events.iter().rev().find(|e| matches!(e, ThreadEvent::ThreadCompleted(_))), Some(ThreadEvent::ThreadCompleted(c)) if c.outcome_code == "success")
+    );
+}
+
+fn handoff(summary: &str) -> serde_json::Value {
+    json!({"state_summary": summary, "boundary_status": [{"name": "fix add", "status": "done"}], "modified_files": ["calc.sh"]})
+}
+
+#[test]
+fn rejected_then_fixed_then_approved() {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let script = Script::replies(vec![])
+        // Verifier of round 1: the test fails, reject with a finding.
+        .with_route("first attempt", vec![
+            Reply::tool_call("v1", "exec_command", json!({"command": "sh test.sh"})),
+            Reply::tool_call("v2", "submit_verdict", json!({"approved": false, "findings": [{"message": "add 2 2 prints 5, want 4", "path": "calc.sh"}], "checks": [{"command": "sh test.sh", "exit_code": 1, "output_excerpt": "FAIL"}]})),
+            Reply::text("rejected"),
+        ])
+        // Verifier of round 2: approve.
+        .with_route("second attempt", vec![
+            Reply::tool_call("w1", "exec_command", json!({"command": "sh test.sh"})),
+            Reply::tool_call("w2", "submit_verdict", json!({"approved": true, "checks": [{"command": "sh test.sh", "exit_code": 0, "output_excerpt": "ok"}]})),
+            Reply::text("approved"),
+        ])
+        // The proposer: a wrong fix, then (after the findings) the right one.
+        .with_route("Fix calc.sh", vec![
+            Reply::tool_call("p1", "write_file", json!({"path": "NOTES.md", "content": "looked at it\n"})),
+            Reply::tool_call("p2", "handoff", handoff("first attempt")),
+            Reply::text("done, I think"),
+            Reply::tool_call("p3", "edit_file", json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"})),
+            Reply::tool_call("p4", "handoff", handoff("second attempt")),
+            Reply::text("fixed"),
+        ]);
+    let out = troupe_run(
+        ws.path(),
+        "[pipeline]\nmax_rounds = 3\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh so that sh test.sh passes.\"\n",
+        &script,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("proposal fixer (2 rounds)"), "{stdout}");
+    let events = session_events(ws.path());
+    let verdicts: Vec<bool> = items(&events, "verdict")
+        .iter()
+        .filter_map(|d| match d {
+            ItemDetails::Verdict(v) => Some(v.verdict.approved),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(verdicts, vec![false, true]);
+    // The findings came back to the proposer as its next turn.
+    let user_turns: Vec<String> = items(&events, "user_message")
+        .iter()
+        .filter_map(|d| match d {
+            ItemDetails::UserMessage(m) if m.intent_id.is_some() => Some(m.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(user_turns.len(), 1);
+    assert!(
+        user_turns[0].contains("calc.sh: add 2 2 prints 5, want 4"),
+        "{}",
+        user_turns[0]
+    );
+    let test = Command::new("sh")
+        .arg("test.sh")
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(test.status.success(), "the approved fix is merged");
+}
+
+#[test]
+fn parallel_proposers_with_a_conflicting_merge() {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let write = |id: &str, text: &str, who: &str| {
+        vec![
+            Reply::tool_calls(vec![ToolCallSpec::new(
+                id,
+                "write_file",
+                json!({"path": "shared.txt", "content": text}),
+            )]),
+            Reply::tool_call(
+                format!("{id}h"),
+                "handoff",
+                json!({"state_summary": format!("{who} rewrote shared.txt"), "boundary_status": [{"name": "rewrite", "status": "done"}]}),
+            ),
+            Reply::text("done"),
+        ]
+    };
+    let script = Script::replies(vec![])
+        .with_route(
+            "independent verifier",
+            vec![
+                Reply::tool_call("v", "submit_verdict", json!({"approved": true})),
+                Reply::text("ok"),
+            ],
+        )
+        .with_route("Task A", write("a1", "from A\n", "A"))
+        .with_route("Task B", write("b1", "from B\n", "B"));
+    let out = troupe_run(
+        ws.path(),
+        "[[proposers]]\nname = \"a\"\ntask = \"Task A: rewrite shared.txt\"\n[[proposers]]\nname = \"b\"\ntask = \"Task B: rewrite shared.txt\"\n",
+        &script,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("merge conflict in: shared.txt"), "{stdout}");
+    assert!(stdout.contains("merged: "), "{stdout}");
+    let shared = std::fs::read_to_string(ws.path().join("shared.txt")).unwrap();
+    assert!(
+        shared == "from A\n" || shared == "from B\n",
+        "the parent holds exactly one merged change: {shared:?}"
+    );
+    let events = session_events(ws.path());
+    let done = events.iter().rev().find_map(|e| match e {
+        ThreadEvent::ThreadCompleted(c) if c.outcome_code == "merge_conflict" => Some(c),
+        _ => None,
+    });
+    assert!(done.is_some(), "the pipeline ends as merge_conflict");
+    // Both proposers ran as supervised agents.
+    for a in ["session/a", "session/b"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, ThreadEvent::AgentStarted(s) if s.agent_id == a)),
+            "{a}"
+        );
+    }
+}
+
+#[test]
+fn pipeline_bad_input_exits_2() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("p.toml"),
+        "[[proposers]]\nname = \"a\"\ntask = \"t\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["run", "p.toml", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a git repository"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        ws.path().join("bad.toml"),
+        "[[proposers]]\nname = \"a b\"\ntask = \"t\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["run", "bad.toml", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("letters, digits"));
+}
