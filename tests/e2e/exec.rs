@@ -803,3 +803,125 @@ fn offline_script_mode_runs_the_readme_example() {
     let log = std::fs::read_to_string(session_dir(ws.path()).join("events.jsonl")).unwrap();
     assert!(!log.contains("sk-must-not-be-sent"));
 }
+
+#[test]
+fn deny_rules_match_every_spelling_of_a_path() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join("secrets")).unwrap();
+    std::fs::create_dir_all(ws.path().join("sub")).unwrap();
+    std::fs::write(ws.path().join("secrets/key"), "k").unwrap();
+    std::os::unix::fs::symlink("../secrets", ws.path().join("sub/sl")).unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[permissions]\ndeny = [\"write_file(secrets/*)\", \"read_file(secrets/*)\"]\n",
+    )
+    .unwrap();
+    let abs = ws.path().join("secrets/d");
+    let s = Server::start(vec![
+        Reply::tool_calls(vec![
+            ToolCallSpec::new(
+                "a",
+                "write_file",
+                json!({"path": "./secrets/b", "content": "x"}),
+            ),
+            ToolCallSpec::new(
+                "b",
+                "write_file",
+                json!({"path": "sub/../secrets/c", "content": "x"}),
+            ),
+            ToolCallSpec::new("c", "write_file", json!({"path": abs, "content": "x"})),
+            ToolCallSpec::new("d", "read_file", json!({"path": "sub/sl/key"})),
+        ]),
+        Reply::text("ok"),
+    ]);
+    let run = exec(ws.path(), &s, &[], "sneak");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    for (id, status, text) in run.outputs() {
+        assert_eq!(status, ItemStatus::Declined, "{id}: {text}");
+    }
+    for f in ["b", "c", "d"] {
+        assert!(
+            !ws.path().join("secrets").join(f).exists(),
+            "secrets/{f} was written"
+        );
+    }
+}
+
+#[test]
+fn configured_key_variables_never_reach_commands() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[providers.corp]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"CORP_LLM_CRED\"\n",
+    )
+    .unwrap();
+    let s = Server::start(vec![
+        Reply::tool_call(
+            "e",
+            "exec_command",
+            json!({"command": "env | grep CRED || echo none"}),
+        ),
+        Reply::text("ok"),
+    ]);
+    let out = exec_cmd(ws.path(), &s.url(), &[], "leak?")
+        .env("CORP_LLM_CRED", "sk-very-secret-123")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(session_dir(ws.path()).join("events.jsonl")).unwrap();
+    assert!(
+        !log.contains("sk-very-secret-123"),
+        "the key reached a command's output"
+    );
+    assert!(
+        s.server.requests()[1]
+            .function_call_output_text("e")
+            .unwrap()
+            .contains("none")
+    );
+}
+
+#[test]
+fn bad_events_path_and_missing_key_leave_no_session() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![Reply::text("never")]);
+    let out = exec_cmd(
+        ws.path(),
+        &s.url(),
+        &["--events", "/nonexistent/dir/x.jsonl"],
+        "hi",
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/dir/x.jsonl"));
+    assert!(
+        !ws.path().join(".vtcode/sessions").exists()
+            || std::fs::read_dir(ws.path().join(".vtcode/sessions"))
+                .unwrap()
+                .count()
+                == 0
+    );
+    // A hosted provider without its key: exit 2 before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--provider", "anthropic", "--workspace"])
+        .arg(ws.path())
+        .arg("hi")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY is not set"));
+    assert!(
+        !ws.path().join(".vtcode/sessions").exists()
+            || std::fs::read_dir(ws.path().join(".vtcode/sessions"))
+                .unwrap()
+                .count()
+                == 0
+    );
+}

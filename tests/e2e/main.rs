@@ -92,3 +92,21 @@ fn mock_llm_prints_its_address_first_and_serves_the_script() {
         "the script's first reply: {resp}"
     );
 }
+
+#[test]
+fn mock_llm_refuses_non_loopback_addresses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/hello.toml");
+    let out = troupe(
+        &[
+            "mock-llm",
+            "--script",
+            script.to_str().unwrap(),
+            "--listen",
+            "0.0.0.0:0",
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("loopback"), "{}", stderr(&out));
+}

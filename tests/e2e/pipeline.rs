@@ -307,3 +307,39 @@ fn pipeline_bad_input_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("letters, digits"));
 }
+
+#[test]
+fn pipeline_sessions_are_not_resumed_as_exec() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["demo", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let sessions = dir.join(".vtcode/sessions");
+    let id = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    // Pretend it died: mark its manifest active again.
+    let mpath = sessions.join(&id).join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&mpath).unwrap()).unwrap();
+    m["status"] = json!("active");
+    std::fs::write(&mpath, m.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["sessions", "resume", id.to_str().unwrap(), "--workspace"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only `troupe exec` sessions"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

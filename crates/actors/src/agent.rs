@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
     BoundaryStatus, CompletionSubtype, Deliverable, HandoffItem, HandoffRequest, ItemDetails,
@@ -156,6 +156,8 @@ pub struct AgentShared {
     loop_state: Mutex<LoopState>,
     pub(crate) children: AtomicUsize,
     pub(crate) budget: Arc<BudgetNode>,
+    /// A submitted handoff survives a restart of the agent.
+    handoff: HandoffSlot,
 }
 
 impl AgentShared {
@@ -178,6 +180,7 @@ impl AgentShared {
             loop_state: Mutex::new(loop_state),
             children: AtomicUsize::new(0),
             budget,
+            handoff: HandoffSlot::default(),
         })
     }
 }
@@ -268,6 +271,9 @@ pub enum AgentMsg {
     Status(RpcReplyPort<AgentStatus>),
 }
 
+/// How long an aborted turn may take to wind down before it is dropped.
+const ABORT_GRACE: Duration = Duration::from_secs(5);
+
 /// The agent actor.
 pub struct AgentActor;
 
@@ -275,9 +281,12 @@ pub struct AgentActor;
 pub struct AgentState {
     args: AgentArgs,
     agent: Option<AgentLoop>,
-    turn: Option<JoinHandle<()>>,
+    /// The turn in flight: its task and the task reporting its end. Both
+    /// are aborted when the actor stops.
+    turn: Option<(AbortHandle, JoinHandle<()>)>,
     cancel: CancellationToken,
-    handoff: HandoffSlot,
+    /// Steering intents pushed into the running turn, not yet durable.
+    applying: Vec<String>,
 }
 
 impl Actor for AgentActor {
@@ -296,7 +305,7 @@ impl Actor for AgentActor {
             agent: None,
             turn: None,
             cancel: CancellationToken::new(),
-            handoff: HandoffSlot::default(),
+            applying: Vec::new(),
         })
     }
 
@@ -324,6 +333,13 @@ impl Actor for AgentActor {
                 .steering
                 .reconcile(&history);
             tracing::info!(agent = %state.args.agent_id, replay = replay.len(), "steering intents to replay");
+            // A thread that had completed stays completed, unless a new
+            // intent (a follow-up, verifier findings) continues it.
+            if let Some(done) = report.completed_event
+                && replay.is_empty()
+            {
+                agent.mark_completed(done);
+            }
         } else if state.args.autostart {
             state.args.shared.started.store(true, Ordering::SeqCst);
             agent.start(&state.args.spec.task).await;
@@ -345,8 +361,9 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         state.cancel.cancel();
-        if let Some(t) = state.turn.take() {
-            t.abort();
+        if let Some((turn, watcher)) = state.turn.take() {
+            turn.abort();
+            watcher.abort();
         }
         Ok(())
     }
@@ -371,6 +388,21 @@ impl Actor for AgentActor {
             AgentMsg::StepDone(agent, outcome) => {
                 state.turn = None;
                 let mut agent = *agent;
+                if !state.applying.is_empty() {
+                    let env = &state.args.env;
+                    match env.log.flush(env.call_timeout).await {
+                        Ok(()) => {
+                            let mut st = state.args.shared.loop_state.lock();
+                            for id in state.applying.drain(..) {
+                                st.steering.mark_applied(&id);
+                            }
+                            save_loop_state(&state.args, &st);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "steering not yet durable; kept pending")
+                        }
+                    }
+                }
                 match outcome {
                     Some(StepOutcome::Continue) => {
                         state.agent = Some(agent);
@@ -458,7 +490,7 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     };
     tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
     if args.depth > 0 {
-        tools.register(Arc::new(HandoffTool::new(state.handoff.clone())));
+        tools.register(Arc::new(HandoffTool::new(args.shared.handoff.clone())));
     }
     tools.register(Arc::new(RememberTool::new(
         LoopMemory::for_workspace(&env.workspace),
@@ -556,7 +588,9 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
             if !agent.applied_intents().contains(&intent.id) {
                 agent.push_user(&intent.text, Some(intent.id.clone()));
             }
-            st.steering.mark_applied(&intent.id);
+            // Marked applied once its user_message is durable (StepDone):
+            // a crash before that replays it; after, the history has it.
+            state.applying.push(intent.id);
         }
         st.step_index = u64::from(agent.turns());
         st.usage = agent.usage();
@@ -566,20 +600,32 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
     let cancel = state.cancel.clone();
     let me = myself.clone();
     let turn = tokio::spawn(async move {
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => None,
-            o = agent.step() => Some(o),
+        let outcome = {
+            let step = agent.step();
+            tokio::pin!(step);
+            tokio::select! {
+                biased;
+                o = &mut step => Some(o),
+                _ = cancel.cancelled() => {
+                    // Tools see the same token and stop; let the turn wind
+                    // down (subagents aborted, processes killed) before it is
+                    // dropped.
+                    let _ = tokio::time::timeout(ABORT_GRACE, &mut step).await;
+                    None
+                }
+            }
         };
         (agent, outcome)
     });
-    state.turn = Some(tokio::spawn(async move {
+    let abort = turn.abort_handle();
+    let watcher = tokio::spawn(async move {
         let msg = match turn.await {
             Ok((agent, outcome)) => AgentMsg::StepDone(Box::new(agent), outcome),
             Err(e) => AgentMsg::StepPanicked(panic_text(e)),
         };
         let _ = me.cast(msg);
-    }));
+    });
+    state.turn = Some((abort, watcher));
 }
 
 fn panic_text(e: tokio::task::JoinError) -> String {
@@ -603,6 +649,8 @@ async fn finish(
     agent.stop_hook(&done).await;
     let args = &state.args;
     let handoff = state
+        .args
+        .shared
         .handoff
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));

@@ -232,10 +232,20 @@ async fn run_proposer(
         }
     };
     let agent_id = format!("{}/{}", run.tree.supervisor_address().name(), p.name);
+    let mut turns_so_far = 0;
     for round in 1..=spec.pipeline.max_rounds {
         report.rounds = round;
-        let handoff = match propose(run, p, &wt, &agent_id, round, report.verdict.as_ref()).await {
-            Ok(h) => h,
+        let proposal = Proposal {
+            agent_id: &agent_id,
+            round,
+            rejected: report.verdict.as_ref(),
+            turns_so_far,
+        };
+        let handoff = match propose(run, p, &wt, proposal).await {
+            Ok((h, turns)) => {
+                turns_so_far = turns;
+                h
+            }
             Err(reason) => {
                 report.status = ProposalStatus::Failed { reason };
                 return report;
@@ -268,16 +278,30 @@ async fn run_proposer(
     report
 }
 
+/// Where a proposer is in its rounds.
+struct Proposal<'a> {
+    agent_id: &'a str,
+    round: u32,
+    rejected: Option<&'a Verdict>,
+    /// Turns its thread ran in earlier rounds (the turn limit is per round).
+    turns_so_far: u32,
+}
+
 /// Runs (round 1) or continues (later rounds, with the verifier's findings
-/// as the next user turn) the proposer; returns its handoff.
+/// as the next user turn) the proposer; returns its handoff and the turns
+/// its thread has run in all.
 async fn propose(
     run: &PipelineRun<'_>,
     p: &ProposerSpec,
     wt: &Worktree,
-    agent_id: &str,
-    round: u32,
-    rejected: Option<&Verdict>,
-) -> Result<HandoffRequest, String> {
+    proposal: Proposal<'_>,
+) -> Result<(HandoffRequest, u32), String> {
+    let Proposal {
+        agent_id,
+        round,
+        rejected,
+        turns_so_far,
+    } = proposal;
     let env = &run.env;
     let store = LoopStateStore::new(&env.workspace);
     let lid = loop_id(&env.session_id, agent_id);
@@ -308,7 +332,7 @@ async fn propose(
             name: format!("{}-r{round}", p.name),
             task: p.task.clone(),
             model: p.model.clone(),
-            max_turns: p.max_turns,
+            max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
             ..AgentSpec::default()
         },
         address: Address::new(agent_id.to_string()),
@@ -316,14 +340,23 @@ async fn propose(
         workspace: wt.path().to_path_buf(),
         autostart: true,
     };
-    run.tree
-        .start_child(agent_child_spec(args))
-        .await
-        .map_err(|e| e.to_string())?;
+    // The previous round's incarnation may still be leaving the tree.
+    let spec = agent_child_spec(args);
+    let mut tries = 0;
+    loop {
+        match run.tree.start_child(spec.clone()).await {
+            Ok(()) => break,
+            Err(e) if e.to_string().contains("already exists") && tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
     let outcome = rx
         .await
         .map_err(|_| format!("proposer {} stopped without a handoff", p.name))?;
-    Ok(outcome.handoff)
+    Ok((outcome.handoff, outcome.completed.num_turns))
 }
 
 fn findings_message(verdict: &Verdict) -> String {

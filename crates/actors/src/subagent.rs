@@ -19,6 +19,7 @@ use crate::agent::{
 };
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
 use troupe_runtime::state::{CostBudget, LoopStateStore};
+use troupe_worktree::{Workspace, Worktree};
 
 /// Where a child's submitted handoff waits for the end of its run.
 #[derive(Clone, Default)]
@@ -169,7 +170,7 @@ impl SpawnSubagentTool {
         &self,
         spec: AgentSpec,
         done: oneshot::Sender<AgentOutcome>,
-    ) -> Result<AgentArgs, ToolError> {
+    ) -> Result<(AgentArgs, Option<Worktree>), ToolError> {
         let p = &self.parent;
         let depth = p.depth + 1;
         if depth > p.env.limits.max_depth {
@@ -178,13 +179,35 @@ impl SpawnSubagentTool {
                 p.env.limits.max_depth, p.agent_id, p.depth
             )));
         }
-        if spec.isolation == Isolation::Worktree {
-            return Err(ToolError::Failed(
-                "worktree isolation is not available in this build; use isolation \"shared\""
-                    .into(),
-            ));
-        }
         let agent_id = format!("{}/{}", p.agent_id, spec.name);
+        // Isolation: the child writes in its own worktree of the session's
+        // workspace, on branch troupe/<id>; its changes stay there until
+        // someone merges them.
+        let worktree = match spec.isolation {
+            Isolation::Shared => None,
+            Isolation::Worktree => {
+                let short: String = p
+                    .env
+                    .session_id
+                    .chars()
+                    .rev()
+                    .take(8)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let id = format!("{short}-{}", agent_id.replace('/', "-"));
+                let ws = Workspace::open(&p.env.workspace)
+                    .map_err(|e| ToolError::Failed(e.to_string()))?;
+                Some(
+                    ws.create_worktree(&id)
+                        .map_err(|e| ToolError::Failed(e.to_string()))?,
+                )
+            }
+        };
+        let workspace = worktree
+            .as_ref()
+            .map_or_else(|| p.workspace.clone(), |wt| wt.path().to_path_buf());
         let budget = p.shared.budget.child(
             agent_id.clone(),
             spec.budget_share.unwrap_or(1.0),
@@ -198,17 +221,20 @@ impl SpawnSubagentTool {
             &loop_id(&p.env.session_id, &agent_id),
             budget,
         );
-        Ok(AgentArgs {
-            env: Arc::clone(&p.env),
-            address: Address::new(agent_id.clone()),
-            agent_id,
-            parent_id: Some(p.agent_id.clone()),
-            depth,
-            shared,
-            autostart: true,
-            workspace: p.workspace.clone(),
-            spec,
-        })
+        Ok((
+            AgentArgs {
+                env: Arc::clone(&p.env),
+                address: Address::new(agent_id.clone()),
+                agent_id,
+                parent_id: Some(p.agent_id.clone()),
+                depth,
+                shared,
+                autostart: true,
+                workspace,
+                spec,
+            },
+            worktree,
+        ))
     }
 }
 
@@ -288,18 +314,29 @@ impl Tool for SpawnSubagentTool {
                     limits.max_concurrent
                 )));
             }
-            let result = self.run_child(spec, ctx).await;
-            running.fetch_sub(1, Ordering::SeqCst);
+            let mut guard = ChildGuard {
+                parent: Arc::clone(&self.parent.shared),
+                child: None,
+                finished: false,
+            };
+            let result = self.run_child(spec, ctx, &mut guard).await;
+            guard.finished = true;
             result
         })
     }
 }
 
 impl SpawnSubagentTool {
-    async fn run_child(&self, spec: AgentSpec, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn run_child(
+        &self,
+        spec: AgentSpec,
+        ctx: &ToolContext,
+        guard: &mut ChildGuard,
+    ) -> Result<ToolOutput, ToolError> {
         let (tx, rx) = oneshot::channel();
-        let child = self.child_args(spec, tx)?;
+        let (child, worktree) = self.child_args(spec, tx)?;
         let address = child.address.clone();
+        guard.child = Some(address.clone());
         let agent_id = child.agent_id.clone();
         let timeout = self.parent.env.call_timeout;
         let spec = agent_child_spec(child);
@@ -317,14 +354,57 @@ impl SpawnSubagentTool {
                 return Err(ToolError::Cancelled);
             }
         };
+        let mut output = format!(
+            "Subagent {agent_id} ended as {} after {} turns.\n\n{}",
+            outcome.completed.subtype,
+            outcome.completed.num_turns,
+            outcome.handoff.to_markdown()
+        );
+        if let Some(wt) = worktree {
+            let summary = outcome
+                .handoff
+                .state_summary
+                .lines()
+                .next()
+                .unwrap_or("subagent work");
+            match wt.commit(&format!("{agent_id}: {summary}")) {
+                Ok(commit) => output.push_str(&format!(
+                    "\n### Worktree\nThe changes are in {} on branch {} (commit {}); they are not merged.\n",
+                    wt.path().display(),
+                    wt.branch(),
+                    commit.unwrap_or_else(|| "none: nothing changed".into())
+                )),
+                Err(e) => output.push_str(&format!("\n### Worktree\nCommitting the changes failed: {e}\n")),
+            }
+        }
         Ok(ToolOutput {
-            output: format!(
-                "Subagent {agent_id} ended as {} after {} turns.\n\n{}",
-                outcome.completed.subtype,
-                outcome.completed.num_turns,
-                outcome.handoff.to_markdown()
-            ),
+            output,
             ..ToolOutput::default()
         })
+    }
+}
+
+/// Owns a running child for the `spawn_subagent` call that started it:
+/// whether the call returns or is dropped (its parent aborted or crashed),
+/// the parent's running count goes down, and a child still running is
+/// aborted, so no subagent runs without an owner.
+struct ChildGuard {
+    parent: Arc<AgentShared>,
+    child: Option<Address<AgentMsg>>,
+    finished: bool,
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.parent.children.fetch_sub(1, Ordering::SeqCst);
+        if self.finished {
+            return;
+        }
+        if let Some(actor) = self.child.as_ref().and_then(Address::get) {
+            let (tx, _rx) = ractor::concurrency::oneshot();
+            if actor.cast(AgentMsg::Abort(tx.into())).is_err() {
+                tracing::warn!(child = %actor.get_id(), "could not abort an orphaned subagent");
+            }
+        }
     }
 }

@@ -101,7 +101,7 @@ async fn fixture_with(
             .with_retry(RetryPolicy::none()),
     )
     .unwrap();
-    let mut tools = ToolRegistry::new();
+    let mut tools = ToolRegistry::builtin();
     tools.register(tool);
     let env = Arc::new(AgentEnv {
         log: log.clone(),
@@ -540,4 +540,81 @@ async fn steering_cap_dedup_and_replay_after_a_crash() {
     // The model saw all sixteen follow-ups in its last request.
     let last = server.requests().last().unwrap().clone();
     assert_eq!(last.last_user_text().as_deref(), Some("follow-up 15"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagent_with_worktree_isolation_writes_only_in_its_worktree() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join(".gitignore"), "/.vtcode/\n").unwrap();
+    std::fs::write(ws.path().join("README.md"), "hi\n").unwrap();
+    troupe_worktree::init_repo_with_commit(ws.path(), "initial").unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![
+        Reply::tool_call(
+            "s1",
+            "spawn_subagent",
+            json!({"name": "w", "task": "write a file", "isolation": "worktree"}),
+        ),
+        Reply::tool_call(
+            "c1",
+            "write_file",
+            json!({"path": "made-by-child.txt", "content": "child\n"}),
+        ),
+        Reply::text("wrote it"),
+        Reply::text("parent done"),
+    ]))
+    .await
+    .unwrap();
+    let tool = Arc::new(Record {
+        file: ws.path().join("side.txt"),
+        calls: AtomicU32::new(0),
+        panic_at: 0,
+        always_panic: false,
+    });
+    let f = fixture(ws.path(), &server, tool, fast()).await;
+    let run = start_root(
+        &f.tree,
+        Arc::clone(&f.env),
+        "delegate in isolation".into(),
+        false,
+    )
+    .await
+    .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
+        .await
+        .unwrap();
+    f.tree.shutdown().await.unwrap();
+    assert_eq!(
+        end.completed().unwrap().result.as_deref(),
+        Some("parent done")
+    );
+    assert!(
+        !ws.path().join("made-by-child.txt").exists(),
+        "the child wrote in the parent's tree"
+    );
+    let seen = server
+        .requests()
+        .last()
+        .unwrap()
+        .function_call_output_text("s1")
+        .unwrap();
+    assert!(seen.contains("on branch troupe/"), "{seen}");
+    let wt_dir = std::fs::read_dir(ws.path().join(".vtcode/worktrees"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_to_string(wt_dir.join("made-by-child.txt")).unwrap(),
+        "child\n"
+    );
+    let wt = troupe_worktree::Workspace::open(ws.path())
+        .unwrap()
+        .worktree(wt_dir.file_name().unwrap().to_str().unwrap())
+        .unwrap();
+    assert!(
+        wt.status().unwrap().is_clean(),
+        "the child's work was committed"
+    );
+    assert_eq!(wt.status().unwrap().commits_since_base, 1);
 }

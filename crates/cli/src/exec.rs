@@ -71,6 +71,9 @@ When the task is done, answer with a short summary and call no tool.";
 /// `troupe sessions resume` continues with the same settings (never a key).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionSettings {
+    /// What ran: `exec` (resumable) or `pipeline`.
+    #[serde(default = "exec_kind")]
+    pub kind: String,
     /// Provider kind or table name.
     pub provider: Option<String>,
     /// The model.
@@ -89,10 +92,11 @@ pub struct SessionSettings {
     pub task: String,
 }
 
-/// The settings file in a session directory.
-pub const SETTINGS_FILE: &str = "settings.json";
-/// The pid file of the process writing a session.
-pub const PID_FILE: &str = "writer.pid";
+pub use troupe_runtime::store::{PID_FILE, SETTINGS_FILE};
+
+fn exec_kind() -> String {
+    "exec".into()
+}
 
 pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(&args.prompt)?;
@@ -105,6 +109,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
             None => None,
         };
     let settings = SessionSettings {
+        kind: exec_kind(),
         provider: args.provider.clone(),
         model: args.model.clone(),
         model_pinned: args.model.is_some(),
@@ -160,6 +165,22 @@ fn read_prompt(arg: &str) -> Result<String, Failure> {
     Ok(prompt)
 }
 
+/// A hosted provider at its official URL needs its key: refuse early, with
+/// the variable to set, instead of failing after the session started.
+fn require_key(provider: &troupe_runtime::provider::ProviderConfig) -> Result<(), Failure> {
+    use troupe_runtime::provider::KeySource;
+    let official = provider.base_url == provider.kind.default_base_url();
+    if let KeySource::Env(var) = &provider.api_key
+        && official
+        && std::env::var(var).map_or(true, |v| v.trim().is_empty())
+    {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "{var} is not set: export it with your API key, point --base-url at a local server, or run offline with --script FILE"
+        )));
+    }
+    Ok(())
+}
+
 fn client(
     config: troupe_runtime::provider::ProviderConfig,
 ) -> Result<Arc<dyn ModelClient>, Failure> {
@@ -171,7 +192,9 @@ fn client(
 pub struct Session {
     config: Config,
     workspace: PathBuf,
-    events: Option<PathBuf>,
+    /// The `--events` / `event_log_path` export, opened before the session
+    /// exists so a bad path leaves nothing behind.
+    events: Option<JsonlFileExporter>,
     server: Option<ScriptedServer>,
     offline: bool,
 }
@@ -216,10 +239,22 @@ impl Session {
             })
             .map_err(Failure::bad_input)?;
         // Refuse bad provider settings before a session exists.
-        config.provider_config().map_err(Failure::bad_input)?;
+        let provider = config.provider_config().map_err(Failure::bad_input)?;
         config
             .fallback_provider_config()
             .map_err(Failure::bad_input)?;
+        if server.is_none() {
+            require_key(&provider)?;
+        }
+        let events = match config.event_log_path() {
+            Some(path) => Some(JsonlFileExporter::open(&path, ExportFormat::Bare).map_err(|e| {
+                Failure::bad_input(anyhow::anyhow!(
+                    "cannot open the event export {} (--events or agent.harness.event_log_path): {e}",
+                    path.display()
+                ))
+            })?),
+            None => None,
+        };
         Ok(Session {
             config,
             workspace: workspace.to_path_buf(),
@@ -294,7 +329,7 @@ impl Session {
     /// Opens session `id` for running: exporters (stdout human or JSON,
     /// `--events`), the pid file, the supervised tree with its drain, and
     /// the agents' environment.
-    pub async fn open(self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
+    pub async fn open(mut self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
         if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
@@ -304,13 +339,7 @@ impl Session {
         } else {
             log.add_exporter(Box::new(HumanRenderer::new(std::io::stdout())));
         }
-        if let Some(path) = self.config.event_log_path().or(self.events.clone()) {
-            let exporter = JsonlFileExporter::open(&path, ExportFormat::Bare).map_err(|e| {
-                Failure::bad_input(anyhow::anyhow!(
-                    "cannot open --events {}: {e}",
-                    path.display()
-                ))
-            })?;
+        if let Some(exporter) = self.events.take() {
             log.add_exporter(Box::new(exporter));
         }
         let pid_file = log.dir().join(PID_FILE);

@@ -129,6 +129,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     script.display()
                 )));
             }
+            if !listen.ip().is_loopback() {
+                return Err(Failure::bad_input(anyhow::anyhow!(
+                    "--listen {listen}: the scripted model server only listens on loopback (127.0.0.1 or ::1)"
+                )));
+            }
+            troupe_testkit::Script::from_path(&script).map_err(Failure::bad_input)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;
             Ok(exit::OK)

@@ -69,7 +69,14 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     })?;
     let spec = PipelineSpec::parse(&text, &args.pipeline).map_err(Failure::bad_input)?;
     let workspace = canonical_workspace(&args.workspace)?;
-    troupe_worktree::Workspace::open(&workspace).map_err(Failure::bad_input)?;
+    let repo = troupe_worktree::Workspace::open(&workspace).map_err(Failure::bad_input)?;
+    // A repository with no commit has no HEAD to branch worktrees from.
+    if troupe_worktree::recent_commits(repo.root(), 1).map_or(true, |c| c.is_empty()) {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "{} has no commit yet: commit something first, worktrees branch from HEAD",
+            workspace.display()
+        )));
+    }
     let script = match &args.script {
         Some(p) => Some(
             std::fs::canonicalize(p)
@@ -78,6 +85,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         None => None,
     };
     let settings = SessionSettings {
+        kind: "pipeline".into(),
         provider: args.provider,
         model: args.model.clone(),
         model_pinned: args.model.is_some(),
@@ -93,6 +101,12 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
 pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let dir = match &args.dir {
         Some(d) => {
+            if d.exists() && !d.is_dir() {
+                return Err(Failure::bad_input(anyhow::anyhow!(
+                    "--dir {} is a file; give an empty or new directory",
+                    d.display()
+                )));
+            }
             std::fs::create_dir_all(d)?;
             let empty = std::fs::read_dir(d)?.next().is_none();
             if !empty {
@@ -116,6 +130,7 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let spec =
         PipelineSpec::parse(DEMO_PIPELINE, Path::new("demo pipeline")).map_err(Failure::from)?;
     let settings = SessionSettings {
+        kind: "pipeline".into(),
         provider: None,
         model: None,
         model_pinned: false,
@@ -249,8 +264,7 @@ fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> Thread
     let cost = tree
         .iter()
         .filter(|r| r.turns > 0)
-        .map(|r| r.cost_usd)
-        .sum::<Option<f64>>();
+        .try_fold(0.0, |acc, r| r.cost_usd.map(|c| acc + c));
     let success = merged == reports.len();
     ThreadCompletedEvent {
         thread_id: id.to_string(),
@@ -278,16 +292,23 @@ fn print_summary(
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "\nagent tree")?;
-    for r in tree {
+    for r in tree
+        .iter()
+        .filter(|r| r.turns > 0 || r.role == "supervisor")
+    {
         let depth = r.agent_id.matches('/').count();
         writeln!(
             out,
-            "  {}{} [{}] turns {} — {}",
+            "  {}{} [{}] turns {}{}",
             "  ".repeat(depth),
             r.agent_id,
             r.role,
             r.turns,
-            r.state
+            if r.role == "supervisor" {
+                String::new()
+            } else {
+                format!(" — {}", r.state)
+            }
         )?;
     }
     for r in reports {

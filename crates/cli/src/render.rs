@@ -15,6 +15,8 @@ pub struct HumanRenderer<W: Write + Send> {
     printed: HashMap<String, usize>,
     /// The last print ended without a newline.
     open_line: bool,
+    /// The agent whose text was printed last.
+    last_agent: Option<String>,
 }
 
 impl<W: Write + Send> HumanRenderer<W> {
@@ -24,6 +26,7 @@ impl<W: Write + Send> HumanRenderer<W> {
             out,
             printed: HashMap::new(),
             open_line: false,
+            last_agent: None,
         }
     }
 
@@ -44,6 +47,11 @@ impl<W: Write + Send> HumanRenderer<W> {
                     let key = format!("{}\u{0}{}", e.agent_id.as_deref().unwrap_or(""), e.item.id);
                     let done = self.printed.entry(key).or_insert(0);
                     if let Some(new) = m.text.get(*done..).filter(|s| !s.is_empty()) {
+                        let agent = e.agent_id.clone();
+                        if self.open_line && self.last_agent != agent {
+                            writeln!(self.out)?;
+                        }
+                        self.last_agent = agent;
                         write!(self.out, "{new}")?;
                         self.open_line = !new.ends_with('\n');
                         *done = m.text.len();

@@ -47,19 +47,36 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
         );
     }
     let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)?,
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::bad_input(anyhow::anyhow!(
+                "{} is not valid: {e}; the session cannot be resumed",
+                dir.join(SETTINGS_FILE).display()
+            ))
+        })?,
         Err(e) => {
             return Err(Failure::bad_input(anyhow::anyhow!(
                 "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
             )));
         }
     };
+    if settings.kind != "exec" {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
+            settings.kind
+        )));
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, None).await?;
         let (log, report) = store
             .reopen(id, session_log_config(&workspace)?)
             .map_err(Failure::from)?;
+        // The log is the truth: a manifest can lag behind it after a crash.
+        if let Some(subtype) = report.completed {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} already completed ({subtype}); nothing to resume"
+            )));
+        }
         if report.torn_bytes > 0 {
             eprintln!(
                 "troupe: cut a torn last line ({} bytes) from {}",

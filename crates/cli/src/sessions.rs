@@ -102,31 +102,46 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
     match args.command {
         SessionsCommand::List => {
             let sessions = store.list().map_err(store_err)?;
-            if args.json {
-                let list: Vec<_> = sessions
-                    .iter()
-                    .map(|s| manifest_json(&s.manifest))
-                    .collect();
-                writeln!(out, "{}", serde_json::Value::Array(list))?;
-            } else if sessions.is_empty() {
+            if sessions.is_empty() && !args.json {
                 writeln!(out, "no sessions under {}", store.root().display())?;
-            } else {
-                for s in sessions {
-                    let m = s.manifest;
-                    let status = match m.subtype {
-                        Some(sub) => format!("{:?} ({sub})", m.status).to_lowercase(),
-                        None => format!("{:?}", m.status).to_lowercase(),
-                    };
-                    writeln!(
-                        out,
-                        "{}  {:<32} turns {:>4}  events {:>7}  updated {}",
-                        m.session_id,
-                        status,
-                        m.turn_count,
-                        m.event_count,
-                        m.updated_at.format("%Y-%m-%d %H:%M:%S")
-                    )?;
+            }
+            let mut list = Vec::new();
+            for s in sessions {
+                let m = s.manifest;
+                let events: Vec<ThreadEvent> = store
+                    .events(&m.session_id)
+                    .map(|r| r.filter_map(Result::ok).map(|(_, e)| e.event).collect())
+                    .unwrap_or_default();
+                let last = events.last().map(|e| e.type_name()).unwrap_or("none");
+                let tree = agent_tree(events.iter().cloned());
+                let agents = tree.iter().filter(|r| r.turns > 0).count();
+                let cost = total_cost(&tree);
+                if args.json {
+                    let mut v = manifest_json(&m);
+                    v["last_event"] = serde_json::Value::String(last.into());
+                    v["agents"] = serde_json::to_value(&tree)?;
+                    v["total_cost_usd"] = serde_json::to_value(cost)?;
+                    list.push(v);
+                    continue;
                 }
+                let status = match m.subtype {
+                    Some(sub) => format!("{:?} ({sub})", m.status).to_lowercase(),
+                    None => format!("{:?}", m.status).to_lowercase(),
+                };
+                let cost = cost.map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.4}"));
+                writeln!(
+                    out,
+                    "{}  {:<32} agents {:>2}  turns {:>4}  {cost:<12}  last {:<18} updated {}",
+                    m.session_id,
+                    status,
+                    agents,
+                    m.turn_count,
+                    last,
+                    m.updated_at.format("%Y-%m-%d %H:%M:%S")
+                )?;
+            }
+            if args.json {
+                writeln!(out, "{}", serde_json::Value::Array(list))?;
             }
         }
         SessionsCommand::Show { id } => {
@@ -378,6 +393,5 @@ mod context_cmd {
 fn total_cost(tree: &[AgentRow]) -> Option<f64> {
     tree.iter()
         .filter(|r| r.turns > 0)
-        .map(|r| r.cost_usd)
-        .sum::<Option<f64>>()
+        .try_fold(0.0, |acc, r| r.cost_usd.map(|c| acc + c))
 }

@@ -27,12 +27,18 @@ pub struct PruneReport {
     /// `troupe/*` branches used by no worktree but holding commits HEAD
     /// lacks: kept, so no work is lost. Merge or delete them by hand.
     pub kept_branches: Vec<String>,
+    /// Lock files (`refs/heads/troupe/<id>.lock`) a killed create left
+    /// behind, removed.
+    pub ref_locks: Vec<PathBuf>,
 }
 
 impl PruneReport {
     /// Nothing was stale.
     pub fn is_empty(&self) -> bool {
-        self.worktrees.is_empty() && self.directories.is_empty() && self.branches.is_empty()
+        self.worktrees.is_empty()
+            && self.directories.is_empty()
+            && self.branches.is_empty()
+            && self.ref_locks.is_empty()
     }
 }
 
@@ -54,6 +60,7 @@ impl Workspace {
         let mut report = PruneReport::default();
         let live = self.prune_entries(&repo, &mut report)?;
         self.prune_directories(&live, &mut report)?;
+        prune_ref_locks(repo.commondir(), &mut report)?;
         prune_branches(&repo, &mut report)?;
         if !report.is_empty() {
             tracing::info!(?report, "pruned stale worktrees");
@@ -125,6 +132,28 @@ fn is_dir(path: &Path) -> bool {
 
 /// Deletes `troupe/*` branches that no worktree (nor the parent) has checked
 /// out and that HEAD already contains.
+/// Removes `refs/heads/troupe/*.lock` files: a create killed while
+/// libgit2 held the branch's ref lock leaves one, and it blocks every later
+/// create of that id. Prune runs when no other process creates worktrees
+/// (a documented startup operation), so no lock is live.
+fn prune_ref_locks(commondir: &std::path::Path, report: &mut PruneReport) -> Result<()> {
+    let dir = commondir.join("refs").join("heads").join("troupe");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("listing", &dir)(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(io_err("listing", &dir))?.path();
+        if path.extension().is_some_and(|x| x == "lock") && path.is_file() {
+            std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
+            report.ref_locks.push(path);
+        }
+    }
+    report.ref_locks.sort();
+    Ok(())
+}
+
 fn prune_branches(repo: &Repository, report: &mut PruneReport) -> Result<()> {
     let mut in_use = HashSet::new();
     if let Ok(head) = repo.head() {

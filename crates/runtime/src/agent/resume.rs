@@ -26,6 +26,8 @@ pub struct ResumeReport {
     pub interrupted: Vec<String>,
     /// The thread had already completed.
     pub already_completed: bool,
+    /// Its terminal event, when it had.
+    pub completed_event: Option<troupe_protocol::ThreadCompletedEvent>,
 }
 
 /// One turn as the journal recorded it.
@@ -43,6 +45,7 @@ struct Rebuilt {
     turns: u32,
     usage: Usage,
     completed: bool,
+    completed_event: Option<troupe_protocol::ThreadCompletedEvent>,
     completed_calls: usize,
     /// Calls of the last turn that have no output.
     pending: Vec<ToolCall>,
@@ -100,7 +103,10 @@ impl Rebuilt {
                     turn = Some(JournalTurn::default());
                 }
                 ThreadEvent::TurnCompleted(t) => r.usage.add(&t.usage),
-                ThreadEvent::ThreadCompleted(c) if c.thread_id == thread_id => r.completed = true,
+                ThreadEvent::ThreadCompleted(c) if c.thread_id == thread_id => {
+                    r.completed = true;
+                    r.completed_event = Some(c.clone());
+                }
                 ThreadEvent::ItemStarted(e) => {
                     if let (Some(t), ItemDetails::ToolInvocation(call)) =
                         (turn.as_mut(), &e.item.details)
@@ -155,6 +161,7 @@ impl AgentLoop {
             turns: r.turns,
             completed_calls: r.completed_calls,
             already_completed: r.completed,
+            completed_event: r.completed_event.clone(),
             ..ResumeReport::default()
         };
         self.state.messages = r.messages;
@@ -176,10 +183,21 @@ impl AgentLoop {
                 .tools
                 .get(&call.name)
                 .is_some_and(|t| t.capability() == Capability::ReadOnly);
-            let result = if read_only {
+            // Re-run only what the policy allows, and only without hooks
+            // (a pre_tool_use hook cannot be replayed faithfully here).
+            let rerun = read_only && self.hooks.is_none();
+            let result = if rerun {
                 report.rerun.push(call.id.clone());
                 match self.tools.validate(&call.name, &call.arguments) {
-                    Ok((tool, args)) => tool.call(args, &self.ctx).await,
+                    Ok((tool, args)) => {
+                        match self
+                            .tools
+                            .check_permission_in(&call.name, &args, &self.ctx.workspace)
+                        {
+                            Ok(()) => tool.call(args, &self.ctx).await,
+                            Err(e) => Err(e),
+                        }
+                    }
                     Err(e) => Err(e),
                 }
             } else {
@@ -199,6 +217,13 @@ impl AgentLoop {
     /// True once the thread has ended.
     pub fn is_done(&self) -> Option<StepOutcome> {
         self.state.completed.clone().map(StepOutcome::Done)
+    }
+
+    /// Marks the thread as ended with `done` (already in the log) without
+    /// emitting anything: a resumed thread that had completed, with
+    /// nothing new to do, stays completed instead of running more turns.
+    pub fn mark_completed(&mut self, done: troupe_protocol::ThreadCompletedEvent) {
+        self.state.completed = Some(done);
     }
 }
 

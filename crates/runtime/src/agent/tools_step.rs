@@ -46,6 +46,14 @@ impl AgentLoop {
             last_seq = seq.or(last_seq);
             needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
         }
+        // A call whose record was refused must not run: after a crash
+        // nothing would show it happened.
+        if self.state.failed_closed.is_some() {
+            return self.done(
+                CompletionSubtype::ErrorDuringExecution,
+                "persistence_failed",
+            );
+        }
         if let (true, Some(seq)) = (needs_durable, last_seq)
             && let Err(e) = self.sink.durable(seq).await
         {
@@ -86,7 +94,9 @@ impl AgentLoop {
             let item_id = self.item_id();
             let (tool, args) = match self.tools.validate(&call.name, &call.arguments) {
                 Ok((tool, args)) => {
-                    let allowed = self.tools.check_permission(&call.name, &args);
+                    let allowed =
+                        self.tools
+                            .check_permission_in(&call.name, &args, &self.ctx.workspace);
                     (allowed.map(|()| tool), args)
                 }
                 Err(e) => (

@@ -259,6 +259,17 @@ impl Config {
         if let Some(ms) = self.tools.exec_timeout_ms {
             exec.default_timeout = Duration::from_millis(ms);
         }
+        // Keys named by `api_key_env` never reach a command's environment,
+        // whatever their name.
+        for var in self
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone())
+        {
+            if !exec.env_remove.contains(&var) {
+                exec.env_remove.push(var);
+            }
+        }
         exec
     }
 

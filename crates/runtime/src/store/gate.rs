@@ -147,8 +147,12 @@ impl Gate {
                 st.refused += 1;
                 return Err(EmitError::FailedClosed { reason });
             }
-            let fits = st.held_events < max.max_queued_events
-                && st.held_bytes + len <= max.max_queued_bytes;
+            // The root thread.completed (one per session) is always
+            // accepted, over the limits if need be: the log must say how
+            // the session ended, and no producer blocks on it.
+            let fits = terminal
+                || (st.held_events < max.max_queued_events
+                    && st.held_bytes + len <= max.max_queued_bytes);
             if fits {
                 break;
             }

@@ -25,6 +25,10 @@ pub const EVENTS_FILE: &str = "events.jsonl";
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// See [`EVENTS_FILE`].
 pub const DERIVED_DIR: &str = "derived";
+/// How the session was started (written by the cli, read by resume).
+pub const SETTINGS_FILE: &str = "settings.json";
+/// The pid of the process writing the session.
+pub const PID_FILE: &str = "writer.pid";
 
 /// How the writer is doing, published after every commit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -535,10 +539,15 @@ fn export(inner: &LogInner, batch: &[Record]) {
     }
     let mut failed = Vec::new();
     for (i, exporter) in exporters.iter_mut().enumerate() {
-        let result = batch
-            .iter()
-            .try_for_each(|r| exporter.export(&r.line, r.event_json()))
-            .and_then(|()| exporter.flush());
+        // A panicking exporter is detached like a failing one; it must not
+        // take the canonical writer down.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            batch
+                .iter()
+                .try_for_each(|r| exporter.export(&r.line, r.event_json()))
+                .and_then(|()| exporter.flush())
+        }))
+        .unwrap_or_else(|_| Err(std::io::Error::other("exporter panicked")));
         if let Err(e) = result {
             failed.push((i, format!("{}: {e}", exporter.name())));
         }

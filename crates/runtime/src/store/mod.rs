@@ -36,8 +36,8 @@ pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
 pub use error::{EmitError, StoreError};
 pub use export::{ExportFormat, Exporter, JsonlFileExporter, WriterExporter};
 pub use log::{
-    DERIVED_DIR, EVENTS_FILE, EventSender, Fault, FaultHook, LogStats, MANIFEST_FILE, Progress,
-    SessionLog, WriterHandle,
+    DERIVED_DIR, EVENTS_FILE, EventSender, Fault, FaultHook, LogStats, MANIFEST_FILE, PID_FILE,
+    Progress, SETTINGS_FILE, SessionLog, WriterHandle,
 };
 pub use manifest::{Manifest, SessionStatus};
 pub use reader::{AgentRow, BadLine, EventReader, Transcript, TranscriptEntry, agent_tree};

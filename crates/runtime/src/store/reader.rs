@@ -30,6 +30,8 @@ pub struct EventReader {
     reader: BufReader<File>,
     line_no: u64,
     buf: Vec<u8>,
+    /// An I/O error ended the iteration (it is reported once).
+    failed: bool,
 }
 
 impl EventReader {
@@ -41,6 +43,7 @@ impl EventReader {
             reader: BufReader::with_capacity(1 << 16, file),
             line_no: 0,
             buf: Vec::with_capacity(1024),
+            failed: false,
         })
     }
 
@@ -55,6 +58,9 @@ impl Iterator for EventReader {
     type Item = Result<(u64, VersionedThreadEvent), BadLine>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
         self.buf.clear();
         match self.reader.read_until(b'\n', &mut self.buf) {
             Ok(0) => None,
@@ -73,6 +79,7 @@ impl Iterator for EventReader {
             }
             Err(e) => {
                 self.line_no += 1;
+                self.failed = true;
                 Some(Err(BadLine {
                     path: self.path.clone(),
                     line: self.line_no,

@@ -76,7 +76,7 @@ pub(crate) fn recover(path: &Path, root_thread: &str) -> Result<RecoveryReport, 
         }
     }
     report.valid_len = offset;
-    report.torn_bytes = total - offset;
+    report.torn_bytes = total.saturating_sub(offset);
     if report.torn_bytes > 0 {
         tracing::warn!(
             path = %path.display(),

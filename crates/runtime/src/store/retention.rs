@@ -2,9 +2,11 @@
 //!
 //! It deletes only what it can prove is its own: session directories (not
 //! symlinks) whose manifest says troupe created them and that are closed,
-//! older than the policy allows, and not the current session. Inside such a
-//! directory it removes the files troupe writes and the `derived/` tree;
-//! anything else (and every symlink) is left, and so is the directory then.
+//! older than the policy allows, not the current session, and not being
+//! written by a live process (`writer.pid`). Inside such a directory it
+//! removes the files troupe writes (events.jsonl, settings.json,
+//! writer.pid, the `derived/` tree); anything else (and every symlink) is
+//! left, and then so are the manifest and the directory.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use chrono::Utc;
 
 use super::config::RetentionPolicy;
 use super::error::StoreError;
-use super::log::{DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE};
+use super::log::{DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, PID_FILE, SETTINGS_FILE};
 use super::manifest::{CREATED_BY, Manifest};
 
 /// What a retention pass did.
@@ -92,6 +94,9 @@ fn classify(path: &Path, current: Option<&str>, name: &str) -> Result<Manifest, 
     if !manifest.status.is_terminal() {
         return Err("active session");
     }
+    if live_writer(path) {
+        return Err("a live process is still writing it");
+    }
     Ok(manifest)
 }
 
@@ -101,15 +106,39 @@ fn remove_session(dir: &Path) -> Result<bool, StoreError> {
     if fs::symlink_metadata(&derived).is_ok_and(|m| m.is_dir()) {
         remove_tree_keep_symlinks(&derived)?;
     }
-    // The manifest goes last: while it exists, the directory is recognisably
-    // troupe's and a later pass can finish the job.
-    for name in [EVENTS_FILE, MANIFEST_FILE] {
-        let p = dir.join(name);
-        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
-            fs::remove_file(&p).map_err(|e| StoreError::io("remove", &p, e))?;
-        }
+    for name in [EVENTS_FILE, SETTINGS_FILE, PID_FILE] {
+        remove_regular(&dir.join(name))?;
     }
+    // The manifest goes last, and only when nothing foreign is left: while
+    // it exists the directory is recognisably troupe's, so a foreign file
+    // keeps it (and its manifest) rather than orphaning it.
+    let foreign = fs::read_dir(dir)
+        .map_err(|e| StoreError::io("list", dir, e))?
+        .filter_map(Result::ok)
+        .any(|e| e.file_name() != MANIFEST_FILE);
+    if foreign {
+        return Ok(false);
+    }
+    remove_regular(&dir.join(MANIFEST_FILE))?;
     Ok(fs::remove_dir(dir).is_ok())
+}
+
+fn remove_regular(p: &Path) -> Result<(), StoreError> {
+    if fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) {
+        fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
+    }
+    Ok(())
+}
+
+/// True when `writer.pid` names a process that is still running.
+fn live_writer(dir: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(dir.join(PID_FILE)) else {
+        return false;
+    };
+    let Ok(pid) = text.trim().parse::<u32>() else {
+        return false;
+    };
+    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Deletes regular files and directories under `dir`, leaving symlinks

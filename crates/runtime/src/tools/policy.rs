@@ -101,6 +101,20 @@ impl PermissionPolicy {
     /// Decides a call of `tool` with `args`. A malformed rule never
     /// matches (see [`PermissionPolicy::validate`]).
     pub fn check(&self, tool: &str, args: &Value) -> Result<(), ToolError> {
+        self.check_deny(tool, args)?;
+        let subject = subject(tool, args);
+        let segments = subject.map(split_segments).unwrap_or_default();
+        if self.allow.is_empty() || self.allowed(tool, subject, &segments) {
+            return Ok(());
+        }
+        Err(ToolError::Denied(format!(
+            "`{tool}` call matches no allow rule (allow = [{}]); to allow it, add a rule such as `{tool}` to [permissions] allow in troupe.toml",
+            self.allow.join(", ")
+        )))
+    }
+
+    /// The deny rules alone: `Err` when one matches the call.
+    pub fn check_deny(&self, tool: &str, args: &Value) -> Result<(), ToolError> {
         let subject = subject(tool, args);
         let segments = subject.map(split_segments).unwrap_or_default();
         for text in &self.deny {
@@ -122,13 +136,7 @@ impl PermissionPolicy {
                 )));
             }
         }
-        if self.allow.is_empty() || self.allowed(tool, subject, &segments) {
-            return Ok(());
-        }
-        Err(ToolError::Denied(format!(
-            "`{tool}` call matches no allow rule (allow = [{}]); to allow it, add a rule such as `{tool}` to [permissions] allow in troupe.toml",
-            self.allow.join(", ")
-        )))
+        Ok(())
     }
 
     fn allowed(&self, tool: &str, subject: Option<&str>, segments: &[&str]) -> bool {

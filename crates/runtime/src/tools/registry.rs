@@ -146,6 +146,46 @@ impl ToolRegistry {
         self.policy.check(tool_name, args)
     }
 
+    /// Like [`ToolRegistry::check_permission`], with a path argument
+    /// matched in its canonical form: relative to the workspace root, `..`
+    /// and `.` folded, symlinks inside the workspace resolved. So
+    /// `./secrets/a`, `sub/../secrets/a`, an absolute path or a symlink to
+    /// `secrets/` all meet the rule `write_file(secrets/*)`. A path that
+    /// cannot be resolved (it escapes) is matched as given; the tool
+    /// refuses it anyway.
+    pub fn check_permission_in(
+        &self,
+        tool_name: &str,
+        args: &Value,
+        workspace: &std::path::Path,
+    ) -> Result<(), ToolError> {
+        self.lookup(tool_name)?;
+        let raw = args.get("path").and_then(Value::as_str);
+        let canonical = match raw {
+            Some(path) if tool_name != "exec_command" => {
+                super::paths::canonical_workspace(workspace)
+                    .and_then(|root| {
+                        super::paths::resolve(workspace, path, false)
+                            .map(|abs| super::paths::relative(&root, &abs))
+                    })
+                    .ok()
+            }
+            _ => None,
+        };
+        match canonical {
+            Some(rel) => {
+                let mut normalized = args.clone();
+                if let Value::Object(m) = &mut normalized {
+                    m.insert("path".into(), Value::String(rel));
+                }
+                // Deny rules see both spellings; allow rules the canonical one.
+                self.policy.check_deny(tool_name, args)?;
+                self.policy.check(tool_name, &normalized)
+            }
+            None => self.policy.check(tool_name, args),
+        }
+    }
+
     fn lookup(&self, name: &str) -> Result<SharedTool, ToolError> {
         self.get(name).ok_or_else(|| ToolError::UnknownTool {
             name: name.to_string(),

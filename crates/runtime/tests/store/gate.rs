@@ -191,3 +191,28 @@ fn flush_waits_for_durability() {
     log.close();
     writer.join().unwrap();
 }
+
+#[test]
+fn root_thread_completed_is_accepted_even_over_the_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        max_queued_events: 4,
+        terminal_wait: std::time::Duration::from_secs(60),
+        ..LogConfig::default()
+    };
+    let log = new_log(tmp.path(), config);
+    // No writer: the queue fills and stays full.
+    let tx = log.sender();
+    while tx.emit(&msg("m")).is_ok() {}
+    let t = std::time::Instant::now();
+    tx.emit(&completed(ROOT, CompletionSubtype::ErrorDuringExecution))
+        .unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "the terminal event waited"
+    );
+    let w = log.start_writer(|_| {}).unwrap();
+    log.close();
+    w.join().unwrap();
+    assert_eq!(log.manifest().status, SessionStatus::Completed);
+}

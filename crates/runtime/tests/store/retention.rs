@@ -192,7 +192,10 @@ fn never_deletes_files_it_did_not_create() {
         std::fs::read_to_string(store.root().join("mine/NOTES.md")).unwrap(),
         "mine"
     );
-    assert!(!store.root().join("mine/manifest.json").exists());
+    assert!(!store.root().join("mine/events.jsonl").exists());
+    // The manifest stays while a foreign file does, so the directory is
+    // still recognisably troupe's.
+    assert!(store.root().join("mine/manifest.json").exists());
     assert!(
         report
             .kept
@@ -201,4 +204,33 @@ fn never_deletes_files_it_did_not_create() {
     assert!(foreign.join("manifest.json").exists());
     assert!(store.root().join("README").exists());
     assert!(store.root().join("scratch").exists());
+}
+
+#[test]
+fn removes_the_cli_files_of_a_session_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    session(&store, "cli", true, 90);
+    std::fs::write(store.root().join("cli/settings.json"), "{}").unwrap();
+    std::fs::write(store.root().join("cli/writer.pid"), "999999999").unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
+    assert_eq!(report.deleted, vec!["cli"]);
+    assert!(!store.root().join("cli").exists());
+}
+
+#[test]
+fn never_deletes_a_session_a_live_process_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    session(&store, "busy", true, 90);
+    // Our parent process is alive and is not us.
+    let parent = std::os::unix::process::parent_id();
+    std::fs::write(store.root().join("busy/writer.pid"), parent.to_string()).unwrap();
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
+    assert!(report.deleted.is_empty(), "{report:?}");
+    assert!(store.root().join("busy/events.jsonl").exists());
 }
