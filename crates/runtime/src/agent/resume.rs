@@ -246,27 +246,11 @@ impl AgentLoop {
                 ItemStatus::Failed
             };
             let (content, is_error) = super::tools_step::tool_message(&r);
-            let (output, exit_code, spool_path, truncated) = match &r {
-                Ok(o) => (
-                    o.output.clone(),
-                    o.exit_code,
-                    o.spool_path.clone(),
-                    o.truncated,
-                ),
-                Err(e) => (e.to_string(), None, None, false),
-            };
             let id = self.item_id();
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 id,
-                ItemDetails::ToolOutput(ToolOutputItem {
-                    call_id: call.id.clone(),
-                    output,
-                    exit_code,
-                    spool_path,
-                    truncated,
-                    status,
-                }),
+                ItemDetails::ToolOutput(super::tools_step::output_item(&call.id, &r, status)),
             );
             self.state.messages.push(Message::ToolResult {
                 call_id: call.id.clone(),

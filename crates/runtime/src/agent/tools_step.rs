@@ -178,27 +178,11 @@ impl AgentLoop {
                 Err(ToolError::Denied(_)) => ItemStatus::Declined,
                 Err(_) => ItemStatus::Failed,
             };
-            let (output, exit_code, spool_path, truncated) = match r {
-                Ok(o) => (
-                    o.output.clone(),
-                    o.exit_code,
-                    o.spool_path.clone(),
-                    o.truncated,
-                ),
-                Err(e) => (e.to_string(), None, None, false),
-            };
             let id = self.item_id();
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 id,
-                ItemDetails::ToolOutput(ToolOutputItem {
-                    call_id: p.call.id.clone(),
-                    output,
-                    exit_code,
-                    spool_path,
-                    truncated,
-                    status,
-                }),
+                ItemDetails::ToolOutput(output_item(&p.call.id, r, status)),
             );
             if let Ok(o) = r
                 && !o.changes.is_empty()
@@ -254,6 +238,27 @@ fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
         tool_name: p.call.name.clone(),
         arguments: p.args.clone(),
         tool_call_id: p.call.id.clone(),
+        status,
+    }
+}
+
+/// The `tool_output` item recording a call's result.
+pub(super) fn output_item(call_id: &str, r: &CallResult, status: ItemStatus) -> ToolOutputItem {
+    let (output, exit_code, spool_path, truncated) = match r {
+        Ok(o) => (
+            o.output.clone(),
+            o.exit_code,
+            o.spool_path.clone(),
+            o.truncated,
+        ),
+        Err(e) => (e.to_string(), None, None, false),
+    };
+    ToolOutputItem {
+        call_id: call_id.to_string(),
+        output,
+        exit_code,
+        spool_path,
+        truncated,
         status,
     }
 }
