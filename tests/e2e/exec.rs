@@ -925,3 +925,37 @@ fn bad_events_path_and_missing_key_leave_no_session() {
                 == 0
     );
 }
+
+#[test]
+fn session_step_and_token_caps_end_the_run() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[agent.harness]\nmax_steps = 2\n",
+    )
+    .unwrap();
+    let calls: Vec<Reply> = (0..5)
+        .map(|i| Reply::tool_call(format!("c{i}"), "list_files", json!({"path": "."})))
+        .collect();
+    let s = Server::start(calls);
+    let run = exec(ws.path(), &s, &[], "loop");
+    assert_eq!(run.code, Some(3), "{}", run.stderr);
+    let done = run.completed();
+    assert_eq!(done.subtype, CompletionSubtype::ErrorMaxTurns);
+    assert_eq!(done.outcome_code, "step_limit");
+    assert_eq!(s.server.requests().len(), 2);
+
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[agent.harness]\nmax_tokens = 1000\n",
+    )
+    .unwrap();
+    let s = Server::start(vec![
+        Reply::tool_call("t", "list_files", json!({"path": "."})).with_usage(usage(5_000, 10)),
+        Reply::text("never"),
+    ]);
+    let run = exec(ws.path(), &s, &[], "spend tokens");
+    assert_eq!(run.code, Some(3), "{}", run.stderr);
+    assert_eq!(run.completed().outcome_code, "token_limit");
+}

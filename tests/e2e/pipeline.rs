@@ -343,3 +343,65 @@ fn pipeline_sessions_are_not_resumed_as_exec() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn ctrl_c_cancels_a_pipeline_cleanly() {
+    use std::time::{Duration, Instant};
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    std::fs::write(
+        ws.path().join("p.toml"),
+        "[[proposers]]\nname = \"slow\"\ntask = \"wait\"\n",
+    )
+    .unwrap();
+    let s = super::exec::Server::start(vec![Reply::stall_ms(60_000)]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "run",
+            "p.toml",
+            "--model",
+            "scripted",
+            "--base-url",
+            &s.url(),
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env_remove("OPENAI_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.server.requests().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the proposer never called the model"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let events = session_events(ws.path());
+    let root = events.iter().rev().find_map(|e| match e {
+        ThreadEvent::ThreadCompleted(c) if c.outcome_code == "cancelled" => Some(c),
+        _ => None,
+    });
+    assert!(
+        root.is_some(),
+        "the pipeline's end is recorded as cancelled"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("calc.sh")).unwrap(),
+        CALC,
+        "nothing merged"
+    );
+}

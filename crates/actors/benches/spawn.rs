@@ -118,6 +118,7 @@ async fn main() {
         call_timeout: Duration::from_secs(30),
         supervisor: tree.supervisor_address().clone(),
         context: troupe_runtime::context::ContextSettings::default(),
+        caps: troupe_runtime::state::CostBudget::unlimited(),
     });
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());

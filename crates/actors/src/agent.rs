@@ -29,8 +29,8 @@ use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::HookRunner;
 use troupe_runtime::provider::{ModelCatalog, ModelClient};
 use troupe_runtime::state::{
-    AgentSpend, BudgetNode, BudgetStatus, LoopMemory, LoopState, LoopStateStore, LoopStatus,
-    RememberTool,
+    AgentSpend, BudgetNode, BudgetStatus, CostBudget, LoopMemory, LoopState, LoopStateStore,
+    LoopStatus, RememberTool,
 };
 use troupe_runtime::store::{EventReader, SessionLog};
 use troupe_runtime::tools::{ToolContext, ToolRegistry};
@@ -134,6 +134,9 @@ pub struct AgentEnv {
     pub supervisor: Address<SupervisorMsg>,
     /// Context management (thresholds, routing, reset, archives).
     pub context: ContextSettings,
+    /// Session-wide caps on tokens and steps across the whole tree (the
+    /// cost cap is `max_budget_usd`).
+    pub caps: CostBudget,
 }
 
 /// How an agent ended.

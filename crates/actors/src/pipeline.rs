@@ -180,6 +180,9 @@ pub struct PipelineRun<'a> {
     pub env: Arc<AgentEnv>,
     /// How verifiers run (sandbox, limits).
     pub verifier: VerifierSettings,
+    /// Cancels the run: proposers are aborted, verifiers stopped, no merge
+    /// starts.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// Runs every proposer (in parallel) to a merged change or a final status.
@@ -234,6 +237,12 @@ async fn run_proposer(
     let agent_id = format!("{}/{}", run.tree.supervisor_address().name(), p.name);
     let mut turns_so_far = 0;
     for round in 1..=spec.pipeline.max_rounds {
+        if run.cancel.is_cancelled() {
+            report.status = ProposalStatus::Failed {
+                reason: "cancelled".into(),
+            };
+            return report;
+        }
         report.rounds = round;
         let proposal = Proposal {
             agent_id: &agent_id,
@@ -319,6 +328,7 @@ async fn propose(
         store.save(&st).map_err(|e| e.to_string())?;
     }
     let (tx, rx) = oneshot::channel();
+    let address: Address<crate::agent::AgentMsg> = Address::new(agent_id.to_string());
     let budget = troupe_runtime::state::BudgetNode::root_named(
         agent_id.to_string(),
         CostBudget::unlimited(),
@@ -335,7 +345,7 @@ async fn propose(
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
             ..AgentSpec::default()
         },
-        address: Address::new(agent_id.to_string()),
+        address: address.clone(),
         shared: AgentShared::new(tx, round > 1, &store, &lid, budget),
         workspace: wt.path().to_path_buf(),
         autostart: true,
@@ -353,9 +363,16 @@ async fn propose(
             Err(e) => return Err(e.to_string()),
         }
     }
-    let outcome = rx
-        .await
-        .map_err(|_| format!("proposer {} stopped without a handoff", p.name))?;
+    let mut rx = rx;
+    let outcome = tokio::select! {
+        o = &mut rx => o.map_err(|_| format!("proposer {} stopped without a handoff", p.name))?,
+        _ = run.cancel.cancelled() => {
+            // The agent ends its thread as cancelled; wait for it, bounded.
+            let _ = address.call(crate::agent::AgentMsg::Abort, env.call_timeout).await;
+            let _ = tokio::time::timeout(env.call_timeout, rx).await;
+            return Err("cancelled".into());
+        }
+    };
     Ok((outcome.handoff, outcome.completed.num_turns))
 }
 
@@ -442,13 +459,14 @@ async fn verify(
         return rejection(format!("the verifier could not start: {e}"));
     }
     let timeout = Duration::from_secs(30 * 60);
-    let verdict = address
-        .call(
-            |r| VerifierMsg::Verify(Box::new(request.clone()), r),
-            timeout,
-        )
-        .await
-        .unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}")));
+    let call = address.call(
+        |r| VerifierMsg::Verify(Box::new(request.clone()), r),
+        timeout,
+    );
+    let verdict = tokio::select! {
+        v = call => v.unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}"))),
+        _ = run.cancel.cancelled() => rejection("cancelled".into()),
+    };
     if let Some(actor) = address.get() {
         actor.stop(Some("verdict delivered".into()));
     }

@@ -55,7 +55,7 @@ pub async fn start_root(
         agent_id.clone(),
         CostBudget {
             max_cost_usd: env.max_budget_usd,
-            ..CostBudget::unlimited()
+            ..env.caps
         },
     );
     let store = LoopStateStore::new(&env.workspace);

@@ -123,6 +123,7 @@ async fn fixture_with(
         call_timeout: Duration::from_secs(20),
         supervisor: tree.supervisor_address().clone(),
         context: troupe_runtime::context::ContextSettings::default(),
+        caps: troupe_runtime::state::CostBudget::unlimited(),
     });
     Fixture { log, tree, env }
 }

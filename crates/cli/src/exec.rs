@@ -318,6 +318,11 @@ impl Session {
             limits: SubagentLimits::default(),
             call_timeout: Duration::from_secs(30),
             supervisor: tree.supervisor_address().clone(),
+            caps: troupe_runtime::state::CostBudget {
+                max_tokens: config.agent.harness.max_tokens,
+                max_cost_usd: None,
+                max_steps: config.agent.harness.max_steps,
+            },
             context: ContextSettings::from_config(
                 config,
                 &self.workspace,

@@ -198,29 +198,43 @@ fn execute(
             agent_id: Some(pipeline_agent),
         }))?;
         let verifier = VerifierSettings::default().with_config(&open.config);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        watch_ctrl_c(cancel.clone());
         let reports = run_pipeline(
             &PipelineRun {
                 tree: &open.tree,
                 env: std::sync::Arc::clone(&open.env),
                 verifier,
+                cancel: cancel.clone(),
             },
             spec,
         )
-        .await
-        .map_err(Failure::bad_input)?;
+        .await;
+        let reports = match reports {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = open.close().await;
+                return Err(Failure::bad_input(e));
+            }
+        };
         open.log.flush(std::time::Duration::from_secs(30)).await?;
         let tree = agent_tree(read_events(open.log.events_path()).into_iter());
-        let done = completion(&id, &reports, &tree);
+        let mut done = completion(&id, &reports, &tree);
+        if cancel.is_cancelled() {
+            done.subtype = CompletionSubtype::Cancelled;
+            done.outcome_code = "cancelled".into();
+            done.result = None;
+        }
         tx.emit(&ThreadEvent::ThreadCompleted(done.clone()))?;
         let dir = open.log.dir().to_path_buf();
         open.close().await?;
         if !json {
             print_summary(workspace, &dir, &reports, &tree, &done)?;
         }
-        Ok(if done.subtype == CompletionSubtype::Success {
-            exit::OK
-        } else {
-            exit::ERROR
+        Ok(match done.subtype {
+            CompletionSubtype::Success => exit::OK,
+            CompletionSubtype::Cancelled => exit::CANCELLED,
+            _ => exit::ERROR,
         })
     })
 }
@@ -358,4 +372,20 @@ fn print_summary(
     )?;
     writeln!(out, "workspace: {}", workspace.display())?;
     writeln!(out, "session:   {}", session.display())
+}
+
+/// The first Ctrl-C cancels the pipeline cleanly (proposers aborted,
+/// verifiers stopped, no merge started, the log drained); a second exits
+/// at once with 130.
+fn watch_ctrl_c(cancel: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        eprintln!("\ncancelling… (Ctrl-C again to exit now)");
+        cancel.cancel();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(exit::CANCELLED));
+        }
+    });
 }

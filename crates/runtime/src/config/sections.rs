@@ -79,6 +79,12 @@ pub struct HarnessConfig {
     /// Stop the session once its estimated cost reaches this many USD;
     /// `None` is no budget. Not enforced for models without pricing.
     pub max_budget_usd: Option<f64>,
+    /// Stop once the session's agents together used this many tokens
+    /// (input + output); `None` is no cap.
+    pub max_tokens: Option<u64>,
+    /// Stop once the session's agents together ran this many model steps;
+    /// `None` is no cap (each agent still has `max_turns`).
+    pub max_steps: Option<u32>,
     /// Compact the history automatically near the context ceiling.
     pub auto_compaction_enabled: bool,
     /// An explicit compaction threshold in tokens (still capped by the
@@ -97,6 +103,8 @@ impl Default for HarnessConfig {
     fn default() -> Self {
         Self {
             max_budget_usd: None,
+            max_tokens: None,
+            max_steps: None,
             auto_compaction_enabled: true,
             auto_compaction_threshold_tokens: None,
             event_log_path: None,

@@ -237,6 +237,16 @@ impl FileChecker<'_> {
             h.max_budget_usd.map_or(Ok(()), budget),
         )?;
         self.at(
+            &key("max_tokens"),
+            h.max_tokens
+                .map_or(Ok(()), |v| positive(v, "the token cap")),
+        )?;
+        self.at(
+            &key("max_steps"),
+            h.max_steps
+                .map_or(Ok(()), |v| positive(u64::from(v), "the step cap")),
+        )?;
+        self.at(
             &key("auto_compaction_threshold_tokens"),
             h.auto_compaction_threshold_tokens
                 .map_or(Ok(()), |v| positive(v, "the threshold")),
