@@ -130,6 +130,18 @@ impl PipelineSpec {
             if p.task.trim().is_empty() {
                 return Err(invalid(format!("proposer `{}` has an empty task", p.name)));
             }
+            if p.max_turns == Some(0) {
+                return Err(invalid(format!(
+                    "proposer `{}`: max_turns must be at least 1",
+                    p.name
+                )));
+            }
+            if p.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+                return Err(invalid(format!(
+                    "proposer `{}`: model is empty; give a model name or remove the key",
+                    p.name
+                )));
+            }
         }
         Ok(spec)
     }

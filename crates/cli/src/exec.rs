@@ -139,12 +139,19 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
 }
 
 pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
-    std::fs::canonicalize(dir).map_err(|e| {
+    let path = std::fs::canonicalize(dir).map_err(|e| {
         Failure::bad_input(anyhow::anyhow!(
             "workspace {} is not a directory: {e}",
             dir.display()
         ))
-    })
+    })?;
+    if !path.is_dir() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "workspace {} is a file; pass --workspace DIR",
+            dir.display()
+        )));
+    }
+    Ok(path)
 }
 
 fn read_prompt(arg: &str) -> Result<String, Failure> {

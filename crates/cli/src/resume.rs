@@ -45,7 +45,19 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
             "troupe: stale lock {} (its process is gone); taking over",
             pid_file.display()
         );
+        let _ = std::fs::remove_file(&pid_file);
     }
+    // Claim the session: of two resumes started at once, one creates the
+    // pid file and the other is refused.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&pid_file)
+        .map_err(|e| {
+            Failure::bad_input(anyhow::anyhow!(
+                "session {id} is being claimed by another process ({e}); try again"
+            ))
+        })?;
     let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
             Failure::bad_input(anyhow::anyhow!(

@@ -97,6 +97,12 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
     if let SessionsCommand::Fork { id } = &args.command {
         return context_cmd::fork(&args.workspace, id, args.json);
     }
+    if !args.workspace.is_dir() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "workspace {} is not a directory; pass --workspace DIR",
+            args.workspace.display()
+        )));
+    }
     let store = SessionStore::for_workspace(&args.workspace);
     let mut out = std::io::stdout().lock();
     match args.command {
