@@ -180,54 +180,13 @@ fn execute(
             &serde_json::to_vec_pretty(settings)?,
         )?;
         let open = session.open(log, &id, json).await?;
-        let tx = open.log.sender();
-        let pipeline_agent = format!("{}/pipeline", open.tree.supervisor_address().name());
-        tx.emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
-            thread_id: id.clone(),
-            session_id: Some(id.clone()),
-            agent_id: Some(pipeline_agent.clone()),
-        }))?;
-        tx.emit(&ThreadEvent::ItemCompleted(ItemEvent {
-            item: ThreadItem {
-                id: "pipeline-spec".into(),
-                details: ItemDetails::UserMessage(UserMessageItem {
-                    text: serde_json::to_string(spec)?,
-                    intent_id: None,
-                }),
-            },
-            agent_id: Some(pipeline_agent),
-        }))?;
-        let verifier = VerifierSettings::default().with_config(&open.config);
-        let cancel = tokio_util::sync::CancellationToken::new();
-        watch_ctrl_c(cancel.clone());
-        let reports = run_pipeline(
-            &PipelineRun {
-                tree: &open.tree,
-                env: std::sync::Arc::clone(&open.env),
-                verifier,
-                cancel: cancel.clone(),
-            },
-            spec,
-        )
-        .await;
-        let reports = match reports {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = open.close().await;
-                return Err(Failure::bad_input(e));
-            }
-        };
-        open.log.flush(std::time::Duration::from_secs(30)).await?;
-        let tree = agent_tree(read_events(open.log.events_path()).into_iter());
-        let mut done = completion(&id, &reports, &tree);
-        if cancel.is_cancelled() {
-            done.subtype = CompletionSubtype::Cancelled;
-            done.outcome_code = "cancelled".into();
-            done.result = None;
-        }
-        tx.emit(&ThreadEvent::ThreadCompleted(done.clone()))?;
+        // Whatever happens while the pipeline runs, the session is closed:
+        // the tree shut down and the log drained.
+        let driven = drive(&open, &id, spec).await;
         let dir = open.log.dir().to_path_buf();
-        open.close().await?;
+        let closed = open.close().await;
+        let (reports, tree, done) = driven?;
+        closed?;
         if !json {
             print_summary(workspace, &dir, &reports, &tree, &done)?;
         }
@@ -237,6 +196,55 @@ fn execute(
             _ => exit::ERROR,
         })
     })
+}
+
+/// Runs the pipeline in an open session and records its end.
+async fn drive(
+    open: &crate::exec::Open,
+    id: &str,
+    spec: &PipelineSpec,
+) -> Result<(Vec<ProposalReport>, Vec<AgentRow>, ThreadCompletedEvent), Failure> {
+    let tx = open.log.sender();
+    let pipeline_agent = format!("{}/pipeline", open.tree.supervisor_address().name());
+    tx.emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+        thread_id: id.to_string(),
+        session_id: Some(id.to_string()),
+        agent_id: Some(pipeline_agent.clone()),
+    }))?;
+    tx.emit(&ThreadEvent::ItemCompleted(ItemEvent {
+        item: ThreadItem {
+            id: "pipeline-spec".into(),
+            details: ItemDetails::UserMessage(UserMessageItem {
+                text: serde_json::to_string(spec)?,
+                intent_id: None,
+            }),
+        },
+        agent_id: Some(pipeline_agent),
+    }))?;
+    let verifier = VerifierSettings::default().with_config(&open.config);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    watch_ctrl_c(cancel.clone());
+    let reports = run_pipeline(
+        &PipelineRun {
+            tree: &open.tree,
+            env: std::sync::Arc::clone(&open.env),
+            verifier,
+            cancel: cancel.clone(),
+        },
+        spec,
+    )
+    .await
+    .map_err(Failure::bad_input)?;
+    open.log.flush(std::time::Duration::from_secs(30)).await?;
+    let tree = agent_tree(read_events(open.log.events_path()).into_iter());
+    let mut done = completion(id, &reports, &tree);
+    if cancel.is_cancelled() {
+        done.subtype = CompletionSubtype::Cancelled;
+        done.outcome_code = "cancelled".into();
+        done.result = None;
+    }
+    tx.emit(&ThreadEvent::ThreadCompleted(done.clone()))?;
+    Ok((reports, tree, done))
 }
 
 fn session_log_config(workspace: &Path) -> Result<troupe_runtime::store::LogConfig, Failure> {
