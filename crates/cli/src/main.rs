@@ -106,7 +106,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("troupe: {:#}", f.error);
+            eprintln!("troupe: {}", message(&f.error));
             ExitCode::from(f.code)
         }
     }
@@ -125,7 +125,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::MockLlm { script, listen } => {
             if !script.is_file() {
                 return Err(Failure::bad_input(anyhow::anyhow!(
-                    "script file {} not found; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
+                    "script {} is not a readable file; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
                     script.display()
                 )));
             }
@@ -150,4 +150,18 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The error and its causes on one line, each cause once: many library
+/// errors already include their source in their own message.
+fn message(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
