@@ -4,7 +4,7 @@
 //! (`-- --mb N --requests R` to change the defaults).
 //!
 //! 1. Parser throughput: the recorded OpenAI-compatible streams of
-//!    shared/fixtures, repeated to about N MB, fed in 1 KiB chunks through
+//!    tests/fixtures/providers, repeated to about N MB, fed in 1 KiB chunks through
 //!    the SSE decoder + OpenAI decoder (a fresh parser per stream, as in a
 //!    real call). Baselines on the same bytes: a plain newline split that
 //!    only counts `data:` lines (the floor of any line-based parser), and
@@ -55,7 +55,7 @@ fn args() -> Args {
 }
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/providers")
 }
 
 /// Every `.sse` file under `dir/<sub>` for the given provider folders.

@@ -7,9 +7,9 @@ use troupe_runtime::provider::{
     StreamParser,
 };
 
-/// The recorded streams: `shared/fixtures` beside the clone.
+/// The recorded streams, kept in the repository at `tests/fixtures/providers`.
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/providers")
 }
 
 /// The checked-in snapshot of `expected.py --json`.

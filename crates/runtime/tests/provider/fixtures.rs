@@ -1,7 +1,8 @@
-//! Every recorded stream in shared/fixtures parses, and what is extracted
+//! Every recorded stream in tests/fixtures/providers parses, and what is extracted
 //! matches `tests/fixtures_expected.json`, a snapshot of
-//! `python3 expected.py --json .` run in shared/fixtures (regenerate with
-//! `cd ../shared/fixtures && python3 expected.py --json . > ../../main/crates/runtime/tests/fixtures_expected.json`).
+//! `python3 expected.py --json .` run in tests/fixtures/providers (regenerate,
+//! from the repository root, with `cd tests/fixtures/providers &&
+//! python3 expected.py --json . > ../../../crates/runtime/tests/fixtures_expected.json`).
 
 use serde_json::Value;
 use troupe_protocol::Usage;

@@ -3,7 +3,7 @@
 //! Each submodule turns an [`Answer`] into SSE frames (one `Bytes` per
 //! event, so faults can act between events) or one JSON body, with the event
 //! names, field names and chunk shapes of the recorded real streams in
-//! `/work/shared/fixtures`.
+//! `tests/fixtures/providers` (the repository root).
 
 pub(crate) mod anthropic;
 pub(crate) mod gemini;

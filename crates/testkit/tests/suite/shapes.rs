@@ -9,7 +9,8 @@ use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec, Usage, WireFor
 
 use super::common::{post, request, sse};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+/// The recorded real streams, kept once in the repository.
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/providers");
 
 /// Field paths of a JSON value (`choices[].delta.content`); user data
 /// (`args`, `input`) is not descended into.
@@ -90,7 +91,7 @@ async fn assert_subset(format: WireFormat, fixtures: &[&str]) {
 async fn openai_chunks_use_only_fields_real_chunks_have() {
     assert_subset(
         WireFormat::OpenAi,
-        &["openai-text.sse", "openai-tool-calls-parallel.sse"],
+        &["openai/chat-text-cached-usage.sse", "openai/chat-tool-calls-parallel.sse"],
     )
     .await;
     let mine = stream_paths(&ours(WireFormat::OpenAi, true).await);
@@ -107,7 +108,7 @@ async fn openai_chunks_use_only_fields_real_chunks_have() {
 
 #[tokio::test]
 async fn anthropic_events_use_only_fields_real_events_have() {
-    assert_subset(WireFormat::Anthropic, &["anthropic-tool-use-parallel.sse"]).await;
+    assert_subset(WireFormat::Anthropic, &["anthropic/tool-use-parallel.sse"]).await;
 }
 
 #[tokio::test]
@@ -123,7 +124,7 @@ async fn anthropic_event_order_matches_a_real_stream() {
         names
     };
     let real =
-        collapse(&std::fs::read(format!("{FIXTURES}/anthropic-tool-use-parallel.sse")).unwrap());
+        collapse(&std::fs::read(format!("{FIXTURES}/anthropic/tool-use-parallel.sse")).unwrap());
     let mine = collapse(&ours(WireFormat::Anthropic, true).await);
     assert_eq!(mine, real);
 }
@@ -132,7 +133,7 @@ async fn anthropic_event_order_matches_a_real_stream() {
 async fn gemini_chunks_use_only_fields_real_chunks_have() {
     assert_subset(
         WireFormat::Gemini,
-        &["gemini-text.sse", "gemini-function-calls-parallel.sse"],
+        &["gemini/text-stream.sse", "gemini/function-calls-parallel-gemini3-ids.sse"],
     )
     .await;
 }
