@@ -92,7 +92,7 @@ pub struct SessionSettings {
     pub task: String,
 }
 
-pub use troupe_runtime::store::{PID_FILE, SETTINGS_FILE};
+pub use troupe_runtime::store::SETTINGS_FILE;
 
 fn exec_kind() -> String {
     "exec".into()
@@ -339,7 +339,7 @@ impl Session {
     }
 
     /// Opens session `id` for running: exporters (stdout human or JSON,
-    /// `--events`), the pid file, the supervised tree with its drain, and
+    /// `--events`), the supervised tree with its drain, and
     /// the agents' environment.
     pub async fn open(mut self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
         if json {
@@ -354,15 +354,12 @@ impl Session {
         if let Some(exporter) = self.events.take() {
             log.add_exporter(Box::new(exporter));
         }
-        let pid_file = log.dir().join(PID_FILE);
-        std::fs::write(&pid_file, std::process::id().to_string())?;
         let tree = SessionTree::start(log.clone(), SupervisorConfig::default()).await?;
         let env = Arc::new(self.env(&log, id, &tree)?);
         Ok(Open {
             tree,
             env,
             log,
-            pid_file,
             server: self.server,
             config: self.config,
         })
@@ -413,18 +410,17 @@ pub struct Open {
     pub env: Arc<AgentEnv>,
     /// The session log.
     pub log: SessionLog,
-    pid_file: PathBuf,
     server: Option<ScriptedServer>,
     /// The configuration in force.
     pub config: Config,
 }
 
 impl Open {
-    /// Shuts the tree down (the log drains and syncs), removes the pid
-    /// file, stops the offline server.
+    /// Shuts the tree down (the log drains and syncs) and stops the
+    /// offline server. The session's writer lock goes with the last log
+    /// handle.
     pub async fn close(self) -> Result<(), troupe_actors::SessionTreeError> {
         let shutdown = self.tree.shutdown().await;
-        let _ = std::fs::remove_file(&self.pid_file);
         if let Some(server) = self.server {
             server.shutdown().await;
         }

@@ -3,25 +3,10 @@
 use std::path::Path;
 
 use troupe_protocol::{ItemDetails, ThreadEvent};
-use troupe_runtime::store::{SessionStatus, SessionStore};
+use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
 
 use crate::Failure;
-use crate::exec::{PID_FILE, SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
-
-/// Is the process that wrote `pid_file` still running troupe?
-fn live_writer(pid_file: &Path) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(pid_file)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    if pid == std::process::id() {
-        return None;
-    }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let is_troupe = String::from_utf8_lossy(&cmdline).contains("troupe");
-    is_troupe.then_some(pid)
-}
+use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
 
 pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     let workspace = canonical_workspace(workspace)?;
@@ -34,30 +19,6 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
             manifest.subtype.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    let pid_file = dir.join(PID_FILE);
-    if let Some(pid) = live_writer(&pid_file) {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} is being written by process {pid}; stop it first, or wait for it"
-        )));
-    }
-    if pid_file.exists() {
-        eprintln!(
-            "troupe: stale lock {} (its process is gone); taking over",
-            pid_file.display()
-        );
-        let _ = std::fs::remove_file(&pid_file);
-    }
-    // Claim the session: of two resumes started at once, one creates the
-    // pid file and the other is refused.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&pid_file)
-        .map_err(|e| {
-            Failure::bad_input(anyhow::anyhow!(
-                "session {id} is being claimed by another process ({e}); try again"
-            ))
-        })?;
     let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
             Failure::bad_input(anyhow::anyhow!(
@@ -65,6 +26,11 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
                 dir.join(SETTINGS_FILE).display()
             ))
         })?,
+        Err(_) if manifest.event_count == 0 => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} ended before it started (no events, no {SETTINGS_FILE}); nothing to resume: run the task again"
+            )));
+        }
         Err(e) => {
             return Err(Failure::bad_input(anyhow::anyhow!(
                 "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
@@ -80,9 +46,17 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, None).await?;
-        let (log, report) = store
-            .reopen(id, session_log_config(&workspace)?)
-            .map_err(Failure::from)?;
+        // Reopening claims the session (an OS lock held while this process
+        // writes it): of any number of resumes started at once, one gets
+        // it and the others are refused here, naming the holder. Whether
+        // the session had completed is decided only under the claim.
+        let (log, report) =
+            store
+                .reopen(id, session_log_config(&workspace)?)
+                .map_err(|e| match e {
+                    StoreError::Claimed { .. } => Failure::bad_input(e),
+                    other => Failure::from(other),
+                })?;
         // The log is the truth: a manifest can lag behind it after a crash.
         if let Some(subtype) = report.completed {
             return Err(Failure::bad_input(anyhow::anyhow!(

@@ -82,7 +82,9 @@ enum SessionsCommand {
 
 fn store_err(e: StoreError) -> Failure {
     match e {
-        StoreError::NotFound { .. } | StoreError::InvalidId(_) => Failure::bad_input(e),
+        StoreError::NotFound { .. } | StoreError::InvalidId(_) | StoreError::Claimed { .. } => {
+            Failure::bad_input(e)
+        }
         other => other.into(),
     }
 }
@@ -304,6 +306,8 @@ mod context_cmd {
             .get(&config.model())
             .and_then(|i| i.context_window);
         let mut out = std::io::stdout().lock();
+        // Claim the session before anything is written for it.
+        let (log, _) = store.reopen(id, config.log_config()).map_err(store_err)?;
         let Some(c) = compact_stored(&dir, &manifest.root_thread_id, &settings, window)? else {
             writeln!(out, "nothing to compact in session {id}")?;
             return Ok(exit::OK);
@@ -317,7 +321,6 @@ mod context_cmd {
             compacted_message_count: c.event.compacted_message_count,
             history_artifact_path: c.event.history_artifact_path.clone(),
         }));
-        let (log, _) = store.reopen(id, config.log_config()).map_err(store_err)?;
         let event = ThreadEvent::CompactBoundary(c.event.clone());
         append(&log, std::slice::from_ref(&event))?;
         if json {

@@ -78,9 +78,24 @@ pub enum StoreError {
     /// The writer failed; accepted events are still held for a restart.
     #[error("event log writer failed: {0}")]
     Writer(String),
+    /// Another live process holds the session's writer lock.
+    #[error("session {} is being written by {}; stop it first, or wait for it", .dir.display(), holder_text(*.holder))]
+    Claimed {
+        /// The session directory.
+        dir: PathBuf,
+        /// The holder's pid, when its lock file names one.
+        holder: Option<u32>,
+    },
     /// Waiting for durability or for the writer timed out.
     #[error("timed out after {0:?} waiting for the event log")]
     Timeout(std::time::Duration),
+}
+
+fn holder_text(holder: Option<u32>) -> String {
+    match holder {
+        Some(pid) => format!("process {pid}"),
+        None => "another process".to_string(),
+    }
 }
 
 impl StoreError {

@@ -16,6 +16,7 @@ use super::config::{FsyncPolicy, LogConfig};
 use super::error::{EmitError, StoreError};
 use super::export::Exporter;
 use super::gate::{Gate, Meta, Record};
+use super::lock::SessionLock;
 use super::manifest::{Manifest, SessionStatus};
 use super::recovery::{RecoveryReport, recover};
 
@@ -89,6 +90,8 @@ pub(crate) struct LogInner {
     record_batch_sizes: bool,
     fault: Mutex<Option<FaultHook>>,
     writer_running: Mutex<bool>,
+    /// This process's claim on the session, held while any handle lives.
+    _lock: SessionLock,
 }
 
 /// A session's canonical log, open for appending.
@@ -175,11 +178,21 @@ impl SessionLog {
         root_thread_id: &str,
         config: LogConfig,
     ) -> Result<SessionLog, StoreError> {
-        if dir.exists() {
-            return Err(StoreError::Exists(session_id.to_string()));
+        // `create_dir` (not `_all`) on the session directory itself: of two
+        // creators of one id, exactly one gets it.
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::io("create", parent, e))?;
         }
-        std::fs::create_dir_all(dir.join(DERIVED_DIR))
-            .map_err(|e| StoreError::io("create", dir, e))?;
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::Exists(session_id.to_string()));
+            }
+            Err(e) => return Err(StoreError::io("create", dir, e)),
+        }
+        let lock = SessionLock::acquire(dir)?;
+        std::fs::create_dir(dir.join(DERIVED_DIR))
+            .map_err(|e| StoreError::io("create", dir.join(DERIVED_DIR), e))?;
         let events_path = dir.join(EVENTS_FILE);
         OpenOptions::new()
             .create_new(true)
@@ -189,15 +202,19 @@ impl SessionLog {
         let mut manifest = Manifest::new(session_id, root_thread_id);
         manifest.write(&dir.join(MANIFEST_FILE))?;
         crate::fsutil::sync_dir(dir).map_err(|e| StoreError::io("sync", dir, e))?;
-        Ok(Self::from_parts(dir, manifest, 0, 0, config))
+        Ok(Self::from_parts(dir, manifest, 0, 0, config, lock))
     }
 
-    /// Reopens an existing session for appending: cuts a torn last line,
-    /// recounts events and turns, and rewrites the manifest to match.
+    /// Reopens an existing session for appending: claims it (see
+    /// [`SessionLock`]; [`StoreError::Claimed`] when another process
+    /// writes it), then cuts a torn last line, recounts events and turns,
+    /// and rewrites the manifest to match. Whatever the caller decides
+    /// from the returned report is decided under the claim.
     pub fn reopen(
         dir: &Path,
         config: LogConfig,
     ) -> Result<(SessionLog, RecoveryReport), StoreError> {
+        let lock = SessionLock::acquire(dir)?;
         let manifest_path = dir.join(MANIFEST_FILE);
         let mut manifest = Manifest::read(&manifest_path)?;
         let report = recover(&dir.join(EVENTS_FILE), &manifest.root_thread_id)?;
@@ -210,7 +227,7 @@ impl SessionLog {
             manifest.status = SessionStatus::Active;
         }
         manifest.write(&manifest_path)?;
-        let log = Self::from_parts(dir, manifest, report.events, report.valid_len, config);
+        let log = Self::from_parts(dir, manifest, report.events, report.valid_len, config, lock);
         Ok((log, report))
     }
 
@@ -220,6 +237,7 @@ impl SessionLog {
         events: u64,
         len: u64,
         config: LogConfig,
+        lock: SessionLock,
     ) -> SessionLog {
         let root = manifest.root_thread_id.clone();
         let (progress, _) = watch::channel(Progress {
@@ -240,6 +258,7 @@ impl SessionLog {
                 record_batch_sizes: false,
                 fault: Mutex::new(None),
                 writer_running: Mutex::new(false),
+                _lock: lock,
             }),
         }
     }

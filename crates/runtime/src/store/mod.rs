@@ -24,6 +24,7 @@ mod config;
 mod error;
 mod export;
 mod gate;
+mod lock;
 mod log;
 mod manifest;
 mod reader;
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
 pub use error::{EmitError, StoreError};
 pub use export::{ExportFormat, Exporter, JsonlFileExporter, WriterExporter};
+pub use lock::SessionLock;
 pub use log::{
     DERIVED_DIR, EVENTS_FILE, EventSender, Fault, FaultHook, LogStats, MANIFEST_FILE, PID_FILE,
     Progress, SETTINGS_FILE, SessionLog, WriterHandle,

@@ -130,8 +130,13 @@ fn remove_regular(p: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// True when `writer.pid` names a process that is still running.
+/// True when a live process holds the session's writer lock, or (for
+/// sessions written before the lock existed) `writer.pid` names a process
+/// that is still running.
 fn live_writer(dir: &Path) -> bool {
+    if super::lock::SessionLock::is_held(dir) {
+        return true;
+    }
     let Ok(text) = fs::read_to_string(dir.join(PID_FILE)) else {
         return false;
     };

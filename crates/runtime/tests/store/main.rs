@@ -4,6 +4,7 @@
 
 mod crash;
 mod gate;
+mod lock;
 mod recovery;
 mod retention;
 mod writer;

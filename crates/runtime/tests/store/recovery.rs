@@ -37,6 +37,7 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
         .write_all(half.as_bytes())
         .unwrap();
 
+    drop(log); // release the writer's claim, as the crashed process did
     let (log, report) = store.reopen("s1", LogConfig::default()).unwrap();
     assert_eq!(report.torn_bytes, half.len() as u64);
     assert_eq!(report.events, 12);
@@ -105,6 +106,7 @@ fn reader_skips_unknown_types_and_reports_bad_lines() {
     assert_eq!(t.bad_lines.len(), 1);
     assert_eq!(t.entries.len(), 1, "unknown item types are skipped");
     assert!(matches!(&t.entries[0], TranscriptEntry::Assistant(s) if s.starts_with("one ")));
+    drop(log); // release the writer's claim
     let (_, report) = store.reopen("s1", LogConfig::default()).unwrap();
     assert_eq!(report.corrupt_lines, vec![4]);
     assert_eq!(report.events, 4, "corrupt lines are kept");
