@@ -2,6 +2,7 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod attacks;
 mod claim;
 mod context;
 mod exec;

@@ -273,6 +273,15 @@ impl Config {
         exec
     }
 
+    /// The paths the write and edit tools refuse: `[tools]
+    /// protected_paths`, or the default list.
+    pub fn protected_paths(&self) -> crate::tools::ProtectedPaths {
+        match &self.tools.protected_paths {
+            Some(list) => crate::tools::ProtectedPaths::new(list.iter().cloned()),
+            None => crate::tools::ProtectedPaths::default(),
+        }
+    }
+
     /// `exec_command`'s default timeout.
     pub fn exec_timeout(&self) -> Duration {
         self.exec_config().default_timeout

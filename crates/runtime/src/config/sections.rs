@@ -211,6 +211,11 @@ pub struct ToolsConfig {
     /// How long an `exec_command` call waits when it gives no
     /// `timeout_ms`, in milliseconds; `None` keeps the tool's default.
     pub exec_timeout_ms: Option<u64>,
+    /// Paths `write_file` and `edit_file` refuse, relative to the
+    /// workspace; `None` keeps the default (`.vtcode`, `.git`,
+    /// `troupe.toml`), `[]` protects nothing. See
+    /// [`crate::tools::ProtectedPaths`] for how entries match.
+    pub protected_paths: Option<Vec<String>>,
 }
 
 /// `[verifier]`: the read-only verifier.

@@ -191,6 +191,9 @@ impl FileChecker<'_> {
                 .exec_timeout_ms
                 .map_or(Ok(()), |v| positive(v, "the timeout")),
         )?;
+        for entry in c.tools.protected_paths.iter().flatten() {
+            self.at(&["tools", "protected_paths"], relative_entry(entry))?;
+        }
         self.permissions(c)?;
         self.hooks(c)?;
         let s = &c.session;
@@ -339,6 +342,23 @@ impl FileChecker<'_> {
                 )?;
             }
         }
+        Ok(())
+    }
+}
+
+/// A `[tools] protected_paths` entry: a non-empty workspace-relative path
+/// without `..`.
+fn relative_entry(entry: &str) -> Result<(), Problem> {
+    use std::path::{Component, Path};
+    let path = Path::new(entry);
+    let fix = "use a path relative to the workspace root, such as `.git` or `config/prod`";
+    if entry.trim_end_matches('/').is_empty() {
+        Err(Problem::new("an empty entry protects nothing", "remove it"))
+    } else if path.is_absolute() {
+        Err(Problem::new(format!("`{entry}` is absolute"), fix))
+    } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        Err(Problem::new(format!("`{entry}` climbs out with `..`"), fix))
+    } else {
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ mod grep;
 mod list;
 pub mod paths;
 mod policy;
+mod protect;
 mod read;
 mod registry;
 pub mod schema;
@@ -36,6 +37,7 @@ pub use exec::{
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use policy::{PermissionPolicy, glob};
+pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
 pub use registry::ToolRegistry;
 pub use write::{EditFileTool, WriteFileTool};

@@ -11,7 +11,7 @@ use super::grep::GrepTool;
 use super::list::ListFilesTool;
 use super::read::ReadFileTool;
 use super::write::{EditFileTool, WriteFileTool};
-use super::{Capability, PermissionPolicy, SharedTool, ToolError, schema};
+use super::{Capability, PermissionPolicy, ProtectedPaths, SharedTool, ToolError, schema};
 use crate::provider::ToolDefinition;
 
 /// Tools by name, with the permission policy that guards them.
@@ -41,14 +41,21 @@ impl ToolRegistry {
         Self::builtin_with(ExecConfig::default())
     }
 
-    /// Every built-in tool, `exec_command` with `exec` limits.
+    /// Every built-in tool, `exec_command` with `exec` limits, the write
+    /// tools refusing the default [`ProtectedPaths`].
     pub fn builtin_with(exec: ExecConfig) -> Self {
+        Self::builtin_configured(exec, ProtectedPaths::default())
+    }
+
+    /// Every built-in tool, `exec_command` with `exec` limits, the write
+    /// tools refusing `protected`.
+    pub fn builtin_configured(exec: ExecConfig, protected: ProtectedPaths) -> Self {
         let mut registry = Self::new();
         registry.register(Arc::new(ReadFileTool));
         registry.register(Arc::new(ListFilesTool));
         registry.register(Arc::new(GrepTool));
-        registry.register(Arc::new(WriteFileTool));
-        registry.register(Arc::new(EditFileTool));
+        registry.register(Arc::new(WriteFileTool::new(protected.clone())));
+        registry.register(Arc::new(EditFileTool::new(protected)));
         registry.register(Arc::new(ExecCommandTool::new(exec)));
         registry
     }

@@ -9,19 +9,38 @@ use serde_json::{Value, json};
 use troupe_protocol::{FileChange, FileChangeKind};
 
 use super::args::{bool_or, required_str};
-use super::{Capability, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
+use super::{Capability, ProtectedPaths, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
 
 /// Creates or overwrites a file; creates missing parent directories. The
 /// write is atomic (temp file and rename) and keeps an existing file's
-/// permissions.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct WriteFileTool;
+/// permissions. Refuses [`ProtectedPaths`] (by default `.vtcode/`, `.git`
+/// and troupe.toml).
+#[derive(Debug, Default, Clone)]
+pub struct WriteFileTool {
+    protected: ProtectedPaths,
+}
 
 /// Replaces an exact string in a file. Refuses a missing match, and a
 /// non-unique one unless `replace_all` is set; the error says how many
-/// matches there were.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct EditFileTool;
+/// matches there were. Refuses [`ProtectedPaths`] as `write_file` does.
+#[derive(Debug, Default, Clone)]
+pub struct EditFileTool {
+    protected: ProtectedPaths,
+}
+
+impl WriteFileTool {
+    /// `write_file` refusing `protected`.
+    pub fn new(protected: ProtectedPaths) -> Self {
+        Self { protected }
+    }
+}
+
+impl EditFileTool {
+    /// `edit_file` refusing `protected`.
+    pub fn new(protected: ProtectedPaths) -> Self {
+        Self { protected }
+    }
+}
 
 impl Tool for WriteFileTool {
     fn name(&self) -> &str {
@@ -63,6 +82,8 @@ impl Tool for WriteFileTool {
             let content = required_str(&args, "content")?.to_string();
             let root = paths::canonical_workspace(&ctx.workspace)?;
             let path = paths::resolve(&ctx.workspace, &user_path, false)?;
+            self.protected
+                .check(&paths::relative(&root, &path), &user_path)?;
             bound::blocking(move || write(&root, &path, &user_path, content.as_bytes())).await
         })
     }
@@ -163,6 +184,8 @@ impl Tool for EditFileTool {
             }
             let root = paths::canonical_workspace(&ctx.workspace)?;
             let path = paths::resolve(&ctx.workspace, &edit.shown, true)?;
+            self.protected
+                .check(&paths::relative(&root, &path), &edit.shown)?;
             bound::blocking(move || edit.apply(&root, &path)).await
         })
     }

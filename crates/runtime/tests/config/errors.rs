@@ -339,3 +339,20 @@ fn header_values_never_print() {
     assert!(!format!("{c:?}").contains("hunter2-value"));
     assert!(!format!("{:?}", c.provider_config().unwrap()).contains("hunter2-value"));
 }
+
+#[test]
+fn protected_paths_entries_must_stay_inside_the_workspace() {
+    for (entry, says) in [
+        ("/etc", "is absolute"),
+        ("../outside", "climbs out"),
+        ("", "empty entry"),
+    ] {
+        let e = load_err(&format!(
+            "[tools]\nprotected_paths = [\".git\", \"{entry}\"]\n"
+        ));
+        let text = e.to_string();
+        assert!(text.contains("tools.protected_paths"), "{text}");
+        assert!(text.contains(says), "{entry}: {text}");
+        assert_eq!(e.line(), Some(2), "{text}");
+    }
+}

@@ -47,6 +47,7 @@ output_per_mtok = 1.5
 
 [tools]
 exec_timeout_ms = 5000
+protected_paths = [".git", "config/prod/"]
 
 [permissions]
 allow = ["read_file", "exec_command(cargo *)"]
@@ -83,6 +84,10 @@ fn no_file_gives_the_defaults() {
     assert!(!c.context.auto_upgrade);
     assert_eq!(c.event_log_path(), None);
     assert_eq!(c.exec_timeout(), ExecConfig::default().default_timeout);
+    assert_eq!(
+        c.protected_paths().entries(),
+        troupe_runtime::tools::DEFAULT_PROTECTED_PATHS
+    );
     assert_eq!(c.exec_config(), ExecConfig::default());
     assert!(c.permission_allow().is_empty() && c.permission_deny().is_empty());
     assert_eq!(c.hooks().timeout, Duration::from_secs(10));
@@ -143,6 +148,7 @@ fn a_full_file_sets_every_table() {
     assert_eq!(info.context_window, Some(32_768));
     assert_eq!(info.pricing.unwrap().output_per_mtok, 1.5);
     assert_eq!(c.exec_timeout(), Duration::from_secs(5));
+    assert_eq!(c.protected_paths().entries(), [".git", "config/prod"]);
     assert_eq!(c.exec_config().default_timeout, Duration::from_secs(5));
     let policy = c.permission_policy();
     assert_eq!(policy.deny, ["exec_command(git push*)"]);

