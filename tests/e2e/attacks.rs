@@ -72,3 +72,27 @@ fn the_model_cannot_rewrite_troupe_state_git_config_or_troupe_toml() {
     }
     assert!(stdout.contains("I could not change those files."));
 }
+
+#[test]
+fn a_key_inside_base_url_is_refused_before_anything_is_stored() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "exec",
+            "--base-url",
+            "http://user:sk-canary-in-url@127.0.0.1:9/v1",
+        ])
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("hello")
+        .env("TROUPE_LOG", "debug")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("carries credentials"), "{stderr}");
+    assert!(!stderr.contains("sk-canary-in-url"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("sk-canary-in-url"));
+    assert!(!ws.path().join(".vtcode").exists(), "nothing was stored");
+}

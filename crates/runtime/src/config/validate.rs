@@ -65,14 +65,29 @@ pub(crate) fn model(name: &str) -> Result<(), Problem> {
 
 /// A base URL must be http(s). The value is never echoed (it may carry
 /// credentials).
+///
+/// Credentials in it (`http://user:KEY@host/v1`) are refused: the URL is
+/// recorded in the session's settings.json and may reach debug logs, so a
+/// key must come from its environment variable instead.
 pub(crate) fn base_url(url: &str) -> Result<(), Problem> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        return Ok(());
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(Problem::new(
+            "the base URL does not start with http:// or https://",
+            "write the full URL, like https://api.openai.com/v1",
+        ));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(Problem::new(
+            "the base URL carries credentials (`user:password@` before the host)",
+            "remove them and put the key in the provider's key variable (OPENAI_API_KEY, \
+             ANTHROPIC_API_KEY, GEMINI_API_KEY, or the provider's `api_key_env`)",
+        ));
     }
-    Err(Problem::new(
-        "the base URL does not start with http:// or https://",
-        "write the full URL, like https://api.openai.com/v1",
-    ))
+    Ok(())
 }
 
 /// A count that must be at least 1.

@@ -356,3 +356,48 @@ fn protected_paths_entries_must_stay_inside_the_workspace() {
         assert_eq!(e.line(), Some(2), "{text}");
     }
 }
+
+#[test]
+fn credentials_in_a_base_url_are_refused_without_echoing_them() {
+    // In troupe.toml, in the environment and as a flag alike.
+    let e =
+        load_err("[providers.openai]\nbase_url = \"http://me:sk-in-url-123@localhost:8080/v1\"\n");
+    let text = e.to_string();
+    assert!(text.contains("providers.openai.base_url"), "{text}");
+    assert!(text.contains("carries credentials"), "{text}");
+    assert!(!text.contains("sk-in-url-123"), "{text}");
+    assert_eq!(e.line(), Some(2));
+
+    let dir = workspace(None);
+    let e = load(
+        dir.path(),
+        &[("TROUPE_BASE_URL", "https://sk-in-url-123@example.com/v1")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("TROUPE_BASE_URL") && e.contains("carries credentials"),
+        "{e}"
+    );
+    assert!(!e.contains("sk-in-url-123"), "{e}");
+
+    let mut c = load(dir.path(), &[]).unwrap();
+    let e = c
+        .apply(&ConfigOverrides {
+            base_url: Some("http://u:sk-in-url-123@127.0.0.1:1/v1".into()),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--base-url") && e.contains("OPENAI_API_KEY"),
+        "{e}"
+    );
+    assert!(!e.contains("sk-in-url-123"), "{e}");
+    // An `@` in the path or query is no credential.
+    c.apply(&ConfigOverrides {
+        base_url: Some("http://127.0.0.1:1/v1/@team?x=a@b".into()),
+        ..Default::default()
+    })
+    .unwrap();
+}
