@@ -16,14 +16,14 @@ pub fn opt_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
 }
 
-/// An optional non-negative integer argument (a float with no fraction
-/// counts, as the schema allows it).
+/// An optional non-negative integer argument (a float that stands for an
+/// integer exactly counts, as the schema allows it; `1e300` does not).
 pub fn opt_u64(args: &Value, key: &str) -> Option<u64> {
     let value = args.get(key)?;
     value.as_u64().or_else(|| {
         value
             .as_f64()
-            .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+            .filter(|f| *f >= 0.0 && super::schema::exact_integer(*f))
             .map(|f| f as u64)
     })
 }

@@ -149,11 +149,17 @@ fn is_type(name: &str, value: &Value) -> bool {
         "boolean" => value.is_boolean(),
         "null" => value.is_null(),
         "number" => value.is_number(),
-        "integer" => {
-            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
+        "integer" => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(exact_integer),
         _ => true,
     }
+}
+
+/// A float that stands for an integer exactly: no fraction, and within
+/// ±2^53, where every integer is representable (`1e300` is not an integer
+/// argument: it would saturate to a huge count).
+pub(crate) fn exact_integer(f: f64) -> bool {
+    const MAX_EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    f.is_finite() && f.fract() == 0.0 && f.abs() <= MAX_EXACT
 }
 
 fn type_name(value: &Value) -> &'static str {

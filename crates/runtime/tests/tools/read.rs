@@ -306,3 +306,19 @@ async fn long_lines_are_cut_on_a_char_boundary() {
     );
     assert!(out.output.len() < MAX_LINE_BYTES + 60);
 }
+
+#[tokio::test]
+async fn a_non_integral_huge_number_is_no_line_number() {
+    // Regression: `1e300` passed the integer check and saturated.
+    let fx = Fixture::new();
+    fx.file("a.txt", "one\ntwo\n");
+    let err = fx
+        .call("read_file", json!({"path": "a.txt", "start_line": 1e300}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`start_line`: expected integer, got number"),
+        "{err}"
+    );
+}

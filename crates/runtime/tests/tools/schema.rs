@@ -53,6 +53,11 @@ fn errors_name_the_offending_field() {
             json!({"path": "x", "n": 1.5}),
             "`n`: expected integer, got number",
         ),
+        // Regression: 1e300 passed as an integer and saturated to u64::MAX.
+        (
+            json!({"path": "x", "nested": {"x": 1e300}}),
+            "`nested.x`: expected integer, got number",
+        ),
         (
             json!({"path": "x", "ratio": "1"}),
             "`ratio`: expected number, got string",
