@@ -281,9 +281,7 @@ fn client(server: &ScriptedServer, retry: RetryPolicy) -> Result<ProviderClient,
 
 /// The harness session's `derived/` directory under workspace `ws`.
 pub fn derived(ws: &Path) -> PathBuf {
-    ws.join(".vtcode/sessions")
-        .join(SESSION_ID)
-        .join("derived")
+    ws.join(".vtcode/sessions").join(SESSION_ID).join("derived")
 }
 
 /// One agent loop, started on its task, with its server and workspace.

@@ -191,7 +191,10 @@ fn reader<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<
 
 /// Waits for `child` for at most `timeout`; kills it and returns `None`
 /// at the timeout.
-pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>, SupportError> {
+pub fn wait_timeout(
+    child: &mut Child,
+    timeout: Duration,
+) -> Result<Option<ExitStatus>, SupportError> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {

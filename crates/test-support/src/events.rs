@@ -137,7 +137,10 @@ impl EventSource for PathBuf {
 /// does not exist yet; corrupt lines are skipped, as readers do).
 pub fn read_log(path: &Path) -> Vec<ThreadEvent> {
     match EventReader::open(path) {
-        Ok(reader) => reader.filter_map(Result::ok).map(|(_, v)| v.event).collect(),
+        Ok(reader) => reader
+            .filter_map(Result::ok)
+            .map(|(_, v)| v.event)
+            .collect(),
         Err(_) => Vec::new(),
     }
 }

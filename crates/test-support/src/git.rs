@@ -124,6 +124,10 @@ mod tests {
         assert!(tree.get_path(Path::new("src/b.rs")).is_ok());
         assert!(tree.get_path(Path::new(".gitignore")).is_ok());
         git.branch("feature").unwrap();
-        assert!(git.repo().find_branch("feature", git2::BranchType::Local).is_ok());
+        assert!(
+            git.repo()
+                .find_branch("feature", git2::BranchType::Local)
+                .is_ok()
+        );
     }
 }

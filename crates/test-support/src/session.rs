@@ -41,7 +41,10 @@ pub fn completed_event(thread_id: &str) -> ThreadEvent {
 
 /// The log's events once its writer has finished (after a shutdown or an
 /// escalation the writer thread may still be draining).
-pub async fn final_events(log: &SessionLog, timeout: Duration) -> Result<Vec<ThreadEvent>, WaitTimeout> {
+pub async fn final_events(
+    log: &SessionLog,
+    timeout: Duration,
+) -> Result<Vec<ThreadEvent>, WaitTimeout> {
     let progress = log.progress();
     wait_until("the log to finish", timeout, || progress.borrow().finished).await?;
     Ok(read_log(log.events_path()))
@@ -72,7 +75,11 @@ pub async fn settled(tree: &SessionTree, timeout: Duration) -> Result<Vec<ChildI
 
 /// Waits until `agent_id` has left the tree (a clean exit of a transient
 /// child, a temporary child's end).
-pub async fn gone(tree: &SessionTree, agent_id: &str, timeout: Duration) -> Result<(), WaitTimeout> {
+pub async fn gone(
+    tree: &SessionTree,
+    agent_id: &str,
+    timeout: Duration,
+) -> Result<(), WaitTimeout> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         if let Ok(children) = tree.children().await
