@@ -145,6 +145,15 @@ pub fn read_log(path: &Path) -> Vec<ThreadEvent> {
     }
 }
 
+/// Every event of an `events.jsonl`; `Err` if it cannot be opened or a
+/// complete line is corrupt (a torn last line is not read, as readers do).
+pub fn try_read_log(path: &Path) -> Result<Vec<ThreadEvent>, String> {
+    EventReader::open(path)
+        .map_err(|e| e.to_string())?
+        .map(|r| r.map(|(_, v)| v.event).map_err(|e| e.to_string()))
+        .collect()
+}
+
 /// Parses JSONL text of events, bare (`--json` stdout) or versioned (the
 /// log); `Err` names the first line that is neither.
 pub fn parse_jsonl(text: &str) -> Result<Vec<ThreadEvent>, String> {
