@@ -853,3 +853,30 @@ fn session_step_and_token_caps_end_the_run() {
     assert_eq!(run.code, Some(3), "{}", run.stderr);
     assert_eq!(run.completed().outcome_code, "token_limit");
 }
+
+#[test]
+fn the_binary_found_by_test_support_runs_exec_json_with_a_timeout() {
+    use troupe_test_support::Bin;
+    let found = Bin::locate("troupe").unwrap();
+    assert_eq!(
+        found.path().canonicalize().unwrap(),
+        bin().canonicalize().unwrap(),
+        "found next to the test executable"
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![Reply::text("hi")]);
+    let out = found
+        .command()
+        .args(["exec", "--json", "--base-url", &s.url(), "--workspace"])
+        .arg(ws.path())
+        .arg("say hi")
+        .env_remove("OPENAI_API_KEY")
+        .timeout(Duration::from_secs(60))
+        .run()
+        .unwrap();
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let events = out.events().unwrap();
+    let done = troupe_test_support::events::completed(&events).unwrap();
+    assert_eq!(done.subtype, CompletionSubtype::Success);
+    assert_eq!(done.result.as_deref(), Some("hi"));
+}

@@ -298,6 +298,38 @@ mod tests {
         assert!(r.is_err());
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_log_is_a_source_read_from_disk() {
+        let ws = tempfile::tempdir().unwrap();
+        let log = crate::session::new_log(ws.path(), "s", Default::default()).unwrap();
+        // The drain in the tree owns the writer.
+        let tree = troupe_actors::SessionTree::start(log.clone(), Default::default())
+            .await
+            .unwrap();
+        let sender = tree.sender();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            sender.emit(&error("on disk")).unwrap();
+        });
+        let e = wait_for_event(
+            &log,
+            |e| matches!(e, ThreadEvent::Error(_)),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(e, error("on disk"));
+        let path = log.events_path().to_path_buf();
+        assert_eq!(errors(&path.snapshot()), vec!["on disk"]);
+        assert_eq!(try_read_log(&path).unwrap(), read_log(&path));
+        assert!(try_read_log(&ws.path().join("missing.jsonl")).is_err());
+        assert!(read_log(&ws.path().join("missing.jsonl")).is_empty());
+        tree.sender()
+            .emit(&crate::session::completed_event("s"))
+            .unwrap();
+        tree.shutdown().await.unwrap();
+    }
+
     #[test]
     fn jsonl_of_either_shape_parses_and_garbage_names_its_line() {
         let e = error("x");
