@@ -261,3 +261,102 @@ async fn an_empty_step_is_retried_once_with_the_same_messages() {
     assert!(done.result.is_none());
     assert_eq!(h.server.requests().len(), 2, "a second empty step ends it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_tool_use_hook_exiting_2_declines_the_call_with_its_reason() {
+    use troupe_runtime::hooks::{HookConfig, HookRunner};
+    let mut h = AgentBuilder::new(vec![
+        Reply::tool_call("w", "write_file", json!({"path": "x.txt", "content": "x"})),
+        Reply::text("ok"),
+    ])
+    .hooks(|ws| {
+        HookRunner::new(
+            HookConfig {
+                pre_tool_use: vec![
+                    "cat > hook-input.json; echo 'writes are frozen' >&2; exit 2".into(),
+                ],
+                ..HookConfig::default()
+            },
+            ws,
+        )
+    })
+    .build()
+    .await
+    .unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    assert!(!h.path().join("x.txt").exists(), "the blocked call ran");
+    let evs = h.events();
+    let out = tool_outputs(&evs);
+    assert_eq!(out[0].status, ItemStatus::Declined);
+    assert!(out[0].output.contains("writes are frozen"), "{:?}", out[0]);
+    let input: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(h.path().join("hook-input.json")).unwrap())
+            .unwrap();
+    assert_eq!(input["hook_event_name"], "PreToolUse");
+    assert_eq!(input["tool_name"], "write_file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_with_finish_reason_stop_run_once_and_are_not_replayed() {
+    let mut h = AgentBuilder::new(vec![
+        Reply::tool_call(
+            "c1",
+            "exec_command",
+            json!({"command": "echo ran >> side.txt"}),
+        )
+        .with_finish_reason("stop"),
+        Reply::text("done"),
+    ])
+    .build()
+    .await
+    .unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    assert_eq!(
+        std::fs::read_to_string(h.path().join("side.txt")).unwrap(),
+        "ran\n"
+    );
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].tool_calls().len(), 1, "one call in the history");
+    h.server.check_invariants().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_outside_the_workspace_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    let link_target = outside.path().to_path_buf();
+    let mut h = AgentBuilder::new(vec![
+        Reply::tool_calls(vec![
+            ToolCallSpec::new("dotdot", "read_file", json!({"path": "../secret.txt"})),
+            ToolCallSpec::new(
+                "abs",
+                "read_file",
+                json!({"path": outside.path().join("secret.txt")}),
+            ),
+            ToolCallSpec::new("sym", "read_file", json!({"path": "link/secret.txt"})),
+            ToolCallSpec::new(
+                "symw",
+                "write_file",
+                json!({"path": "link/new.txt", "content": "x"}),
+            ),
+        ]),
+        Reply::text("ok"),
+    ])
+    .prepare(move |ws| std::os::unix::fs::symlink(&link_target, ws.join("link")).unwrap())
+    .build()
+    .await
+    .unwrap();
+    h.run().await;
+    let evs = h.events();
+    let outputs = tool_outputs(&evs);
+    assert_eq!(outputs.len(), 4);
+    for o in outputs {
+        assert_eq!(o.status, ItemStatus::Failed, "{o:?}");
+        assert!(o.output.contains("outside the workspace"), "{o:?}");
+        assert!(!o.output.contains("top secret"), "{o:?}");
+    }
+    assert!(!outside.path().join("new.txt").exists());
+}
