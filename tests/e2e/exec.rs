@@ -1,133 +1,29 @@
 //! `troupe exec` through the built binary against the scripted model server.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, Usage};
-use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec};
+use troupe_test_support::wait_until_blocking;
+use troupe_testkit::{Reply, ToolCallSpec};
 
-/// A scripted server on its own runtime, alive while the value lives.
-pub struct Server {
-    pub _rt: tokio::runtime::Runtime,
-    pub server: ScriptedServer,
+pub use troupe_test_support::e2e::{Run, Server, session_dir, session_events};
+
+/// The built binary (Cargo tells this package where it is).
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_troupe"))
 }
 
-impl Server {
-    pub fn start(replies: Vec<Reply>) -> Server {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = rt
-            .block_on(ScriptedServer::start(Script::replies(replies)))
-            .unwrap();
-        Server { _rt: rt, server }
-    }
-
-    pub fn url(&self) -> String {
-        self.server.openai_base_url()
-    }
-}
-
-pub struct Run {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub events: Vec<ThreadEvent>,
-}
-
-impl Run {
-    pub fn completed(&self) -> &troupe_protocol::ThreadCompletedEvent {
-        self.events
-            .iter()
-            .rev()
-            .find_map(|e| match e {
-                ThreadEvent::ThreadCompleted(c) => Some(c),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no thread.completed; stderr: {}", self.stderr))
-    }
-
-    pub fn outputs(&self) -> Vec<(String, ItemStatus, String)> {
-        self.events
-            .iter()
-            .filter_map(|e| match e {
-                ThreadEvent::ItemCompleted(i) => match &i.item.details {
-                    ItemDetails::ToolOutput(o) => {
-                        Some((o.call_id.clone(), o.status, o.output.clone()))
-                    }
-                    _ => None,
-                },
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub fn errors(&self) -> Vec<String> {
-        self.events
-            .iter()
-            .filter_map(|e| match e {
-                ThreadEvent::Error(e) => Some(e.message.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// The one session's canonical events under `ws`.
-pub fn session_events(ws: &Path) -> Vec<ThreadEvent> {
-    let dir = session_dir(ws);
-    std::fs::read_to_string(dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<troupe_protocol::VersionedThreadEvent>(l)
-                .unwrap()
-                .event
-        })
-        .collect()
-}
-
-pub fn session_dir(ws: &Path) -> PathBuf {
-    let root = ws.join(".vtcode/sessions");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(
-        dirs.len(),
-        1,
-        "expected one session under {}",
-        root.display()
-    );
-    dirs.remove(0)
-}
-
+/// `troupe exec` in `ws` against `url` (see `e2e::exec_command`).
 pub fn exec_cmd(ws: &Path, url: &str, args: &[&str], prompt: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_troupe"));
-    cmd.arg("exec")
-        .args(["--workspace", ws.to_str().unwrap(), "--base-url", url])
-        .args(args)
-        .arg(prompt)
-        .current_dir(ws)
-        .env("TROUPE_LOG", "warn")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("TROUPE_MODEL")
-        .env_remove("AGENT_MAX_TURNS_PER_REQUEST");
-    cmd
+    troupe_test_support::e2e::exec_command(bin(), ws, url, args, prompt)
 }
 
+/// Runs `troupe exec` against `server` to its end.
 pub fn exec(ws: &Path, server: &Server, args: &[&str], prompt: &str) -> Run {
-    let out = exec_cmd(ws, &server.url(), args, prompt).output().unwrap();
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        events: session_events(ws),
-    }
+    troupe_test_support::e2e::exec_run(bin(), ws, server, args, prompt)
 }
 
 fn usage(input: u64, output: u64) -> Usage {
@@ -697,12 +593,10 @@ fn ctrl_c_cancels_a_run_stalled_on_the_model() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the request reached the model.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.server.requests().is_empty() {
-        assert!(Instant::now() < deadline, "the run never called the model");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_blocking("the run to call the model", Duration::from_secs(20), || {
+        !s.server.requests().is_empty()
+    })
+    .unwrap();
     let sent = Instant::now();
     let pid = child.id().to_string();
     assert!(
@@ -958,4 +852,31 @@ fn session_step_and_token_caps_end_the_run() {
     let run = exec(ws.path(), &s, &[], "spend tokens");
     assert_eq!(run.code, Some(3), "{}", run.stderr);
     assert_eq!(run.completed().outcome_code, "token_limit");
+}
+
+#[test]
+fn the_binary_found_by_test_support_runs_exec_json_with_a_timeout() {
+    use troupe_test_support::Bin;
+    let found = Bin::locate("troupe").unwrap();
+    assert_eq!(
+        found.path().canonicalize().unwrap(),
+        bin().canonicalize().unwrap(),
+        "found next to the test executable"
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![Reply::text("hi")]);
+    let out = found
+        .command()
+        .args(["exec", "--json", "--base-url", &s.url(), "--workspace"])
+        .arg(ws.path())
+        .arg("say hi")
+        .env_remove("OPENAI_API_KEY")
+        .timeout(Duration::from_secs(60))
+        .run()
+        .unwrap();
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let events = out.events().unwrap();
+    let done = troupe_test_support::events::completed(&events).unwrap();
+    assert_eq!(done.subtype, CompletionSubtype::Success);
+    assert_eq!(done.result.as_deref(), Some("hi"));
 }

@@ -346,7 +346,7 @@ fn pipeline_sessions_are_not_resumed_as_exec() {
 
 #[test]
 fn ctrl_c_cancels_a_pipeline_cleanly() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     std::fs::write(
@@ -372,14 +372,12 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.server.requests().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the proposer never called the model"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    troupe_test_support::wait_until_blocking(
+        "the proposer to call the model",
+        Duration::from_secs(20),
+        || !s.server.requests().is_empty(),
+    )
+    .unwrap();
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")

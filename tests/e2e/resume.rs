@@ -2,9 +2,10 @@
 //! point, then `troupe sessions resume`.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
+use troupe_test_support::wait::poll_for_blocking;
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
 use super::exec::{exec_cmd, session_dir, session_events};
@@ -160,18 +161,14 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let dir = loop {
-        if let Ok(mut d) = std::fs::read_dir(ws.path().join(".vtcode/sessions")) {
-            if let Some(Ok(e)) = d.next() {
-                if e.path().join("writer.pid").exists() {
-                    break e.path();
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no session appeared");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
+        let e = std::fs::read_dir(ws.path().join(".vtcode/sessions"))
+            .ok()?
+            .next()?
+            .ok()?;
+        e.path().join("writer.pid").exists().then(|| e.path())
+    })
+    .unwrap();
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     let out = resume(ws.path(), &id);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();

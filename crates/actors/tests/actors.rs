@@ -10,11 +10,10 @@ use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use troupe_actors::supervisor::{ChildSpec, RestartPolicy, SupervisorConfig};
 use troupe_actors::{Address, Intensity, SessionTree, SessionTreeError};
-use troupe_protocol::{
-    AgentRole, CompletionSubtype, ItemDetails, ItemEvent, TextItem, ThreadCompletedEvent,
-    ThreadEvent, ThreadItem, Usage,
-};
-use troupe_runtime::store::{EventReader, Fault, LogConfig, SessionLog, SessionStore};
+use troupe_protocol::{AgentRole, ItemDetails, ItemEvent, TextItem, ThreadEvent, ThreadItem};
+use troupe_runtime::store::{Fault, LogConfig, SessionLog, SessionStore};
+use troupe_test_support::events::try_read_log;
+use troupe_test_support::{session, wait_until};
 
 const ROOT: &str = "root-thread";
 
@@ -31,17 +30,7 @@ fn msg(i: usize) -> ThreadEvent {
 }
 
 fn completed() -> ThreadEvent {
-    ThreadEvent::ThreadCompleted(ThreadCompletedEvent {
-        thread_id: ROOT.into(),
-        session_id: "s".into(),
-        subtype: CompletionSubtype::Success,
-        outcome_code: "success".into(),
-        result: Some("done".into()),
-        stop_reason: None,
-        usage: Usage::default(),
-        total_cost_usd: None,
-        num_turns: 1,
-    })
+    session::completed_event(ROOT)
 }
 
 fn new_log(dir: &std::path::Path) -> SessionLog {
@@ -67,10 +56,7 @@ fn fast_config() -> SupervisorConfig {
 }
 
 fn events(log: &SessionLog) -> Vec<ThreadEvent> {
-    EventReader::open(log.events_path())
-        .unwrap()
-        .map(|r| r.unwrap().1.event)
-        .collect()
+    try_read_log(log.events_path()).unwrap()
 }
 
 fn ids(evs: &[ThreadEvent]) -> Vec<String> {
@@ -153,12 +139,9 @@ async fn restart_intensity_exceeded_escalates_and_names_the_agent() {
     .await
     .unwrap();
     tree.sender().emit(&msg(0)).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while tree.escalation().is_none() {
-        assert!(std::time::Instant::now() < deadline, "never escalated");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let why = tree.escalation().unwrap();
+    let why = session::escalated(&tree, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(why.contains("session/drain"), "{why}");
     assert!(why.contains("more than 3 restarts"), "{why}");
     // The session failed closed.
@@ -240,14 +223,11 @@ fn worker_spec(id: &str, restart: RestartPolicy) -> (ChildSpec, WorkerArgs) {
 }
 
 async fn wait_starts(args: &WorkerArgs, n: u32) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while args.starts.load(Ordering::SeqCst) < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never reached {n} starts"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(&format!("{n} starts"), Duration::from_secs(5), || {
+        args.starts.load(Ordering::SeqCst) >= n
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,7 +278,13 @@ async fn restart_types_are_honoured() {
         .cast(WorkerMsg::Exit)
         .unwrap();
     wait_starts(&perm_args, 3).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The transient child's clean exit removed it: it can never restart.
+    session::gone(&tree, "session/trans", Duration::from_secs(5))
+        .await
+        .unwrap();
+    session::settled(&tree, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(trans_args.starts.load(Ordering::SeqCst), 2);
     assert_eq!(temp_args.starts.load(Ordering::SeqCst), 1);
     let children = tree.children().await.unwrap();

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_actors::agent::{AgentEnv, SubagentLimits};
-use troupe_actors::{RunEnd, SessionTree, SupervisorConfig, start_root};
+use troupe_actors::{RunEnd, SupervisorConfig, start_root};
 use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
-use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig, RetryPolicy};
-use troupe_runtime::store::{EventReader, LogConfig, SessionLog, SessionStore};
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use troupe_runtime::provider::ModelCatalog;
+use troupe_runtime::store::SessionLog;
+use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+use troupe_test_support::SessionFixture;
+use troupe_test_support::events::try_read_log;
 use troupe_testkit::{Reply, Rule, Script, ScriptedServer};
 
 /// A write tool that appends its call to a side-effect file, and panics
@@ -66,11 +67,7 @@ impl Tool for Record {
     }
 }
 
-struct Fixture {
-    log: SessionLog,
-    tree: SessionTree,
-    env: Arc<AgentEnv>,
-}
+type Fixture = SessionFixture;
 
 async fn fixture(
     ws: &Path,
@@ -89,50 +86,17 @@ async fn fixture_with(
     model: &str,
     budget: Option<f64>,
 ) -> Fixture {
-    let id = SessionStore::new_session_id();
-    let log = SessionStore::for_workspace(ws)
-        .create(&id, &id, LogConfig::default())
-        .unwrap();
-    let tree = SessionTree::start(log.clone(), config).await.unwrap();
-    let client = ProviderClient::new(
-        ProviderConfig::openai()
-            .with_base_url(server.openai_base_url())
-            .without_key()
-            .with_retry(RetryPolicy::none()),
-    )
-    .unwrap();
-    let mut tools = ToolRegistry::builtin();
-    tools.register(tool);
-    let env = Arc::new(AgentEnv {
-        log: log.clone(),
-        session_id: id,
-        workspace: ws.to_path_buf(),
-        client: Arc::new(client),
-        fallback: None,
-        model: model.into(),
-        model_pinned: true,
-        provider_label: "scripted".into(),
-        system_prompt: "test".into(),
-        max_turns: 50,
-        max_parallel_tools: 4,
-        max_budget_usd: budget,
-        catalog: Arc::new(ModelCatalog::builtin()),
-        tools,
-        hooks: None,
-        limits: SubagentLimits::default(),
-        call_timeout: Duration::from_secs(20),
-        supervisor: tree.supervisor_address().clone(),
-        context: troupe_runtime::context::ContextSettings::default(),
-        caps: troupe_runtime::state::CostBudget::unlimited(),
-    });
-    Fixture { log, tree, env }
+    SessionFixture::start(ws, server, config, |env| {
+        env.tools.register(tool);
+        env.model = model.into();
+        env.max_budget_usd = budget;
+    })
+    .await
+    .unwrap()
 }
 
 fn events(log: &SessionLog) -> Vec<ThreadEvent> {
-    EventReader::open(log.events_path())
-        .unwrap()
-        .map(|r| r.unwrap().1.event)
-        .collect()
+    try_read_log(log.events_path()).unwrap()
 }
 
 fn fast() -> SupervisorConfig {

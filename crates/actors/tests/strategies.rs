@@ -13,25 +13,15 @@ use troupe_actors::{
     Address, ChildSpec, Intensity, RestartPolicy, SessionTree, SessionTreeError, Strategy,
     Supervisor, SupervisorConfig, SupervisorMsg,
 };
-use troupe_protocol::{
-    AgentRestartedEvent, AgentRole, CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage,
-};
-use troupe_runtime::store::{EventReader, Fault, LogConfig, SessionLog, SessionStore};
+use troupe_protocol::{AgentRole, ThreadEvent};
+use troupe_runtime::store::{Fault, LogConfig, SessionLog, SessionStore};
+use troupe_test_support::events::{restarted, stopped, try_read_log};
+use troupe_test_support::{session, wait};
 
 const ROOT: &str = "root-thread";
 
 fn completed() -> ThreadEvent {
-    ThreadEvent::ThreadCompleted(ThreadCompletedEvent {
-        thread_id: ROOT.into(),
-        session_id: "s".into(),
-        subtype: CompletionSubtype::Success,
-        outcome_code: "success".into(),
-        result: Some("done".into()),
-        stop_reason: None,
-        usage: Usage::default(),
-        total_cost_usd: None,
-        num_turns: 1,
-    })
+    session::completed_event(ROOT)
 }
 
 fn new_log(dir: &std::path::Path) -> SessionLog {
@@ -57,46 +47,28 @@ fn config(strategy: Strategy, max_restarts: u32) -> SupervisorConfig {
 /// The log's events once its writer has finished (after an escalation the
 /// killed drain's writer thread may still be draining the closed log).
 async fn final_events(log: &SessionLog) -> Vec<ThreadEvent> {
-    wait_until("the log is complete", 10, || {
-        log.progress().borrow().finished
-    })
-    .await;
-    events(log)
+    session::final_events(log, Duration::from_secs(10))
+        .await
+        .unwrap()
 }
 
 fn events(log: &SessionLog) -> Vec<ThreadEvent> {
-    EventReader::open(log.events_path())
-        .unwrap()
-        .map(|r| r.unwrap().1.event)
-        .collect()
-}
-
-/// `agent.stopped` as (agent, reason), in log order.
-fn stopped(evs: &[ThreadEvent]) -> Vec<(String, String)> {
-    evs.iter()
-        .filter_map(|e| match e {
-            ThreadEvent::AgentStopped(s) => Some((s.agent_id.clone(), s.reason.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn restarted(evs: &[ThreadEvent]) -> Vec<AgentRestartedEvent> {
-    evs.iter()
-        .filter_map(|e| match e {
-            ThreadEvent::AgentRestarted(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect()
+    try_read_log(log.events_path()).unwrap()
 }
 
 /// Polls `cond` until it holds; fails the test at the deadline.
 async fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait::wait_until(what, Duration::from_secs(secs), cond)
+        .await
+        .unwrap();
+}
+
+/// Waits until no restart is pending: the supervisor has acted on every
+/// termination it was told of, so the counts that follow are final.
+async fn settle(tree: &SessionTree) {
+    session::settled(tree, Duration::from_secs(5))
+        .await
+        .unwrap();
 }
 
 /// A test actor: counts and timestamps its incarnations, records its
@@ -255,7 +227,7 @@ async fn one_for_all_restarts_every_sibling_once_and_leaves_the_drain_alone() {
     assert_eq!(n, 2, "the address reaches the new incarnation");
     // Settle: nothing else may restart (a stopped sibling's termination
     // must not trigger a second restart, nor escalate).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    settle(&tree).await;
     for w in [&a_args, &b_args, &c_args] {
         assert_eq!(w.starts(), 2, "{} restarted more than once", w.name);
     }
@@ -314,22 +286,16 @@ async fn one_for_all_follows_restart_types_on_clean_exits() {
     // A transient child's clean exit removes it and restarts nobody.
     q_args.send(WorkerMsg::Exit).await;
     wait_until("q removed", 5, || j.lock().unwrap().contains(&"q".into())).await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = tree.children().await.unwrap().len();
-        if n == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "q never left the tree");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    session::gone(&tree, "session/q", Duration::from_secs(5))
+        .await
+        .unwrap();
     // A permanent child's clean exit restarts the whole group.
     p_args.send(WorkerMsg::Exit).await;
     wait_until("p and r restarted", 5, || {
         p_args.starts() == 2 && r_args.starts() == 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    settle(&tree).await;
     assert_eq!(q_args.starts(), 1);
     assert_eq!((p_args.starts(), r_args.starts()), (2, 2));
     tree.sender().emit(&completed()).unwrap();
@@ -371,7 +337,7 @@ async fn rest_for_one_restarts_the_failed_child_and_the_later_ones_only() {
         b_args.starts() == 2 && c_args.starts() == 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    settle(&tree).await;
     assert_eq!(a_args.starts(), 1, "an earlier sibling is left alone");
     assert_eq!(b_args.starts(), 2);
     assert_eq!(c_args.starts(), 2);

@@ -236,3 +236,205 @@ pub(super) async fn restart(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use parking_lot::Mutex;
+    use troupe_protocol::AgentRole;
+
+    use super::*;
+    use crate::supervisor::{ChildSpec, Intensity, StartFn};
+
+    fn spec(id: &str, role: AgentRole, restart: RestartPolicy) -> ChildSpec {
+        let start: StartFn = Arc::new(|_| unreachable!("unit tests start no actor"));
+        ChildSpec {
+            id: id.into(),
+            role,
+            restart,
+            start,
+            stop: None,
+        }
+    }
+
+    fn child(id: &str, role: AgentRole) -> Child {
+        Child {
+            spec: spec(id, role, RestartPolicy::Transient),
+            cell: None,
+            pending: None,
+            recent: VecDeque::new(),
+            total_restarts: 0,
+        }
+    }
+
+    /// A supervisor with a drain first and agents `a`, `b`, `c`.
+    fn state(strategy: Strategy, max_restarts: u32, within: Duration) -> SupervisorState {
+        SupervisorState {
+            config: SupervisorConfig {
+                strategy,
+                intensity: Intensity {
+                    max_restarts,
+                    within,
+                },
+                ..SupervisorConfig::default()
+            },
+            events: None,
+            escalation: Arc::new(Mutex::new(None)),
+            on_escalate: None,
+            children: vec![
+                child("drain", AgentRole::Drain),
+                child("a", AgentRole::Subagent),
+                child("b", AgentRole::Subagent),
+                child("c", AgentRole::Subagent),
+            ],
+            restarts: VecDeque::new(),
+            shutting_down: false,
+        }
+    }
+
+    fn ago(d: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(d)
+            .expect("the clock is past the epoch")
+    }
+
+    #[test]
+    fn restart_types_decide_by_failure() {
+        use RestartPolicy::*;
+        assert!(wants_restart(Permanent, true));
+        assert!(
+            wants_restart(Permanent, false),
+            "permanent: even a clean exit"
+        );
+        assert!(wants_restart(Transient, true));
+        assert!(!wants_restart(Transient, false), "transient: failures only");
+        assert!(!wants_restart(Temporary, true), "temporary: never");
+        assert!(!wants_restart(Temporary, false));
+    }
+
+    #[test]
+    fn strategies_select_the_group() {
+        let s = state(Strategy::OneForOne, 3, Duration::from_secs(60));
+        assert_eq!(group(&s, 2), 2..3, "one_for_one: the child alone");
+        let s = state(Strategy::OneForAll, 3, Duration::from_secs(60));
+        assert_eq!(group(&s, 2), 0..4, "one_for_all: every child");
+        assert_eq!(group(&s, 3), 0..4);
+        let s = state(Strategy::RestForOne, 3, Duration::from_secs(60));
+        assert_eq!(group(&s, 2), 2..4, "rest_for_one: it and the later ones");
+        assert_eq!(group(&s, 1), 1..4);
+        assert_eq!(group(&s, 3), 3..4, "the last child restarts alone");
+    }
+
+    #[test]
+    fn the_drain_always_restarts_alone() {
+        for strategy in [
+            Strategy::OneForOne,
+            Strategy::OneForAll,
+            Strategy::RestForOne,
+        ] {
+            let s = state(strategy, 3, Duration::from_secs(60));
+            assert_eq!(group(&s, 0), 0..1, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn prune_drops_only_instants_older_than_the_window() {
+        let window = Duration::from_secs(10);
+        let mut times: VecDeque<Instant> = [
+            ago(Duration::from_secs(30)),
+            ago(Duration::from_secs(11)),
+            ago(Duration::from_secs(5)),
+            Instant::now(),
+        ]
+        .into_iter()
+        .collect();
+        prune(&mut times, Instant::now(), window);
+        assert_eq!(times.len(), 2);
+    }
+
+    #[test]
+    fn a_childs_recent_restarts_count_within_the_window() {
+        let window = Duration::from_secs(10);
+        let mut c = child("a", AgentRole::Subagent);
+        c.recent.push_back(ago(Duration::from_secs(20)));
+        c.recent.push_back(ago(Duration::from_secs(2)));
+        note_restart(&mut c, Instant::now(), window);
+        assert_eq!(c.recent.len(), 2, "the old restart left the window");
+    }
+
+    #[test]
+    fn backoff_doubles_per_restart_with_jitter_and_is_capped() {
+        let config = SupervisorConfig {
+            backoff_base: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(1_000),
+            ..SupervisorConfig::default()
+        };
+        let within = |d: Duration, nominal: u64| {
+            let ms = d.as_secs_f64() * 1_000.0;
+            let n = nominal as f64;
+            assert!(
+                ms >= n * 0.75 - 0.001 && ms <= n * 1.25 + 0.001,
+                "{ms} vs {n}"
+            );
+        };
+        for _ in 0..50 {
+            within(backoff(&config, 0), 100);
+            within(backoff(&config, 1), 100);
+            within(backoff(&config, 2), 200);
+            within(backoff(&config, 3), 400);
+            within(backoff(&config, 5), 1_000);
+            within(backoff(&config, 10_000), 1_000);
+        }
+        let spread: std::collections::HashSet<_> =
+            (0..20).map(|_| backoff(&config, 1).as_micros()).collect();
+        assert!(spread.len() > 1, "jittered");
+    }
+
+    #[test]
+    fn intensity_allows_max_restarts_then_escalates_naming_the_child() {
+        let mut s = state(Strategy::OneForOne, 3, Duration::from_secs(60));
+        for _ in 0..3 {
+            count_restart(&mut s, "session/a", "boom").unwrap();
+        }
+        let why = count_restart(&mut s, "session/b", "bang").unwrap_err();
+        assert!(why.contains("session/b"), "{why}");
+        assert!(why.contains("more than 3 restarts"), "{why}");
+        assert!(why.contains("supervisor session"), "{why}");
+        assert!(why.ends_with("last failure: bang"), "{why}");
+        assert_eq!(s.restarts.len(), 3, "a refused restart is not counted");
+    }
+
+    #[test]
+    fn restarts_older_than_the_window_no_longer_count() {
+        let window = Duration::from_secs(10);
+        let mut s = state(Strategy::OneForAll, 2, window);
+        s.restarts.push_back(ago(Duration::from_secs(30)));
+        s.restarts.push_back(ago(Duration::from_secs(20)));
+        count_restart(&mut s, "session/a", "x").unwrap();
+        count_restart(&mut s, "session/a", "x").unwrap();
+        assert!(count_restart(&mut s, "session/a", "x").is_err());
+    }
+
+    #[test]
+    fn zero_max_restarts_escalates_at_the_first_failure() {
+        let mut s = state(Strategy::OneForOne, 0, Duration::from_secs(60));
+        assert!(count_restart(&mut s, "session/a", "x").is_err());
+    }
+
+    #[tokio::test]
+    async fn escalation_records_the_reason_and_calls_on_escalate() {
+        let mut s = state(Strategy::OneForOne, 3, Duration::from_secs(60));
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = Arc::clone(&seen);
+        s.on_escalate = Some(Arc::new(move |why: &str| sink.lock().push(why.into())));
+        let err = escalate(&mut s, "session/a".into(), "too many".into()).await;
+        assert_eq!(err.to_string(), "too many");
+        assert!(s.shutting_down, "no restart after an escalation");
+        assert_eq!(s.escalation.lock().as_deref(), Some("too many"));
+        assert_eq!(*seen.lock(), vec!["too many".to_string()]);
+    }
+}

@@ -1,18 +1,19 @@
 //! Shared fixtures: test tools, the loop against a scripted server, and
 //! event helpers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use troupe_protocol::{CompactBoundaryEvent, ContextResetEvent, ContextRoutedEvent, ThreadEvent};
-use troupe_runtime::agent::{AgentConfig, AgentLoop, EventSink, MemorySink};
+use troupe_runtime::agent::EventSink;
 use troupe_runtime::context::ContextSettings;
-use troupe_runtime::hooks::HookRunner;
-use troupe_runtime::provider::{Message, ModelCatalog, ProviderClient, ProviderConfig};
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
-use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec};
+use troupe_runtime::provider::{Message, ModelCatalog};
+use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+pub use troupe_test_support::agent::{HookFactory, Prepare, derived};
+use troupe_test_support::{AgentBuilder, AgentHarness};
+use troupe_testkit::{Reply, ToolCallSpec};
 
 pub const SYSTEM: &str = "You are a test agent.";
 pub const TASK: &str = "Read the big files and report.";
@@ -105,17 +106,9 @@ pub fn call(id: &str, tool: &str, path: &str) -> Reply {
     )])
 }
 
-/// One agent against a scripted server in a temp workspace.
-pub struct Harness {
-    pub server: ScriptedServer,
-    pub ws: tempfile::TempDir,
-    pub _sink: Arc<dyn EventSink>,
-    pub memory: Option<MemorySink>,
-    pub agent: AgentLoop,
-}
-
-pub type HookFactory = Box<dyn FnOnce(&Path) -> HookRunner>;
-pub type Prepare = Box<dyn FnOnce(&Path)>;
+/// One agent against a scripted server in a temp workspace (built by
+/// troupe-test-support; the context views below are this suite's own).
+pub type Harness = AgentHarness;
 
 pub struct Setup {
     pub model: String,
@@ -144,71 +137,41 @@ impl Default for Setup {
     }
 }
 
-pub fn derived(ws: &Path) -> PathBuf {
-    ws.join(".vtcode/sessions/s1/derived")
-}
-
 pub async fn harness(replies: Vec<Reply>, setup: Setup) -> Harness {
-    let server = ScriptedServer::start(Script::replies(replies))
-        .await
-        .unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(derived(ws.path())).unwrap();
-    if let Some(before) = setup.before {
-        before(ws.path());
-    }
-    let client = ProviderClient::new(
-        ProviderConfig::openai()
-            .with_base_url(server.openai_base_url())
-            .without_key(),
-    )
-    .unwrap();
-    let mut tools = ToolRegistry::new();
-    tools.register(Arc::new(Big(AtomicUsize::new(0))));
-    tools.register(Arc::new(Simple("read", Capability::ReadOnly)));
-    tools.register(Arc::new(Simple("write", Capability::Write)));
-    let ctx = ToolContext::new(ws.path()).with_spool_dir(derived(ws.path()));
-    let mut config = AgentConfig::new(setup.model);
-    config.session_id = "sess-1".into();
-    config.thread_id = "thread-1".into();
-    config.system_prompt = Some(SYSTEM.into());
-    config.max_turns = setup.max_turns;
-    let memory = MemorySink::default();
-    let (sink, memory) = match setup.sink {
-        Some(s) => (s, None),
-        None => (Arc::new(memory.clone()) as Arc<dyn EventSink>, Some(memory)),
-    };
-    let mut agent = AgentLoop::new(
-        config,
-        Arc::new(client),
-        Arc::new(tools),
-        Arc::new(setup.catalog),
-        Arc::clone(&sink),
-        ctx,
-    )
-    .with_context(setup.settings);
+    let mut b = AgentBuilder::new(replies)
+        .no_builtin_tools()
+        .tool(Arc::new(Big(AtomicUsize::new(0))))
+        .tool(Arc::new(Simple("read", Capability::ReadOnly)))
+        .tool(Arc::new(Simple("write", Capability::Write)))
+        .system_prompt(SYSTEM)
+        .task(TASK)
+        .model(setup.model)
+        .catalog(setup.catalog)
+        .context(setup.settings)
+        .max_turns(setup.max_turns);
     if let Some(h) = setup.hooks {
-        agent = agent.with_hooks(Arc::new(h(ws.path())));
+        b = b.hooks(h);
     }
-    agent.start(TASK).await;
-    Harness {
-        server,
-        ws,
-        _sink: sink,
-        memory,
-        agent,
+    if let Some(s) = setup.sink {
+        b = b.sink(s);
     }
+    if let Some(f) = setup.before {
+        b = b.prepare(f);
+    }
+    b.build().await.unwrap()
 }
 
-impl Harness {
-    pub fn events(&self) -> Vec<ThreadEvent> {
-        self.memory
-            .as_ref()
-            .map(MemorySink::events)
-            .unwrap_or_default()
-    }
+/// The context events and the archive of a harness.
+pub trait ContextViews {
+    fn boundaries(&self) -> Vec<CompactBoundaryEvent>;
+    fn resets(&self) -> Vec<ContextResetEvent>;
+    fn routed(&self) -> Vec<ContextRoutedEvent>;
+    /// Every archived message, in archive order.
+    fn archived(&self) -> Vec<Message>;
+}
 
-    pub fn boundaries(&self) -> Vec<CompactBoundaryEvent> {
+impl ContextViews for Harness {
+    fn boundaries(&self) -> Vec<CompactBoundaryEvent> {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
@@ -218,7 +181,7 @@ impl Harness {
             .collect()
     }
 
-    pub fn resets(&self) -> Vec<ContextResetEvent> {
+    fn resets(&self) -> Vec<ContextResetEvent> {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
@@ -228,7 +191,7 @@ impl Harness {
             .collect()
     }
 
-    pub fn routed(&self) -> Vec<ContextRoutedEvent> {
+    fn routed(&self) -> Vec<ContextRoutedEvent> {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
@@ -238,8 +201,7 @@ impl Harness {
             .collect()
     }
 
-    /// Every archived message, in archive order.
-    pub fn archived(&self) -> Vec<Message> {
+    fn archived(&self) -> Vec<Message> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(derived(self.ws.path()))
             .unwrap()
             .map(|e| e.unwrap().path())

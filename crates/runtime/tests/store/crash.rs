@@ -65,18 +65,17 @@ fn sigkill_keeps_every_fsynced_event() {
         let report = tmp.path().join("durable.txt");
         // Wait until the child has made some events durable, then a random
         // extra moment so the kill lands anywhere in the write cycle.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::fs::read_to_string(&report)
-            .map(|s| s.lines().count())
-            .unwrap_or(0)
-            < 3
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "child never reported progress"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        troupe_test_support::wait_until_blocking(
+            "the child to report progress",
+            Duration::from_secs(30),
+            || {
+                std::fs::read_to_string(&report)
+                    .map(|s| s.lines().count())
+                    .unwrap_or(0)
+                    >= 3
+            },
+        )
+        .unwrap();
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..150)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -12,7 +12,7 @@ mod schema;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tempfile::TempDir;
@@ -102,16 +102,11 @@ impl Fixture {
     }
 }
 
-/// Polls `cond` every 20 ms until it holds or `limit` passes.
-pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
+/// Polls `cond` until it holds or `limit` passes; whether it held.
+pub async fn eventually(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    troupe_test_support::wait_until("a condition", limit, cond)
+        .await
+        .is_ok()
 }
 
 /// Whether process `pid` is alive (exists and is not a zombie).

@@ -1,0 +1,137 @@
+//! Helpers for tests of the built `troupe` binary: a scripted server on
+//! its own runtime (for blocking tests), `troupe exec` runs, and the one
+//! session a run leaves under its workspace.
+//!
+//! These are assertions: they panic with a message naming what failed.
+#![allow(clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use troupe_protocol::{ItemStatus, ThreadCompletedEvent, ThreadEvent};
+use troupe_testkit::{Reply, Script, ScriptedServer};
+
+use crate::events;
+
+/// A scripted server on its own runtime, alive while the value lives.
+pub struct Server {
+    /// The runtime serving it.
+    pub _rt: tokio::runtime::Runtime,
+    /// The server.
+    pub server: ScriptedServer,
+}
+
+impl Server {
+    /// Serves `replies`, in order.
+    pub fn start(replies: Vec<Reply>) -> Server {
+        Server::with_script(Script::replies(replies))
+    }
+
+    /// Serves `script`.
+    pub fn with_script(script: Script) -> Server {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the scripted server");
+        let server = rt
+            .block_on(ScriptedServer::start(script))
+            .expect("the scripted server starts on 127.0.0.1");
+        Server { _rt: rt, server }
+    }
+
+    /// Its OpenAI-style base URL (`http://127.0.0.1:PORT/v1`).
+    pub fn url(&self) -> String {
+        self.server.openai_base_url()
+    }
+}
+
+/// A finished `troupe exec` and the events its session logged.
+pub struct Run {
+    /// Exit code.
+    pub code: Option<i32>,
+    /// stdout.
+    pub stdout: String,
+    /// stderr.
+    pub stderr: String,
+    /// The session's canonical events.
+    pub events: Vec<ThreadEvent>,
+}
+
+impl Run {
+    /// The last `thread.completed` (panics, showing stderr, if none).
+    pub fn completed(&self) -> &ThreadCompletedEvent {
+        events::completed(&self.events)
+            .unwrap_or_else(|| panic!("no thread.completed; stderr: {}", self.stderr))
+    }
+
+    /// Every tool output as (call id, status, output).
+    pub fn outputs(&self) -> Vec<(String, ItemStatus, String)> {
+        events::tool_outputs(&self.events)
+            .into_iter()
+            .map(|o| (o.call_id.clone(), o.status, o.output.clone()))
+            .collect()
+    }
+
+    /// The messages of `error` events.
+    pub fn errors(&self) -> Vec<String> {
+        events::errors(&self.events)
+    }
+}
+
+/// The one session directory under `ws` (panics unless there is exactly
+/// one).
+pub fn session_dir(ws: &Path) -> PathBuf {
+    let root = ws.join(".vtcode/sessions");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("no sessions under {}: {e}", root.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "expected one session under {}",
+        root.display()
+    );
+    dirs.remove(0)
+}
+
+/// The one session's canonical events under `ws` (every line must parse).
+pub fn session_events(ws: &Path) -> Vec<ThreadEvent> {
+    let path = session_dir(ws).join("events.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    events::parse_jsonl(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `troupe exec --workspace WS --base-url URL ARGS PROMPT` in `ws`, with
+/// `TROUPE_LOG=warn` and no key or model from the caller's environment.
+pub fn exec_command(bin: &Path, ws: &Path, url: &str, args: &[&str], prompt: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("exec")
+        .arg("--workspace")
+        .arg(ws)
+        .args(["--base-url", url])
+        .args(args)
+        .arg(prompt)
+        .current_dir(ws)
+        .env("TROUPE_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL")
+        .env_remove("AGENT_MAX_TURNS_PER_REQUEST");
+    cmd
+}
+
+/// Runs [`exec_command`] against `server` to its end.
+pub fn exec_run(bin: &Path, ws: &Path, server: &Server, args: &[&str], prompt: &str) -> Run {
+    let out = exec_command(bin, ws, &server.url(), args, prompt)
+        .output()
+        .expect("troupe exec runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        events: session_events(ws),
+    }
+}

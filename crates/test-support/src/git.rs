@@ -1,0 +1,133 @@
+//! A git repository in a temp dir, built with git2 (no git CLI): files,
+//! commits, branches.
+
+use std::path::Path;
+
+use git2::{IndexAddOption, Oid, Repository, Signature};
+
+use crate::SupportError;
+
+/// A repository in its own temp dir (removed on drop).
+pub struct GitRepo {
+    dir: tempfile::TempDir,
+    repo: Repository,
+}
+
+impl GitRepo {
+    /// An empty repository (no commit yet) whose `.gitignore` keeps
+    /// `.vtcode/` out, as troupe's workspaces do.
+    pub fn new() -> Result<GitRepo, SupportError> {
+        let dir = tempfile::tempdir()?;
+        let repo = Repository::init(dir.path())?;
+        let git = GitRepo { dir, repo };
+        git.write(".gitignore", "/.vtcode/\n")?;
+        Ok(git)
+    }
+
+    /// A repository holding `files` in one commit, `initial`.
+    pub fn with_files(files: &[(&str, &str)]) -> Result<GitRepo, SupportError> {
+        let git = GitRepo::new()?;
+        for (rel, text) in files {
+            git.write(rel, text)?;
+        }
+        git.commit_all("initial")?;
+        Ok(git)
+    }
+
+    /// The work tree's root.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The git2 handle.
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// Writes a file (creating its directories); not staged.
+    pub fn write(&self, rel: &str, text: &str) -> Result<&Self, SupportError> {
+        let path = self.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+        Ok(self)
+    }
+
+    /// Stages everything (deletions too) and commits it on HEAD.
+    pub fn commit_all(&self, message: &str) -> Result<Oid, SupportError> {
+        let mut index = self.repo.index()?;
+        index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+        index.update_all(["*"], None)?;
+        index.write()?;
+        let tree = self.repo.find_tree(index.write_tree()?)?;
+        let sig = Signature::now("troupe tests", "tests@troupe.invalid")?;
+        let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        Ok(self
+            .repo
+            .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?)
+    }
+
+    /// HEAD's commit id.
+    pub fn head(&self) -> Result<Oid, SupportError> {
+        Ok(self.repo.head()?.peel_to_commit()?.id())
+    }
+
+    /// Creates branch `name` at HEAD (without checking it out).
+    pub fn branch(&self, name: &str) -> Result<&Self, SupportError> {
+        let head = self.repo.head()?.peel_to_commit()?;
+        self.repo.branch(name, &head, false)?;
+        Ok(self)
+    }
+
+    /// The paths `git status` reports as changed or untracked.
+    pub fn dirty_paths(&self) -> Result<Vec<String>, SupportError> {
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        let statuses = self.repo.statuses(Some(&mut opts))?;
+        Ok(statuses
+            .iter()
+            .filter_map(|s| s.path().ok().map(str::to_string))
+            .collect())
+    }
+
+    /// The summaries of the commits reachable from HEAD, newest first.
+    pub fn log(&self) -> Result<Vec<String>, SupportError> {
+        let mut walk = self.repo.revwalk()?;
+        walk.push_head()?;
+        let mut out = Vec::new();
+        for oid in walk {
+            let commit = self.repo.find_commit(oid?)?;
+            out.push(commit.summary().ok().flatten().unwrap_or("").to_string());
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_and_commits_are_in_the_history() {
+        let git = GitRepo::with_files(&[("a.txt", "one\n"), ("src/b.rs", "fn b() {}\n")]).unwrap();
+        assert!(git.dirty_paths().unwrap().is_empty());
+        let first = git.head().unwrap();
+        git.write("a.txt", "two\n").unwrap();
+        assert_eq!(git.dirty_paths().unwrap(), vec!["a.txt"]);
+        let second = git.commit_all("change a").unwrap();
+        assert_ne!(first, second);
+        assert_eq!(git.log().unwrap(), vec!["change a", "initial"]);
+        let tree = git.repo().find_commit(second).unwrap().tree().unwrap();
+        assert!(tree.get_path(Path::new("src/b.rs")).is_ok());
+        assert!(tree.get_path(Path::new(".gitignore")).is_ok());
+        git.branch("feature").unwrap();
+        assert!(
+            git.repo()
+                .find_branch("feature", git2::BranchType::Local)
+                .is_ok()
+        );
+    }
+}
