@@ -166,7 +166,8 @@ fn resume_refuses_completed_sessions_and_live_writers() {
             .ok()?
             .next()?
             .ok()?;
-        e.path().join("writer.pid").exists().then(|| e.path())
+        let ready = e.path().join("writer.pid").exists() && e.path().join("manifest.json").exists();
+        ready.then(|| e.path())
     })
     .unwrap();
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
