@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use troupe_protocol::{ItemDetails, ThreadEvent};
-use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
+use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore, StoreError};
 
 use crate::Failure;
 use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
@@ -19,6 +19,9 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
             manifest.subtype.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
+    // A live writer is named before anything else is looked at (the claim
+    // itself is taken when the log is reopened, below).
+    SessionLock::ensure_free(&dir).map_err(Failure::bad_input)?;
     let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
             Failure::bad_input(anyhow::anyhow!(

@@ -84,6 +84,22 @@ impl SessionLock {
         }
     }
 
+    /// [`StoreError::Claimed`] (naming the holder) when a live process
+    /// holds the claim on `dir`; a quick check before slower work, not a
+    /// claim: only [`SessionLock::acquire`] decides.
+    pub fn ensure_free(dir: &Path) -> Result<(), StoreError> {
+        if !Self::is_held(dir) {
+            return Ok(());
+        }
+        let holder = File::open(dir.join(PID_FILE))
+            .ok()
+            .and_then(|mut f| holder_pid(&mut f));
+        Err(StoreError::Claimed {
+            dir: dir.to_path_buf(),
+            holder,
+        })
+    }
+
     /// The lock file's path.
     pub fn path(&self) -> &Path {
         &self.path
