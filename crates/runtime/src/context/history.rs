@@ -49,11 +49,11 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
                     });
                 }
             }
+            ThreadEvent::UserMessage(m) => {
+                flush(&mut out, &mut pending);
+                out.push(Message::user(m.text));
+            }
             ThreadEvent::ItemCompleted(e) => match e.item.details {
-                ItemDetails::UserMessage(m) => {
-                    flush(&mut out, &mut pending);
-                    out.push(Message::user(m.text));
-                }
                 ItemDetails::AgentMessage(m) => {
                     flush(&mut out, &mut pending);
                     pending = Some((m.text, Vec::new()));
