@@ -5,7 +5,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, Usage};
+use troupe_protocol::{
+    CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, ToolOutcome, Usage,
+};
 use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec};
 
 /// A scripted server on its own runtime, alive while the value lives.
@@ -66,6 +68,17 @@ impl Run {
             .collect()
     }
 
+    /// The outcome of the call `call_id`'s `tool_output`.
+    pub fn outcome(&self, call_id: &str) -> Option<ToolOutcome> {
+        self.events.iter().find_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) => match &i.item.details {
+                ItemDetails::ToolOutput(o) if o.call_id == call_id => o.outcome,
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
     pub fn errors(&self) -> Vec<String> {
         self.events
             .iter()
@@ -78,13 +91,21 @@ impl Run {
 }
 
 /// The one session's canonical events under `ws`.
+/// Every line also passes the VT Code consumer.
 pub fn session_events(ws: &Path) -> Vec<ThreadEvent> {
-    let dir = session_dir(ws);
-    std::fs::read_to_string(dir.join("events.jsonl"))
+    log_events(&session_dir(ws))
+}
+
+/// The events of the session in `dir`, every line checked by the VT Code
+/// consumer (lines of this build) and read as troupe reads them.
+pub fn log_events(dir: &Path) -> Vec<ThreadEvent> {
+    let path = dir.join("events.jsonl");
+    super::vtcode::check_log(&path);
+    std::fs::read_to_string(&path)
         .unwrap()
         .lines()
         .map(|l| {
-            serde_json::from_str::<troupe_protocol::VersionedThreadEvent>(l)
+            troupe_protocol::VersionedThreadEvent::from_line(l.as_bytes())
                 .unwrap()
                 .event
         })
@@ -122,6 +143,7 @@ pub fn exec_cmd(ws: &Path, url: &str, args: &[&str], prompt: &str) -> Command {
 
 pub fn exec(ws: &Path, server: &Server, args: &[&str], prompt: &str) -> Run {
     let out = exec_cmd(ws, &server.url(), args, prompt).output().unwrap();
+    super::vtcode::check_output(&out, "troupe exec");
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -588,8 +610,11 @@ fn deny_policy_declines_calls() {
     assert!(ws.path().join("keep.txt").exists());
     assert!(!ws.path().join("x.txt").exists());
     let outputs = run.outputs();
-    assert_eq!(outputs[0].1, ItemStatus::Declined, "{:?}", outputs[0]);
-    assert_eq!(outputs[1].1, ItemStatus::Declined, "{:?}", outputs[1]);
+    assert_eq!(outputs[0].1, ItemStatus::Failed, "{:?}", outputs[0]);
+    assert_eq!(outputs[1].1, ItemStatus::Failed, "{:?}", outputs[1]);
+    assert_eq!(run.outcome("rm"), Some(ToolOutcome::PermissionRejected));
+    assert_eq!(run.outcome("w"), Some(ToolOutcome::PermissionRejected));
+    assert_eq!(run.outcome("ok"), Some(ToolOutcome::Success));
     assert_eq!(outputs[2].1, ItemStatus::Completed, "{:?}", outputs[2]);
     assert!(outputs[0].2.contains("denied"), "{:?}", outputs[0]);
 }
@@ -620,7 +645,8 @@ fn a_pre_tool_use_hook_exiting_2_blocks_the_call() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!ws.path().join("x.txt").exists(), "the blocked call ran");
     let outputs = run.outputs();
-    assert_eq!(outputs[0].1, ItemStatus::Declined);
+    assert_eq!(outputs[0].1, ItemStatus::Failed);
+    assert_eq!(run.outcome("w"), Some(ToolOutcome::HookDenied));
     assert!(
         outputs[0].2.contains("writes are frozen"),
         "{:?}",
@@ -837,7 +863,12 @@ fn deny_rules_match_every_spelling_of_a_path() {
     let run = exec(ws.path(), &s, &[], "sneak");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     for (id, status, text) in run.outputs() {
-        assert_eq!(status, ItemStatus::Declined, "{id}: {text}");
+        assert_eq!(status, ItemStatus::Failed, "{id}: {text}");
+        assert_eq!(
+            run.outcome(&id),
+            Some(ToolOutcome::PermissionRejected),
+            "{id}: {text}"
+        );
     }
     for f in ["b", "c", "d"] {
         assert!(

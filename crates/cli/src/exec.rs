@@ -339,8 +339,8 @@ impl Session {
     }
 
     /// Opens session `id` for running: exporters (stdout human or JSON,
-    /// `--events`), the pid file, the root `thread.started` (a new log
-    /// only; `root_agent` owns the thread), the supervised tree with its
+    /// `--events`), the pid file, the root `thread.started` (`root_agent`
+    /// owns the thread), the supervised tree with its
     /// drain, and the agents' environment.
     pub async fn open(
         mut self,
@@ -363,17 +363,16 @@ impl Session {
         }
         let pid_file = log.dir().join(PID_FILE);
         std::fs::write(&pid_file, std::process::id().to_string())?;
-        // The envelope: the root thread starts before the actor tree does,
-        // so `thread.started` is the log's first line.
+        // The envelope: the root thread starts (or, resumed, starts another
+        // run) before the actor tree does, so `thread.started` is the first
+        // line of every run, on stdout and in the log.
         let supervisor = SupervisorConfig::default();
-        if log.counts().0 == 0 {
-            log.sender()
-                .emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
-                    thread_id: id.to_string(),
-                    session_id: Some(id.to_string()),
-                    agent_id: Some(format!("{}/{root_agent}", supervisor.id)),
-                }))?;
-        }
+        log.sender()
+            .emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+                thread_id: id.to_string(),
+                session_id: Some(id.to_string()),
+                agent_id: Some(format!("{}/{root_agent}", supervisor.id)),
+            }))?;
         let tree = SessionTree::start(log.clone(), supervisor).await?;
         let env = Arc::new(self.env(&log, id, &tree)?);
         Ok(Open {

@@ -41,9 +41,10 @@ pub(crate) struct Record {
 pub(crate) enum Envelope {
     /// Anything else.
     Inside,
-    /// `thread.started` of the root thread: recorded once. The session
-    /// announces it before its actor tree starts; the root agent's own
-    /// announcement of the same thread is then not recorded again.
+    /// `thread.started` of the root thread: recorded once per opening of
+    /// the log (a resumed thread starts another run, as in Codex). The
+    /// session announces it before its actor tree starts; the root agent's
+    /// own announcement of the same thread is then not recorded again.
     RootStarted,
     /// `agent.started`, `agent.restarted`, `agent.stopped`: not recorded
     /// after the root `thread.completed` (the actors still running then
@@ -119,7 +120,7 @@ pub(crate) struct GateState {
     /// Set by close: no more events; the writer drains and exits.
     pub(crate) closed: bool,
     pub(crate) terminal_seen: bool,
-    /// The root `thread.started` is in the log.
+    /// The root `thread.started` was recorded since the log was opened.
     pub(crate) root_started: bool,
     pub(crate) writer_waiting: bool,
 }
@@ -140,8 +141,6 @@ impl Gate {
         Gate {
             state: Mutex::new(GateState {
                 accepted,
-                // A reopened log already holds its opening.
-                root_started: accepted > 0,
                 ..GateState::default()
             }),
             work: Condvar::new(),
