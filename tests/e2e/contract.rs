@@ -21,7 +21,10 @@ fn repo_root() -> PathBuf {
 
 /// Asserts the envelope of a run's stdout and of the session's whole log.
 fn assert_run_envelope(out: &Output, log_dir: &Path, what: &str) {
-    assert_envelope(&envelope_of_stream(&stdout(out)), &format!("{what}: stdout"));
+    assert_envelope(
+        &envelope_of_stream(&stdout(out)),
+        &format!("{what}: stdout"),
+    );
     let log = std::fs::read_to_string(log_dir.join("events.jsonl")).unwrap();
     assert_envelope(&envelope_of_stream(&log), &format!("{what}: events.jsonl"));
 }
@@ -44,7 +47,11 @@ fn exec_json_is_enveloped_and_reports_commands() {
     let s = Server::start(vec![
         Reply::tool_calls(vec![
             ToolCallSpec::new("ok", "exec_command", json!({"command": "echo hi"})),
-            ToolCallSpec::new("bad", "exec_command", json!({"command": "echo oops >&2; exit 3"})),
+            ToolCallSpec::new(
+                "bad",
+                "exec_command",
+                json!({"command": "echo oops >&2; exit 3"}),
+            ),
         ]),
         Reply::text("done"),
     ]);
@@ -82,7 +89,10 @@ fn exec_json_is_enveloped_and_reports_commands() {
     assert_eq!((ok.status, ok.exit_code), (ItemStatus::Completed, Some(0)));
     assert_eq!(ok.aggregated_output, "hi\n");
     assert_eq!(ok.tool_call_id.as_deref(), Some("ok"));
-    assert!(started.iter().any(|(id, _)| *id == ok_id), "completed reuses the started id");
+    assert!(
+        started.iter().any(|(id, _)| *id == ok_id),
+        "completed reuses the started id"
+    );
     let (_, bad) = done("echo oops >&2; exit 3");
     assert_eq!((bad.status, bad.exit_code), (ItemStatus::Failed, Some(3)));
     assert!(bad.aggregated_output.contains("oops"));
@@ -121,10 +131,16 @@ fn a_schema_1_session_is_listed_shown_transcribed_and_resumed() {
     for id in [&exec_id, &demo_id] {
         assert!(stdout(&out).contains(id.as_str()), "{}", stdout(&out));
     }
-    let out = troupe(&["sessions", "show", &demo_id, "--workspace", w, "--json"], ws);
+    let out = troupe(
+        &["sessions", "show", &demo_id, "--workspace", w, "--json"],
+        ws,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let shown = stdout(&out);
-    assert!(shown.contains("session/fixer") && shown.contains("session/verify-fixer-r1"), "{shown}");
+    assert!(
+        shown.contains("session/fixer") && shown.contains("session/verify-fixer-r1"),
+        "{shown}"
+    );
 
     // The transcript keeps the schema-1 user messages, handoff and verdict.
     let out = troupe(&["sessions", "transcript", &demo_id, "--workspace", w], ws);
@@ -156,9 +172,16 @@ fn a_schema_1_session_is_listed_shown_transcribed_and_resumed() {
         .unwrap()
         .replace("/tmp/h11fx/script.toml", script.to_str().unwrap());
     std::fs::write(dir.join("settings.json"), settings).unwrap();
-    let out = run_bin(&["sessions", "resume", &exec_id, "--workspace", w, "--json"], ws, "resume v1");
+    let out = run_bin(
+        &["sessions", "resume", &exec_id, "--workspace", w, "--json"],
+        ws,
+        "resume v1",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_envelope(&envelope_of_stream(&stdout(&out)), "resume of a schema-1 session: stdout");
+    assert_envelope(
+        &envelope_of_stream(&stdout(&out)),
+        "resume of a schema-1 session: stdout",
+    );
     let events = log_events(&dir);
     let done = events.iter().rev().find_map(|e| match e {
         ThreadEvent::ThreadCompleted(c) => Some(c.clone()),
@@ -167,11 +190,20 @@ fn a_schema_1_session_is_listed_shown_transcribed_and_resumed() {
     let done = done.expect("the resumed session completed");
     assert_eq!(done.subtype, CompletionSubtype::Success);
     assert_eq!(done.result.as_deref(), Some("The notes say hello."));
-    assert_eq!(done.num_turns, 3, "the two journaled turns were not run again");
-    assert!(!ws.join("ran.txt").exists(), "a journaled exec_command ran again");
+    assert_eq!(
+        done.num_turns, 3,
+        "the two journaled turns were not run again"
+    );
+    assert!(
+        !ws.join("ran.txt").exists(),
+        "a journaled exec_command ran again"
+    );
     let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
     let last = envelope_of_stream(&log).pop().unwrap();
-    assert_eq!(last.0, "thread.completed", "nothing after the terminal event");
+    assert_eq!(
+        last.0, "thread.completed",
+        "nothing after the terminal event"
+    );
 }
 
 #[test]
@@ -186,7 +218,15 @@ fn resume_and_fork_runs_are_enveloped() {
     )
     .unwrap();
     let out = run_bin(
-        &["exec", "--json", "--workspace", w, "--script", script.to_str().unwrap(), "task one"],
+        &[
+            "exec",
+            "--json",
+            "--workspace",
+            w,
+            "--script",
+            script.to_str().unwrap(),
+            "task one",
+        ],
         ws,
         "exec",
     );
@@ -195,17 +235,29 @@ fn resume_and_fork_runs_are_enveloped() {
     assert_run_envelope(&out, &source, "exec");
     let id = source.file_name().unwrap().to_str().unwrap().to_string();
 
-    let out = run_bin(&["sessions", "fork", &id, "--workspace", w, "--json"], ws, "fork");
+    let out = run_bin(
+        &["sessions", "fork", &id, "--workspace", w, "--json"],
+        ws,
+        "fork",
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let forked: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     let new_id = forked["session_id"].as_str().unwrap().to_string();
     let fork_dir = ws.join(".vtcode/sessions").join(&new_id);
-    let first = envelope_of_stream(&std::fs::read_to_string(fork_dir.join("events.jsonl")).unwrap());
-    assert_eq!(first[0].0, "thread.started", "a fork opens with thread.started");
+    let first =
+        envelope_of_stream(&std::fs::read_to_string(fork_dir.join("events.jsonl")).unwrap());
+    assert_eq!(
+        first[0].0, "thread.started",
+        "a fork opens with thread.started"
+    );
 
     // Resuming the fork runs it: stdout and the fork's whole log are
     // enveloped.
-    let out = run_bin(&["sessions", "resume", &new_id, "--workspace", w, "--json"], ws, "resume");
+    let out = run_bin(
+        &["sessions", "resume", &new_id, "--workspace", w, "--json"],
+        ws,
+        "resume",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_run_envelope(&out, &fork_dir, "resume of a fork");
     super::vtcode::check_log(&fork_dir.join("events.jsonl"));
@@ -215,15 +267,27 @@ fn resume_and_fork_runs_are_enveloped() {
 fn demo_and_run_are_enveloped() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("d");
-    let out = run_bin(&["demo", "--json", "--dir", d.to_str().unwrap()], tmp.path(), "demo");
+    let out = run_bin(
+        &["demo", "--json", "--dir", d.to_str().unwrap()],
+        tmp.path(),
+        "demo",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_run_envelope(&out, &session_dir(&d), "demo");
     let demo_session = session_dir(&d);
 
     // `troupe run` on the same repository, before the demo's merge.
     let git = |args: &[&str]| {
-        let o = Command::new("git").args(args).current_dir(&d).output().unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     };
     git(&["reset", "-q", "--hard", "HEAD~1"]);
     std::fs::write(
@@ -233,11 +297,25 @@ fn demo_and_run_are_enveloped() {
     .unwrap();
     let script = d.join(".vtcode/demo-script.toml");
     let out = run_bin(
-        &["run", "pipeline.toml", "--json", "--script", script.to_str().unwrap(), "--workspace", d.to_str().unwrap()],
+        &[
+            "run",
+            "pipeline.toml",
+            "--json",
+            "--script",
+            script.to_str().unwrap(),
+            "--workspace",
+            d.to_str().unwrap(),
+        ],
         &d,
         "run",
     );
-    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let run_session = std::fs::read_dir(d.join(".vtcode/sessions"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -367,11 +367,16 @@ pub fn check_log(path: &Path) {
 /// The envelope: the first event is `thread.started`, the last the root
 /// `thread.completed` (of the thread line 1 started).
 pub fn assert_envelope(types_and_threads: &[(String, Option<String>)], what: &str) {
-    let first = types_and_threads.first().unwrap_or_else(|| panic!("{what}: no events"));
+    let first = types_and_threads
+        .first()
+        .unwrap_or_else(|| panic!("{what}: no events"));
     let last = types_and_threads.last().unwrap();
     assert_eq!(first.0, "thread.started", "{what}: first event");
     assert_eq!(last.0, "thread.completed", "{what}: last event");
-    assert_eq!(first.1, last.1, "{what}: the last event completes another thread");
+    assert_eq!(
+        first.1, last.1,
+        "{what}: the last event completes another thread"
+    );
 }
 
 /// (type, thread_id) of every bare event line in `text`.
@@ -380,7 +385,11 @@ pub fn envelope_of_stream(text: &str) -> Vec<(String, Option<String>)> {
         .filter(|l| l.starts_with('{'))
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
-            let e = if v.get("event").is_some() { &v["event"] } else { &v };
+            let e = if v.get("event").is_some() {
+                &v["event"]
+            } else {
+                &v
+            };
             (
                 e["type"].as_str().unwrap_or_default().to_string(),
                 e["thread_id"].as_str().map(String::from),
@@ -404,5 +413,20 @@ fn the_consumer_is_strict_where_vt_code_is() {
         r#"{"type":"context.reset","thread_id":"t","turn_id":"u","trigger":"on_stall","plan_preserved":false,"previous_context_usage_percent":71.5,"tool_budget_reset":false}"#,
     ] {
         assert!(serde_json::from_str::<ThreadEvent>(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn every_example_in_the_events_doc_is_read_by_the_consumer() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/events.md");
+    let text = std::fs::read_to_string(doc).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("{\"type\""))
+        .collect();
+    assert!(lines.len() > 20, "{} examples", lines.len());
+    for line in lines {
+        parse(line, "docs/events.md");
     }
 }

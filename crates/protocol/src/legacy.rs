@@ -73,7 +73,8 @@ fn upgrade_status(item: &mut Map<String, Value>) {
 
 fn upgrade_reset(obj: &mut Map<String, Value>) {
     for key in ["thread_id", "turn_id"] {
-        obj.entry(key).or_insert_with(|| Value::String(String::new()));
+        obj.entry(key)
+            .or_insert_with(|| Value::String(String::new()));
     }
     let percent = obj
         .get("previous_context_usage_percent")
@@ -81,5 +82,8 @@ fn upgrade_reset(obj: &mut Map<String, Value>) {
         .unwrap_or(0.0)
         .round()
         .clamp(0.0, 100.0) as u8;
-    obj.insert("previous_context_usage_percent".into(), Value::from(percent));
+    obj.insert(
+        "previous_context_usage_percent".into(),
+        Value::from(percent),
+    );
 }

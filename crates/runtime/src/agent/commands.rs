@@ -69,8 +69,16 @@ impl AgentLoop {
             command: command.to_string(),
             call_id: call_id.to_string(),
         };
-        self.emit_command(ThreadEvent::ItemStarted, &open, None, ItemStatus::InProgress);
-        self.state.commands.by_call.push((call_id.to_string(), open));
+        self.emit_command(
+            ThreadEvent::ItemStarted,
+            &open,
+            None,
+            ItemStatus::InProgress,
+        );
+        self.state
+            .commands
+            .by_call
+            .push((call_id.to_string(), open));
     }
 
     /// Updates or closes the command item a finished `exec_command` call
@@ -96,7 +104,12 @@ impl AgentLoop {
         let Some(open) = open else { return };
         match r {
             Ok(out) if header(&out.output, "status") == Some("running") => {
-                self.emit_command(ThreadEvent::ItemUpdated, &open, Some(out), ItemStatus::InProgress);
+                self.emit_command(
+                    ThreadEvent::ItemUpdated,
+                    &open,
+                    Some(out),
+                    ItemStatus::InProgress,
+                );
                 if let Some(session) = header(&out.output, "session_id") {
                     let session = session.to_string();
                     self.state.commands.by_session.push((session, open));
@@ -118,7 +131,12 @@ impl AgentLoop {
                     truncated: false,
                     changes: Vec::new(),
                 };
-                self.emit_command(ThreadEvent::ItemCompleted, &open, Some(&failed), ItemStatus::Failed);
+                self.emit_command(
+                    ThreadEvent::ItemCompleted,
+                    &open,
+                    Some(&failed),
+                    ItemStatus::Failed,
+                );
             }
         }
     }
@@ -139,7 +157,11 @@ impl AgentLoop {
             spool_path: out.and_then(|o| o.spool_path.clone()),
             truncated: out.is_some_and(|o| o.truncated),
         };
-        self.emit_item(kind, open.item_id.clone(), ItemDetails::CommandExecution(item));
+        self.emit_item(
+            kind,
+            open.item_id.clone(),
+            ItemDetails::CommandExecution(item),
+        );
     }
 }
 

@@ -250,7 +250,9 @@ impl AgentLoop {
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 id,
-                ItemDetails::ToolOutput(super::tools_step::output_item(&call.id, &r, status, outcome)),
+                ItemDetails::ToolOutput(super::tools_step::output_item(
+                    &call.id, &r, status, outcome,
+                )),
             );
             self.state.messages.push(Message::ToolResult {
                 call_id: call.id.clone(),

@@ -46,7 +46,10 @@ impl AgentLoop {
             last_seq = seq.or(last_seq);
             needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
         }
-        for p in prepared.iter().filter(|p| p.tool.is_ok() && p.same_as.is_none()) {
+        for p in prepared
+            .iter()
+            .filter(|p| p.tool.is_ok() && p.same_as.is_none())
+        {
             self.command_started(&p.call.name, &p.call.id, &p.args);
         }
         // A call whose record was refused must not run: after a crash

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use troupe_protocol::{
-    Check, CompletionSubtype, Finding, ThreadEvent, Verdict, VerdictEvent,
-};
+use troupe_protocol::{Check, CompletionSubtype, Finding, ThreadEvent, Verdict, VerdictEvent};
 use troupe_runtime::agent::MemorySink;
 use troupe_runtime::provider::{ModelCatalog, ProviderKind};
 use troupe_runtime::verifier::{
