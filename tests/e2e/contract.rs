@@ -324,3 +324,45 @@ fn demo_and_run_are_enveloped() {
     assert_run_envelope(&out, &run_session, "run");
     super::vtcode::check_log(&run_session.join("events.jsonl"));
 }
+
+#[test]
+fn a_command_still_running_is_an_open_command_item() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![
+        Reply::tool_call(
+            "slow",
+            "exec_command",
+            json!({"command": "echo early; sleep 3; echo late", "timeout_ms": 300}),
+        ),
+        Reply::text("it is still running"),
+    ]);
+    let out = exec_cmd(ws.path(), &s.url(), &["--json"], "start a slow command")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_output(&out, "exec --json");
+    let events = log_events(&session_dir(ws.path()));
+    let command_events: Vec<_> = events
+        .iter()
+        .filter_map(|e| {
+            let (kind, i) = match e {
+                ThreadEvent::ItemStarted(i) => ("started", i),
+                ThreadEvent::ItemUpdated(i) => ("updated", i),
+                ThreadEvent::ItemCompleted(i) => ("completed", i),
+                _ => return None,
+            };
+            match &i.item.details {
+                ItemDetails::CommandExecution(c) => Some((kind, i.item.id.clone(), c.clone())),
+                _ => None,
+            }
+        })
+        .collect();
+    let kinds: Vec<&str> = command_events.iter().map(|(k, _, _)| *k).collect();
+    assert_eq!(kinds, vec!["started", "updated"], "{command_events:?}");
+    let (_, started_id, _) = &command_events[0];
+    let (_, updated_id, running) = &command_events[1];
+    assert_eq!(started_id, updated_id);
+    assert_eq!(running.status, ItemStatus::InProgress);
+    assert_eq!(running.exit_code, None);
+    assert!(running.aggregated_output.contains("early"), "{running:?}");
+}
