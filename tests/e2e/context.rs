@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use troupe_protocol::{CompactionTrigger, ItemDetails, ThreadEvent, VersionedThreadEvent};
+use troupe_protocol::{CompactionTrigger, ThreadEvent};
 
 use super::exec::session_dir;
 use super::{stderr, stdout, troupe};
@@ -58,15 +58,7 @@ fn recorded_session(ws: &Path) -> String {
 }
 
 fn log_events(dir: &Path) -> Vec<ThreadEvent> {
-    std::fs::read_to_string(dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<VersionedThreadEvent>(l)
-                .unwrap()
-                .event
-        })
-        .collect()
+    super::exec::log_events(dir)
 }
 
 #[test]
@@ -238,10 +230,8 @@ fn sessions_fork_writes_a_new_session_from_the_minimal_artifact() {
     let users: Vec<String> = events
         .iter()
         .filter_map(|e| match e {
-            ThreadEvent::ItemCompleted(i) => match &i.item.details {
-                ItemDetails::UserMessage(m) => Some(m.text.clone()),
-                other => panic!("only user messages in a fork: {other:?}"),
-            },
+            ThreadEvent::UserMessage(m) => Some(m.text.clone()),
+            ThreadEvent::ItemCompleted(i) => panic!("only user messages in a fork: {i:?}"),
             _ => None,
         })
         .collect();

@@ -5,11 +5,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, Usage};
+use troupe_protocol::{
+    CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, ToolOutcome, Usage,
+};
 use troupe_test_support::wait_until_blocking;
 use troupe_testkit::{Reply, ToolCallSpec};
 
-pub use troupe_test_support::e2e::{Run, Server, session_dir, session_events};
+pub use troupe_test_support::e2e::{Run, Server, log_events, session_dir, session_events};
 
 /// The built binary (Cargo tells this package where it is).
 pub fn bin() -> &'static Path {
@@ -484,8 +486,11 @@ fn deny_policy_declines_calls() {
     assert!(ws.path().join("keep.txt").exists());
     assert!(!ws.path().join("x.txt").exists());
     let outputs = run.outputs();
-    assert_eq!(outputs[0].1, ItemStatus::Declined, "{:?}", outputs[0]);
-    assert_eq!(outputs[1].1, ItemStatus::Declined, "{:?}", outputs[1]);
+    assert_eq!(outputs[0].1, ItemStatus::Failed, "{:?}", outputs[0]);
+    assert_eq!(outputs[1].1, ItemStatus::Failed, "{:?}", outputs[1]);
+    assert_eq!(run.outcome("rm"), Some(ToolOutcome::PermissionRejected));
+    assert_eq!(run.outcome("w"), Some(ToolOutcome::PermissionRejected));
+    assert_eq!(run.outcome("ok"), Some(ToolOutcome::Success));
     assert_eq!(outputs[2].1, ItemStatus::Completed, "{:?}", outputs[2]);
     assert!(outputs[0].2.contains("denied"), "{:?}", outputs[0]);
 }
@@ -516,7 +521,8 @@ fn a_pre_tool_use_hook_exiting_2_blocks_the_call() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!ws.path().join("x.txt").exists(), "the blocked call ran");
     let outputs = run.outputs();
-    assert_eq!(outputs[0].1, ItemStatus::Declined);
+    assert_eq!(outputs[0].1, ItemStatus::Failed);
+    assert_eq!(run.outcome("w"), Some(ToolOutcome::HookDenied));
     assert!(
         outputs[0].2.contains("writes are frozen"),
         "{:?}",
@@ -731,7 +737,12 @@ fn deny_rules_match_every_spelling_of_a_path() {
     let run = exec(ws.path(), &s, &[], "sneak");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     for (id, status, text) in run.outputs() {
-        assert_eq!(status, ItemStatus::Declined, "{id}: {text}");
+        assert_eq!(status, ItemStatus::Failed, "{id}: {text}");
+        assert_eq!(
+            run.outcome(&id),
+            Some(ToolOutcome::PermissionRejected),
+            "{id}: {text}"
+        );
     }
     for f in ["b", "c", "d"] {
         assert!(

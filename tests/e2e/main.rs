@@ -5,21 +5,25 @@
 mod attacks;
 mod claim;
 mod context;
+mod contract;
 mod exec;
 mod pipeline;
 mod resume;
 mod sessions;
+mod vtcode;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 pub fn troupe(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_troupe"))
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args(args)
         .current_dir(cwd)
         .env("TROUPE_LOG", "warn")
         .output()
-        .unwrap()
+        .unwrap();
+    vtcode::check_output(&out, &format!("troupe {}", args.join(" ")));
+    out
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -34,6 +34,25 @@ fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
         .collect()
 }
 
+/// Whether each `troupe.verdict` approved, in log order.
+fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Verdict(v) => Some(v.verdict.approved),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The number of `troupe.handoff` events.
+fn handoffs(events: &[ThreadEvent]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, ThreadEvent::Handoff(_)))
+        .count()
+}
+
 fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Output {
     std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).unwrap();
     std::fs::write(
@@ -41,7 +60,7 @@ fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Outpu
         serde_json::to_string(script).unwrap(),
     )
     .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_troupe"))
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args([
             "run",
             ".vtcode-pipeline.toml",
@@ -53,7 +72,9 @@ fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Outpu
         .current_dir(ws)
         .env("TROUPE_LOG", "warn")
         .output()
-        .unwrap()
+        .unwrap();
+    super::vtcode::check_output(&out, "troupe run");
+    out
 }
 
 #[test]
@@ -96,9 +117,8 @@ fn demo_runs_offline_and_merges_the_verified_fix() {
     let log = troupe_worktree::recent_commits(&dir, 5).unwrap();
     assert!(log[0].contains("fixer: Fixed the off-by-one"), "{log:?}");
     let events = session_events(&dir);
-    assert_eq!(items(&events, "handoff").len(), 1);
-    let verdicts = items(&events, "verdict");
-    assert!(matches!(verdicts[0], ItemDetails::Verdict(v) if v.verdict.approved));
+    assert_eq!(handoffs(&events), 1);
+    assert_eq!(verdicts(&events), vec![true]);
     assert!(items(&events, "file_change").iter().any(
         |c| matches!(c, ItemDetails::FileChange(f) if f.changes.iter().any(|c| c.path == "calc.sh"))
     ));
@@ -127,8 +147,8 @@ fn demo_json_prints_the_event_stream() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
         .collect();
-    assert!(!items(&events, "verdict").is_empty());
-    assert!(!items(&events, "handoff").is_empty());
+    assert!(!verdicts(&events).is_empty());
+    assert!(handoffs(&events) > 0);
     assert!(
         matches!(events.iter().rev().find(|e| matches!(e, ThreadEvent::ThreadCompleted(_))), Some(ThreadEvent::ThreadCompleted(c)) if c.outcome_code == "success")
     );
@@ -178,19 +198,12 @@ fn rejected_then_fixed_then_approved() {
     );
     assert!(stdout.contains("proposal fixer (2 rounds)"), "{stdout}");
     let events = session_events(ws.path());
-    let verdicts: Vec<bool> = items(&events, "verdict")
-        .iter()
-        .filter_map(|d| match d {
-            ItemDetails::Verdict(v) => Some(v.verdict.approved),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(verdicts, vec![false, true]);
+    assert_eq!(verdicts(&events), vec![false, true]);
     // The findings came back to the proposer as its next turn.
-    let user_turns: Vec<String> = items(&events, "user_message")
+    let user_turns: Vec<String> = events
         .iter()
-        .filter_map(|d| match d {
-            ItemDetails::UserMessage(m) if m.intent_id.is_some() => Some(m.text.clone()),
+        .filter_map(|e| match e {
+            ThreadEvent::UserMessage(m) if m.intent_id.is_some() => Some(m.text.clone()),
             _ => None,
         })
         .collect();

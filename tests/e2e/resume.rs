@@ -29,7 +29,7 @@ fn rule_server() -> (tokio::runtime::Runtime, ScriptedServer) {
 }
 
 fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_troupe"))
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args([
             "sessions",
             "resume",
@@ -39,7 +39,9 @@ fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
         ])
         .env("TROUPE_LOG", "warn")
         .output()
-        .unwrap()
+        .unwrap();
+    super::vtcode::check_output(&out, "troupe sessions resume");
+    out
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use troupe_protocol::{
     CompletionSubtype, ItemDetails, ItemEvent, TextItem, ThreadCompletedEvent, ThreadEvent,
-    ThreadItem, ThreadStartedEvent, TurnStartedEvent, Usage, UserMessageItem,
+    ThreadItem, ThreadStartedEvent, TurnStartedEvent, Usage, UserMessageEvent,
 };
 use troupe_runtime::store::{LogConfig, SessionStore};
 
@@ -33,13 +33,12 @@ fn write_session(ws: &Path, id: &str, complete: bool) {
         agent_id: None,
     }))
     .unwrap();
-    tx.emit(&item(
-        "u",
-        ItemDetails::UserMessage(UserMessageItem {
-            text: "add two numbers".into(),
-            intent_id: None,
-        }),
-    ))
+    tx.emit(&ThreadEvent::UserMessage(UserMessageEvent {
+        id: "u".into(),
+        text: "add two numbers".into(),
+        intent_id: None,
+        agent_id: None,
+    }))
     .unwrap();
     tx.emit(&item(
         "a",

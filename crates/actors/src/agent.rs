@@ -21,8 +21,8 @@ use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
-    BoundaryStatus, CompletionSubtype, Deliverable, HandoffItem, HandoffRequest, ItemDetails,
-    ItemEvent, ThreadCompletedEvent, ThreadEvent, ThreadItem, Usage,
+    BoundaryStatus, CompletionSubtype, Deliverable, HandoffEvent, HandoffRequest,
+    ThreadCompletedEvent, ThreadEvent, Usage,
 };
 use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
 use troupe_runtime::context::ContextSettings;
@@ -566,6 +566,7 @@ fn agent_events(
             ThreadEvent::ItemStarted(e) | ThreadEvent::ItemCompleted(e) => {
                 e.agent_id.as_deref() == Some(agent_id)
             }
+            ThreadEvent::UserMessage(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::ThreadCompleted(e) => e.thread_id == thread,
             _ => false,
         };
@@ -658,18 +659,14 @@ async fn finish(
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));
     if args.depth > 0 {
-        let item = ThreadEvent::ItemCompleted(ItemEvent {
-            item: ThreadItem {
-                id: format!("handoff-{}", args.agent_id),
-                details: ItemDetails::Handoff(HandoffItem {
-                    from_agent: args.agent_id.clone(),
-                    handoff: handoff.clone(),
-                }),
-            },
+        let event = ThreadEvent::Handoff(HandoffEvent {
+            id: format!("handoff-{}", args.agent_id),
+            from_agent: args.agent_id.clone(),
+            handoff: handoff.clone(),
             agent_id: Some(args.agent_id.clone()),
         });
-        if let Err(e) = args.env.log.sender().emit(&item) {
-            tracing::warn!(error = %e, "handoff item refused");
+        if let Err(e) = args.env.log.sender().emit(&event) {
+            tracing::warn!(error = %e, "troupe.handoff refused");
         }
     }
     {

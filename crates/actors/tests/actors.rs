@@ -332,7 +332,8 @@ async fn shutdown_runs_in_reverse_start_order_and_drains_last() {
     for i in 0..500 {
         tree.sender().emit(&msg(i)).unwrap();
     }
-    tree.sender().emit(&completed()).unwrap();
+    // No root thread.completed here: the stops are recorded (see
+    // nothing_of_the_tree_follows_the_root_thread_completed).
     tree.shutdown().await.unwrap();
     let evs = events(&log);
     let order: Vec<String> = evs
@@ -364,15 +365,47 @@ async fn shutdown_runs_in_reverse_start_order_and_drains_last() {
         ]
     );
     assert_eq!(ids(&evs).len(), 500);
-    // thread.completed precedes the tree's shutdown events.
-    let done = evs
-        .iter()
-        .position(|e| matches!(e, ThreadEvent::ThreadCompleted(_)))
+    assert!(log.progress().borrow().finished);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_of_the_tree_follows_the_root_thread_completed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path());
+    log.sender()
+        .emit(&ThreadEvent::ThreadStarted(
+            troupe_protocol::ThreadStartedEvent {
+                thread_id: ROOT.into(),
+                session_id: Some("s".into()),
+                agent_id: Some("session/root".into()),
+            },
+        ))
         .unwrap();
-    let first_stop = evs
-        .iter()
-        .position(|e| matches!(e, ThreadEvent::AgentStopped(_)))
+    let tree = SessionTree::start(log.clone(), fast_config())
+        .await
         .unwrap();
-    assert!(done < first_stop);
+    tree.start_child(worker_spec("a", RestartPolicy::Transient).0)
+        .await
+        .unwrap();
+    tree.sender().emit(&completed()).unwrap();
+    tree.shutdown().await.unwrap();
+    let evs = events(&log);
+    assert!(matches!(evs.first(), Some(ThreadEvent::ThreadStarted(_))));
+    assert!(
+        matches!(evs.last(), Some(ThreadEvent::ThreadCompleted(_))),
+        "the root thread.completed is the last line: {:?}",
+        evs.last()
+    );
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, ThreadEvent::AgentStopped(_))),
+        "the actors still running stop with the session, not as events"
+    );
+    let tree_rows = troupe_runtime::store::agent_tree(evs.into_iter());
+    let drain = tree_rows
+        .iter()
+        .find(|r| r.agent_id == "session/drain")
+        .unwrap();
+    assert_eq!(drain.state, "stopped: session ended");
     assert!(log.progress().borrow().finished);
 }

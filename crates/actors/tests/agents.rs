@@ -165,7 +165,7 @@ async fn chaos_crashing_tool_restarts_and_resumes_without_rerunning_writes() {
             .filter(|e| matches!(e, ThreadEvent::AgentRestarted(r) if r.agent_id == "session/root"))
             .count();
         assert_eq!(restarts, 1, "round {round}: one crash, one restart");
-        let interrupted = evs.iter().filter(|e| matches!(e, ThreadEvent::ItemCompleted(i) if matches!(&i.item.details, ItemDetails::ToolOutput(o) if o.status == troupe_protocol::ItemStatus::Interrupted))).count();
+        let interrupted = evs.iter().filter(|e| matches!(e, ThreadEvent::ItemCompleted(i) if matches!(&i.item.details, ItemDetails::ToolOutput(o) if o.outcome == Some(troupe_protocol::ToolOutcome::Cancelled) && o.output.starts_with("interrupted:")))).count();
         assert_eq!(interrupted, 1, "round {round}");
         server.check_invariants().unwrap();
         server.shutdown().await;
@@ -272,18 +272,15 @@ async fn subagent_returns_a_typed_handoff_with_boundary_status() {
         seen.contains("- [not_started] write docs — out of time"),
         "{seen}"
     );
-    // And as a typed handoff item in the stream.
+    // And as a typed troupe.handoff event in the stream.
     let evs = events(&f.log);
     let item = evs
         .iter()
         .find_map(|e| match e {
-            ThreadEvent::ItemCompleted(i) => match &i.item.details {
-                ItemDetails::Handoff(h) => Some(h.clone()),
-                _ => None,
-            },
+            ThreadEvent::Handoff(h) => Some(h.clone()),
             _ => None,
         })
-        .expect("handoff item");
+        .expect("troupe.handoff event");
     assert_eq!(item.from_agent, "session/root/fixer");
     assert_eq!(item.handoff.boundary_status.len(), 2);
     assert_eq!(item.handoff.modified_files, vec!["src/parser.rs"]);
@@ -494,10 +491,7 @@ async fn steering_cap_dedup_and_replay_after_a_crash() {
     let applied: Vec<String> = evs
         .iter()
         .filter_map(|e| match e {
-            ThreadEvent::ItemCompleted(i) => match &i.item.details {
-                ItemDetails::UserMessage(m) => m.intent_id.clone(),
-                _ => None,
-            },
+            ThreadEvent::UserMessage(m) => m.intent_id.clone(),
             _ => None,
         })
         .collect();

@@ -11,7 +11,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use troupe_actors::agent::{AgentEnv, SubagentLimits};
 use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root};
-use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
+use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent};
 use troupe_runtime::agent::Fallback;
 use troupe_runtime::config::{Config, ConfigOverrides};
 use troupe_runtime::context::ContextSettings;
@@ -340,9 +340,16 @@ impl Session {
     }
 
     /// Opens session `id` for running: exporters (stdout human or JSON,
-    /// `--events`), the supervised tree with its drain, and
-    /// the agents' environment.
-    pub async fn open(mut self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
+    /// `--events`), the root `thread.started` (`root_agent` owns the
+    /// thread), the supervised tree with its drain, and the agents'
+    /// environment.
+    pub async fn open(
+        mut self,
+        log: SessionLog,
+        id: &str,
+        root_agent: &str,
+        json: bool,
+    ) -> Result<Open, Failure> {
         if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
@@ -355,7 +362,17 @@ impl Session {
         if let Some(exporter) = self.events.take() {
             log.add_exporter(Box::new(exporter));
         }
-        let tree = SessionTree::start(log.clone(), SupervisorConfig::default()).await?;
+        // The envelope: the root thread starts (or, resumed, starts another
+        // run) before the actor tree does, so `thread.started` is the first
+        // line of every run, on stdout and in the log.
+        let supervisor = SupervisorConfig::default();
+        log.sender()
+            .emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+                thread_id: id.to_string(),
+                session_id: Some(id.to_string()),
+                agent_id: Some(format!("{}/{root_agent}", supervisor.id)),
+            }))?;
+        let tree = SessionTree::start(log.clone(), supervisor).await?;
         let env = Arc::new(self.env(&log, id, &tree)?);
         Ok(Open {
             tree,
@@ -377,7 +394,7 @@ impl Session {
         resume: bool,
         json: bool,
     ) -> Result<u8, Failure> {
-        let open = self.open(log, id, json).await?;
+        let open = self.open(log, id, "root", json).await?;
         let timeout = open.env.call_timeout;
         let root = start_root(&open.tree, Arc::clone(&open.env), task, resume).await?;
         watch_ctrl_c(root.address.clone(), timeout);

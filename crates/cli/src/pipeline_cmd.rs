@@ -8,8 +8,7 @@ use troupe_actors::pipeline::{
     PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
 };
 use troupe_protocol::{
-    CompletionSubtype, ItemDetails, ItemEvent, ThreadCompletedEvent, ThreadEvent, ThreadItem,
-    ThreadStartedEvent, Usage, UserMessageItem,
+    CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage, UserMessageEvent,
 };
 use troupe_runtime::store::{AgentRow, EventReader, SessionStore, agent_tree};
 use troupe_runtime::verifier::VerifierSettings;
@@ -179,7 +178,7 @@ fn execute(
             &log.dir().join(SETTINGS_FILE),
             &serde_json::to_vec_pretty(settings)?,
         )?;
-        let open = session.open(log, &id, json).await?;
+        let open = session.open(log, &id, "pipeline", json).await?;
         // Whatever happens while the pipeline runs, the session is closed:
         // the tree shut down and the log drained.
         let driven = drive(&open, &id, spec).await;
@@ -206,19 +205,11 @@ async fn drive(
 ) -> Result<(Vec<ProposalReport>, Vec<AgentRow>, ThreadCompletedEvent), Failure> {
     let tx = open.log.sender();
     let pipeline_agent = format!("{}/pipeline", open.tree.supervisor_address().name());
-    tx.emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
-        thread_id: id.to_string(),
-        session_id: Some(id.to_string()),
-        agent_id: Some(pipeline_agent.clone()),
-    }))?;
-    tx.emit(&ThreadEvent::ItemCompleted(ItemEvent {
-        item: ThreadItem {
-            id: "pipeline-spec".into(),
-            details: ItemDetails::UserMessage(UserMessageItem {
-                text: serde_json::to_string(spec)?,
-                intent_id: None,
-            }),
-        },
+    // The pipeline's thread.started opened the log (Session::open).
+    tx.emit(&ThreadEvent::UserMessage(UserMessageEvent {
+        id: "pipeline-spec".into(),
+        text: serde_json::to_string(spec)?,
+        intent_id: None,
         agent_id: Some(pipeline_agent),
     }))?;
     let verifier = VerifierSettings::default().with_config(&open.config);

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent};
+use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent, ToolOutcome};
 use troupe_runtime::store::Exporter;
 
 /// Renders events for a person.
@@ -76,9 +76,13 @@ impl<W: Write + Send> HumanRenderer<W> {
     fn item(&mut self, details: ItemDetails) -> std::io::Result<()> {
         match details {
             ItemDetails::ToolOutput(o) => {
+                let declined = matches!(
+                    o.outcome,
+                    Some(ToolOutcome::PermissionRejected | ToolOutcome::HookDenied)
+                );
                 let mark = match o.status {
                     ItemStatus::Completed => "✓",
-                    ItemStatus::Declined => "⊘",
+                    _ if declined => "⊘",
                     _ => "✗",
                 };
                 let first = one_line(o.output.lines().next().unwrap_or(""), 100);

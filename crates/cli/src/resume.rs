@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use troupe_protocol::{ItemDetails, ThreadEvent};
+use troupe_protocol::ThreadEvent;
 use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore, StoreError};
 
 use crate::Failure;
@@ -90,10 +90,7 @@ fn first_task(store: &SessionStore, id: &str) -> Option<String> {
         .ok()?
         .flatten()
         .find_map(|(_, ev)| match ev.event {
-            ThreadEvent::ItemCompleted(e) => match e.item.details {
-                ItemDetails::UserMessage(m) => Some(m.text),
-                _ => None,
-            },
+            ThreadEvent::UserMessage(m) => Some(m.text),
             _ => None,
         })
 }

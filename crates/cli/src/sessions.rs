@@ -263,9 +263,7 @@ mod context_cmd {
     use std::io::Write;
     use std::path::Path;
 
-    use troupe_protocol::{
-        ItemDetails, ItemEvent, ThreadEvent, ThreadItem, ThreadStartedEvent, UserMessageItem,
-    };
+    use troupe_protocol::{ThreadEvent, ThreadStartedEvent, UserMessageEvent};
     use troupe_runtime::config::Config;
     use troupe_runtime::context::ContextSettings;
     use troupe_runtime::context::history::{ForkArtifact, compact_stored, stored_messages};
@@ -275,6 +273,9 @@ mod context_cmd {
 
     use super::store_err;
     use crate::{Failure, exit};
+
+    /// The agent `troupe sessions resume` runs as the root.
+    const FORK_ROOT_AGENT: &str = "session/root";
 
     /// Emits `events` into `log` with a writer of its own, then drains it.
     fn append(log: &SessionLog, events: &[ThreadEvent]) -> Result<(), Failure> {
@@ -360,22 +361,21 @@ mod context_cmd {
         if settings.is_file() {
             std::fs::copy(&settings, log.dir().join("settings.json"))?;
         }
+        // The fork is owned by the root agent that `sessions resume` starts,
+        // so its resume rebuilds these messages.
+        let root = Some(FORK_ROOT_AGENT.to_string());
         let mut events = vec![ThreadEvent::ThreadStarted(ThreadStartedEvent {
             thread_id: new_id.clone(),
             session_id: Some(new_id.clone()),
-            agent_id: None,
+            agent_id: root.clone(),
         })];
         for (i, m) in artifact.messages().into_iter().enumerate() {
             if let troupe_runtime::provider::Message::User { content } = m {
-                events.push(ThreadEvent::ItemCompleted(ItemEvent {
-                    item: ThreadItem {
-                        id: format!("item_{}", i + 1),
-                        details: ItemDetails::UserMessage(UserMessageItem {
-                            text: content,
-                            intent_id: None,
-                        }),
-                    },
-                    agent_id: None,
+                events.push(ThreadEvent::UserMessage(UserMessageEvent {
+                    id: format!("item_{}", i + 1),
+                    text: content,
+                    intent_id: None,
+                    agent_id: root.clone(),
                 }));
             }
         }

@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{ThreadItem, Usage};
+use crate::{HandoffRequest, ThreadItem, Usage, Verdict};
 
 /// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -19,6 +19,20 @@ impl VersionedThreadEvent {
             schema_version: crate::SCHEMA_VERSION.to_string(),
             event,
         }
+    }
+
+    /// Reads one `events.jsonl` line of any schema version this build
+    /// knows: a schema-1 line is upgraded to the current shape
+    /// ([`crate::upgrade_v1`]); `schema_version` keeps the version that
+    /// wrote it.
+    pub fn from_line(line: &[u8]) -> Result<VersionedThreadEvent, serde_json::Error> {
+        let mut value: serde_json::Value = serde_json::from_slice(line)?;
+        if value.get("schema_version").and_then(|v| v.as_str()) == Some("1")
+            && let Some(event) = value.get_mut("event")
+        {
+            crate::upgrade_v1(event);
+        }
+        serde_json::from_value(value)
     }
 }
 
@@ -73,6 +87,15 @@ pub enum ThreadEvent {
     /// An actor of the session's tree stopped.
     #[serde(rename = "agent.stopped")]
     AgentStopped(AgentStoppedEvent),
+    /// Input from the user: the task, or a steering follow-up.
+    #[serde(rename = "troupe.user_message")]
+    UserMessage(UserMessageEvent),
+    /// A typed handoff from one agent to another.
+    #[serde(rename = "troupe.handoff")]
+    Handoff(HandoffEvent),
+    /// A read-only verifier's decision about a proposal.
+    #[serde(rename = "troupe.verdict")]
+    Verdict(VerdictEvent),
     /// The terminal event of a thread: how it ended, what it cost.
     #[serde(rename = "thread.completed")]
     ThreadCompleted(ThreadCompletedEvent),
@@ -101,13 +124,16 @@ impl ThreadEvent {
             ThreadEvent::AgentStarted(_) => "agent.started",
             ThreadEvent::AgentRestarted(_) => "agent.restarted",
             ThreadEvent::AgentStopped(_) => "agent.stopped",
+            ThreadEvent::UserMessage(_) => "troupe.user_message",
+            ThreadEvent::Handoff(_) => "troupe.handoff",
+            ThreadEvent::Verdict(_) => "troupe.verdict",
             ThreadEvent::ThreadCompleted(_) => "thread.completed",
             ThreadEvent::Unknown => "unknown",
         }
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 15] = [
+    pub const KNOWN_TYPES: [&'static str; 18] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -122,6 +148,9 @@ impl ThreadEvent {
         "agent.started",
         "agent.restarted",
         "agent.stopped",
+        "troupe.user_message",
+        "troupe.handoff",
+        "troupe.verdict",
         "thread.completed",
     ];
 }
@@ -249,14 +278,18 @@ pub struct CompactBoundaryEvent {
 /// `context.reset`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContextResetEvent {
+    /// The thread whose context was reset.
+    pub thread_id: String,
+    /// The turn after which it was reset (`turn_<n>`).
+    pub turn_id: String,
     /// Why the context was reset: `on_stall`, `on_compaction`,
     /// `plan_handoff` or `manual`.
     pub trigger: String,
     /// Whether the approved plan was carried into the new segment.
     pub plan_preserved: bool,
-    /// How full the context window was just before the reset, in percent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_context_usage_percent: Option<f64>,
+    /// How full the context window was just before the reset, in whole
+    /// percent (0 when the window was unknown).
+    pub previous_context_usage_percent: u8,
     /// Whether per-segment tool budgets were reset.
     pub tool_budget_reset: bool,
 }
@@ -326,6 +359,56 @@ pub struct AgentStoppedEvent {
     pub agent_id: String,
     /// Why it stopped: `normal`, `shutdown`, or the failure.
     pub reason: String,
+}
+
+/// `troupe.user_message`: input from the user (the task, or a steering
+/// follow-up). Schema 1 carried it as a `user_message` item.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct UserMessageEvent {
+    /// Unique within the thread, like an item id.
+    pub id: String,
+    /// The text.
+    pub text: String,
+    /// The steering intent id, when the message is a durable follow-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+    /// The agent the message was given to, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `troupe.handoff`: a typed [`HandoffRequest`] from one agent to another,
+/// with the boundary status of every deliverable. Schema 1 carried it as a
+/// `handoff` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HandoffEvent {
+    /// Unique within the session, like an item id.
+    pub id: String,
+    /// The agent handing off.
+    pub from_agent: String,
+    /// The handoff itself (its `target` names the receiver).
+    pub handoff: HandoffRequest,
+    /// The agent that emitted it, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `troupe.verdict`: a read-only verifier's structured decision. Schema 1
+/// carried it as a `verdict` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VerdictEvent {
+    /// Unique within the session, like an item id.
+    pub id: String,
+    /// The verifier that decided.
+    pub verifier: String,
+    /// The proposal's head commit, when it was a git change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// The decision.
+    pub verdict: Verdict,
+    /// The agent that emitted it, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// How a thread ended.

@@ -1,8 +1,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{HandoffRequest, Verdict};
-
 /// An item of a thread: `{"id": ..., "type": ..., ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ThreadItem {
@@ -14,7 +12,9 @@ pub struct ThreadItem {
     pub details: ItemDetails,
 }
 
-/// The lifecycle state of a tool call, a command or a file change.
+/// The lifecycle state of a tool call, a command or a file change: VT Code's
+/// `ToolCallStatus` / `CommandExecutionStatus`. Why a call ended the way it
+/// did is in a separate [`ToolOutcome`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
@@ -22,20 +22,43 @@ pub enum ItemStatus {
     InProgress,
     /// Finished successfully.
     Completed,
-    /// Finished with an error (the error went back to the model).
+    /// Finished with an error, or did not run (see the `outcome`).
     Failed,
-    /// Refused by policy or a hook before it ran.
-    Declined,
-    /// Its effect is unknown: the process died while it ran.
-    Interrupted,
 }
 
-/// The kinds of item, tagged by `type`.
+/// Why a tool call ended as it did: VT Code's `ToolOutcome`, value for
+/// value. `status` stays the coarse signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// The tool ran and returned a result.
+    Success,
+    /// The tool ran and failed, or its arguments named something it cannot
+    /// touch (a path outside the workspace).
+    Error,
+    /// The permission policy refused the call before it ran.
+    PermissionRejected,
+    /// A permission prompt was cancelled.
+    PermissionCancelled,
+    /// The user answered a prompt with a follow-up instead.
+    Followup,
+    /// A `pre_tool_use` hook blocked the call before it ran.
+    HookDenied,
+    /// No such tool, or its arguments were not valid JSON or broke its
+    /// schema.
+    InvalidTool,
+    /// The call was cancelled, or interrupted: the process died while it
+    /// ran, so its effect is unknown (the output says `interrupted:`).
+    Cancelled,
+}
+
+/// The kinds of item, tagged by `type`: a subset of VT Code's
+/// `ThreadItemDetails`, with the same names and fields. What VT Code has no
+/// item for (user messages, handoffs, verdicts) travels in `troupe.*`
+/// events instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ItemDetails {
-    /// Input from the user (the task, or a steering follow-up).
-    UserMessage(UserMessageItem),
     /// Text the model wrote for the user.
     AgentMessage(TextItem),
     /// The model's reasoning, when the provider exposes it.
@@ -45,14 +68,10 @@ pub enum ItemDetails {
     ToolInvocation(ToolInvocationItem),
     /// The result of a tool call, answering `call_id`.
     ToolOutput(ToolOutputItem),
-    /// A shell command run on the model's behalf.
+    /// A shell command run on the model's behalf (`exec_command`).
     CommandExecution(CommandExecutionItem),
     /// Files changed by a tool.
     FileChange(FileChangeItem),
-    /// A typed handoff from one agent to another.
-    Handoff(HandoffItem),
-    /// A verifier's decision about a proposal.
-    Verdict(VerdictItem),
     /// An error the thread surfaced as an item.
     Error(ErrorItem),
     /// An item type this reader does not know; skip it.
@@ -65,29 +84,16 @@ impl ItemDetails {
     /// The `type` tag as it appears on the wire.
     pub fn type_name(&self) -> &'static str {
         match self {
-            ItemDetails::UserMessage(_) => "user_message",
             ItemDetails::AgentMessage(_) => "agent_message",
             ItemDetails::Reasoning(_) => "reasoning",
             ItemDetails::ToolInvocation(_) => "tool_invocation",
             ItemDetails::ToolOutput(_) => "tool_output",
             ItemDetails::CommandExecution(_) => "command_execution",
             ItemDetails::FileChange(_) => "file_change",
-            ItemDetails::Handoff(_) => "handoff",
-            ItemDetails::Verdict(_) => "verdict",
             ItemDetails::Error(_) => "error",
             ItemDetails::Unknown => "unknown",
         }
     }
-}
-
-/// `user_message`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-pub struct UserMessageItem {
-    /// The text.
-    pub text: String,
-    /// The steering intent id, when the message is a durable follow-up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intent_id: Option<String>,
 }
 
 /// `agent_message` and `reasoning`.
@@ -109,6 +115,9 @@ pub struct ToolInvocationItem {
     pub tool_call_id: String,
     /// Where the call stands.
     pub status: ItemStatus,
+    /// Why it ended as it did; absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ToolOutcome>,
 }
 
 /// `tool_output`.
@@ -129,6 +138,9 @@ pub struct ToolOutputItem {
     pub truncated: bool,
     /// How the call ended.
     pub status: ItemStatus,
+    /// Why it ended as it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ToolOutcome>,
 }
 
 /// `command_execution`.
@@ -136,14 +148,26 @@ pub struct ToolOutputItem {
 pub struct CommandExecutionItem {
     /// The command line.
     pub command: String,
-    /// Bounded combined output.
+    /// Bounded preview of the combined output (stdout then stderr); empty
+    /// while it runs.
     #[serde(default)]
     pub aggregated_output: String,
-    /// Exit code once finished.
+    /// Exit code once finished; absent while it runs, or when it was
+    /// killed or timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// Where the command stands.
+    /// `in_progress`, then `completed` (exit 0) or `failed` (another exit
+    /// code, a timeout, or a command that could not run).
     pub status: ItemStatus,
+    /// The tool call that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Where the full output was spooled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spool_path: Option<String>,
+    /// Whether `aggregated_output` was cut.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// How a file changed.
@@ -179,27 +203,6 @@ pub struct FileChangeItem {
 
 fn completed() -> ItemStatus {
     ItemStatus::Completed
-}
-
-/// `handoff`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct HandoffItem {
-    /// The agent handing off.
-    pub from_agent: String,
-    /// The handoff itself (its `target` names the receiver).
-    pub handoff: HandoffRequest,
-}
-
-/// `verdict`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct VerdictItem {
-    /// The verifier that decided.
-    pub verifier: String,
-    /// The proposal's head commit, when it was a git change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub head: Option<String>,
-    /// The decision.
-    pub verdict: Verdict,
 }
 
 /// `error`.

@@ -4,7 +4,8 @@
 //!
 //! - [`ThreadEvent`], the one event stream (`troupe exec --json` prints it,
 //!   `events.jsonl` stores it wrapped in a [`VersionedThreadEvent`]);
-//! - [`ThreadItem`], the items that `item.*` events carry;
+//! - [`ThreadItem`], the items that `item.*` events carry (VT Code's
+//!   `ThreadItemDetails` names and fields);
 //! - [`Usage`], token accounting;
 //! - [`HandoffRequest`], the typed message an agent hands to the next one,
 //!   with the boundary status of every deliverable, and its markdown form;
@@ -17,7 +18,7 @@
 //!
 //! ```
 //! use troupe_protocol::{ThreadEvent, VersionedThreadEvent};
-//! let line = r#"{"schema_version":"1","event":{"type":"turn.started"}}"#;
+//! let line = r#"{"schema_version":"2","event":{"type":"turn.started"}}"#;
 //! let ev: VersionedThreadEvent = serde_json::from_str(line).unwrap();
 //! assert!(matches!(ev.event, ThreadEvent::TurnStarted(_)));
 //! ```
@@ -25,12 +26,14 @@
 mod event;
 mod handoff;
 mod item;
+mod legacy;
 mod usage;
 mod verdict;
 
 pub use event::*;
 pub use handoff::*;
 pub use item::*;
+pub use legacy::upgrade_v1;
 pub use usage::*;
 pub use verdict::*;
 
@@ -38,8 +41,11 @@ pub use verdict::*;
 ///
 /// Bump it only for a change that an old reader would misread; adding an
 /// event type, an item type or an optional field does not need a bump,
-/// because readers skip what they do not know.
-pub const SCHEMA_VERSION: &str = "1";
+/// because readers skip what they do not know. Version 2 is VT Code's
+/// `ThreadEvent` contract (user messages, handoffs and verdicts as
+/// `troupe.*` events, tool statuses with an `outcome`); schema-1 lines are
+/// still read ([`VersionedThreadEvent::from_line`]).
+pub const SCHEMA_VERSION: &str = "2";
 
 /// The JSON Schema of one `events.jsonl` line ([`VersionedThreadEvent`]),
 /// pretty-printed with a trailing newline, exactly as checked in at

@@ -71,15 +71,12 @@ fn docs_examples_parse_and_cover_every_event() {
     let want: BTreeSet<&str> = ThreadEvent::KNOWN_TYPES.into_iter().collect();
     assert_eq!(seen, want, "docs/events.md must show every event type");
     for item in [
-        "user_message",
         "agent_message",
         "reasoning",
         "tool_invocation",
         "tool_output",
         "command_execution",
         "file_change",
-        "handoff",
-        "verdict",
         "error",
     ] {
         assert!(
@@ -142,12 +139,13 @@ fn item_fields_are_flat_next_to_id_and_type() {
             spool_path: None,
             truncated: false,
             status: ItemStatus::Completed,
+            outcome: Some(ToolOutcome::Success),
         }),
     };
     let v = serde_json::to_value(&item).unwrap();
     assert_eq!(
         v,
-        serde_json::json!({"id":"c1","type":"tool_output","call_id":"call_1","output":"ok","exit_code":0,"truncated":false,"status":"completed"})
+        serde_json::json!({"id":"c1","type":"tool_output","call_id":"call_1","output":"ok","exit_code":0,"truncated":false,"status":"completed","outcome":"success"})
     );
 }
 
@@ -169,6 +167,109 @@ fn versioned_event_carries_schema_version() {
     let s = serde_json::to_string(&v).unwrap();
     assert_eq!(
         s,
-        r#"{"schema_version":"1","event":{"type":"turn.started"}}"#
+        r#"{"schema_version":"2","event":{"type":"turn.started"}}"#
     );
+}
+
+fn v1(event: &str) -> ThreadEvent {
+    let line = format!(r#"{{"schema_version":"1","event":{event}}}"#);
+    let ev = VersionedThreadEvent::from_line(line.as_bytes()).unwrap();
+    assert_eq!(
+        ev.schema_version, "1",
+        "the version that wrote the line is kept"
+    );
+    ev.event
+}
+
+#[test]
+fn schema_1_items_troupe_owns_become_troupe_events() {
+    match v1(
+        r#"{"type":"item.completed","item":{"id":"item_1","type":"user_message","text":"Fix it.","intent_id":"in_1"},"agent_id":"session/root"}"#,
+    ) {
+        ThreadEvent::UserMessage(m) => {
+            assert_eq!(
+                (
+                    m.id.as_str(),
+                    m.text.as_str(),
+                    m.intent_id.as_deref(),
+                    m.agent_id.as_deref()
+                ),
+                ("item_1", "Fix it.", Some("in_1"), Some("session/root"))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match v1(
+        r#"{"type":"item.completed","item":{"id":"h","type":"handoff","from_agent":"session/fixer","handoff":{"target":"parent","state_summary":"done","boundary_status":[{"name":"fix","status":"done"}]}},"agent_id":"session/fixer"}"#,
+    ) {
+        ThreadEvent::Handoff(h) => {
+            assert_eq!(h.from_agent, "session/fixer");
+            assert_eq!(h.handoff.state_summary, "done");
+        }
+        other => panic!("{other:?}"),
+    }
+    match v1(
+        r#"{"type":"item.completed","item":{"id":"verdict_1","type":"verdict","verifier":"session/v","head":"abc","verdict":{"approved":true,"findings":[],"checks":[]}}}"#,
+    ) {
+        ThreadEvent::Verdict(v) => {
+            assert!(v.verdict.approved);
+            assert_eq!(v.head.as_deref(), Some("abc"));
+            assert_eq!(v.agent_id, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn schema_1_statuses_become_a_status_and_an_outcome() {
+    let out = |status: &str, output: &str| match v1(&format!(
+        r#"{{"type":"item.completed","item":{{"id":"o","type":"tool_output","call_id":"c","output":"{output}","truncated":false,"status":"{status}"}}}}"#
+    )) {
+        ThreadEvent::ItemCompleted(e) => match e.item.details {
+            ItemDetails::ToolOutput(o) => (o.status, o.outcome),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        out("declined", "denied: write_file is denied by the policy"),
+        (ItemStatus::Failed, Some(ToolOutcome::PermissionRejected))
+    );
+    assert_eq!(
+        out("declined", "denied: blocked by a pre_tool_use hook: frozen"),
+        (ItemStatus::Failed, Some(ToolOutcome::HookDenied))
+    );
+    assert_eq!(
+        out("interrupted", "interrupted: troupe restarted"),
+        (ItemStatus::Failed, Some(ToolOutcome::Cancelled))
+    );
+    assert_eq!(out("completed", "ok"), (ItemStatus::Completed, None));
+}
+
+#[test]
+fn schema_1_context_reset_gets_ids_and_a_whole_percent() {
+    match v1(
+        r#"{"type":"context.reset","trigger":"on_stall","plan_preserved":true,"previous_context_usage_percent":71.5,"tool_budget_reset":true}"#,
+    ) {
+        ThreadEvent::ContextReset(r) => {
+            assert_eq!(r.previous_context_usage_percent, 72);
+            assert_eq!((r.thread_id.as_str(), r.turn_id.as_str()), ("", ""));
+            assert_eq!(r.trigger, "on_stall");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn schema_2_lines_are_not_rewritten() {
+    // A current line that happens to look like a schema-1 item is read as
+    // it is: an unknown item type, skippable.
+    let line = r#"{"schema_version":"2","event":{"type":"item.completed","item":{"id":"i","type":"user_message","text":"x"}}}"#;
+    match VersionedThreadEvent::from_line(line.as_bytes())
+        .unwrap()
+        .event
+    {
+        ThreadEvent::ItemCompleted(e) => assert_eq!(e.item.details, ItemDetails::Unknown),
+        other => panic!("{other:?}"),
+    }
 }

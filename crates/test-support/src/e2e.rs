@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use troupe_protocol::{ItemStatus, ThreadCompletedEvent, ThreadEvent};
+use troupe_protocol::{ItemStatus, ThreadCompletedEvent, ThreadEvent, ToolOutcome};
 use troupe_testkit::{Reply, Script, ScriptedServer};
 
 use crate::events;
@@ -73,6 +73,14 @@ impl Run {
             .collect()
     }
 
+    /// The outcome of the call `call_id`'s `tool_output`.
+    pub fn outcome(&self, call_id: &str) -> Option<ToolOutcome> {
+        events::tool_outputs(&self.events)
+            .into_iter()
+            .find(|o| o.call_id == call_id)
+            .and_then(|o| o.outcome)
+    }
+
     /// The messages of `error` events.
     pub fn errors(&self) -> Vec<String> {
         events::errors(&self.events)
@@ -97,9 +105,18 @@ pub fn session_dir(ws: &Path) -> PathBuf {
     dirs.remove(0)
 }
 
-/// The one session's canonical events under `ws` (every line must parse).
+/// The one session's canonical events under `ws` (every line must parse,
+/// and pass the VT Code consumer).
 pub fn session_events(ws: &Path) -> Vec<ThreadEvent> {
-    let path = session_dir(ws).join("events.jsonl");
+    log_events(&session_dir(ws))
+}
+
+/// The events of the session in `dir`, every line checked by the VT Code
+/// consumer (lines of this build) and read as troupe reads them (older
+/// schema versions upgraded).
+pub fn log_events(dir: &Path) -> Vec<ThreadEvent> {
+    let path = dir.join("events.jsonl");
+    crate::vtcode::check_log(&path);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     events::parse_jsonl(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -128,6 +145,7 @@ pub fn exec_run(bin: &Path, ws: &Path, server: &Server, args: &[&str], prompt: &
     let out = exec_command(bin, ws, &server.url(), args, prompt)
         .output()
         .expect("troupe exec runs");
+    crate::vtcode::check_output(&out, "troupe exec");
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -161,7 +161,7 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<ThreadEvent>, String> {
         .filter(|l| !l.trim().is_empty())
         .enumerate()
         .map(|(i, l)| {
-            serde_json::from_str::<VersionedThreadEvent>(l)
+            VersionedThreadEvent::from_line(l.as_bytes())
                 .map(|v| v.event)
                 .or_else(|_| serde_json::from_str::<ThreadEvent>(l))
                 .map_err(|e| format!("line {}: not an event: {e}: {l}", i + 1))

@@ -10,7 +10,9 @@
 //! - [`events`]: event sources, [`wait_for_event`], filters;
 //! - [`git`]: a temp git repository built with git2;
 //! - [`bin`]: running a built binary with a timeout, stdin, env, JSONL;
-//! - [`e2e`]: `troupe exec` runs and the session they leave.
+//! - [`e2e`]: `troupe exec` runs and the session they leave;
+//! - [`vtcode`]: a consumer typed on VT Code's published `ThreadEvent`,
+//!   which every e2e helper runs over what it reads.
 
 pub mod agent;
 pub mod bin;
@@ -18,6 +20,7 @@ pub mod e2e;
 pub mod events;
 pub mod git;
 pub mod session;
+pub mod vtcode;
 pub mod wait;
 
 pub use agent::{AgentBuilder, AgentHarness};

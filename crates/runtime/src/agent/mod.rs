@@ -23,6 +23,7 @@
 //!   (`persistence_failed`);
 //! - cancellation: `cancelled`.
 
+mod commands;
 mod resume;
 mod sink;
 mod tools_step;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
     CompletionSubtype, ErrorEvent, ItemDetails, ItemEvent, ThreadCompletedEvent, ThreadEvent,
-    ThreadItem, ThreadStartedEvent, Usage, UserMessageItem,
+    ThreadItem, ThreadStartedEvent, Usage, UserMessageEvent,
 };
 
 pub use resume::ResumeReport;
@@ -135,6 +136,8 @@ struct LoopState {
     completed: Option<ThreadCompletedEvent>,
     /// Steering intent ids already in the history.
     applied_intents: Vec<String>,
+    /// Open `command_execution` items.
+    commands: commands::Commands,
 }
 
 /// One agent's loop.
@@ -267,14 +270,13 @@ impl AgentLoop {
         if let Some(intent) = &intent_id {
             self.state.applied_intents.push(intent.clone());
         }
-        self.emit_item(
-            ThreadEvent::ItemCompleted,
+        let agent_id = self.config.agent_id.clone();
+        self.emit(ThreadEvent::UserMessage(UserMessageEvent {
             id,
-            ItemDetails::UserMessage(UserMessageItem {
-                text: text.to_string(),
-                intent_id,
-            }),
-        );
+            text: text.to_string(),
+            intent_id,
+            agent_id,
+        }));
         self.state.messages.push(Message::user(text));
     }
 

@@ -5,7 +5,7 @@
 //! its tool is read-only, and otherwise the model is told it was
 //! interrupted and that its effect is unknown.
 
-use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent, ToolOutputItem, Usage};
+use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent, ToolOutcome, ToolOutputItem, Usage};
 
 use super::{AgentLoop, StepOutcome};
 use crate::provider::{Message, ToolCall};
@@ -119,14 +119,14 @@ impl Rebuilt {
                         });
                     }
                 }
-                ThreadEvent::ItemCompleted(e) => match &e.item.details {
-                    ItemDetails::UserMessage(m) => {
-                        if let Some(t) = turn.take() {
-                            r.close_turn(t, false);
-                        }
-                        r.messages.push(Message::user(m.text.clone()));
-                        r.intents.extend(m.intent_id.clone());
+                ThreadEvent::UserMessage(m) => {
+                    if let Some(t) = turn.take() {
+                        r.close_turn(t, false);
                     }
+                    r.messages.push(Message::user(m.text.clone()));
+                    r.intents.extend(m.intent_id.clone());
+                }
+                ThreadEvent::ItemCompleted(e) => match &e.item.details {
                     ItemDetails::AgentMessage(m) => {
                         if let Some(t) = turn.as_mut() {
                             t.text = m.text.clone();
@@ -238,19 +238,21 @@ impl AgentLoop {
         interrupted: &[String],
     ) {
         for (call, r) in calls.iter().zip(results) {
-            let status = if interrupted.contains(&call.id) {
-                ItemStatus::Interrupted
-            } else if r.is_ok() {
-                ItemStatus::Completed
+            // An interrupted call is `failed` + `cancelled`; its output
+            // says `interrupted:`.
+            let (status, outcome) = if interrupted.contains(&call.id) {
+                (ItemStatus::Failed, ToolOutcome::Cancelled)
             } else {
-                ItemStatus::Failed
+                super::tools_step::status_of(&r)
             };
             let (content, is_error) = super::tools_step::tool_message(&r);
             let id = self.item_id();
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 id,
-                ItemDetails::ToolOutput(super::tools_step::output_item(&call.id, &r, status)),
+                ItemDetails::ToolOutput(super::tools_step::output_item(
+                    &call.id, &r, status, outcome,
+                )),
             );
             self.state.messages.push(Message::ToolResult {
                 call_id: call.id.clone(),

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use tokio::sync::Semaphore;
 use troupe_protocol::{
     CompletionSubtype, FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem,
-    ToolOutputItem,
+    ToolOutcome, ToolOutputItem,
 };
 
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
@@ -45,6 +45,12 @@ impl AgentLoop {
             );
             last_seq = seq.or(last_seq);
             needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
+        }
+        for p in prepared
+            .iter()
+            .filter(|p| p.tool.is_ok() && p.same_as.is_none())
+        {
+            self.command_started(&p.call.name, &p.call.id, &p.args);
         }
         // A call whose record was refused must not run: after a crash
         // nothing would show it happened.
@@ -137,9 +143,7 @@ impl AgentLoop {
                 })
                 .await;
             if let Some(reason) = outcome.blocked {
-                p.tool = Err(ToolError::Denied(format!(
-                    "blocked by a pre_tool_use hook: {reason}"
-                )));
+                p.tool = Err(ToolError::HookDenied(reason));
             }
         }
         // A duplicate shares the fate of the call it repeats.
@@ -173,17 +177,14 @@ impl AgentLoop {
     /// Emits each call's output and completion, in call order.
     fn record(&mut self, prepared: &[Prepared], results: &[CallResult]) {
         for (p, r) in prepared.iter().zip(results) {
-            let status = match r {
-                Ok(_) => ItemStatus::Completed,
-                Err(ToolError::Denied(_)) => ItemStatus::Declined,
-                Err(_) => ItemStatus::Failed,
-            };
+            let (status, outcome) = status_of(r);
             let id = self.item_id();
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 id,
-                ItemDetails::ToolOutput(output_item(&p.call.id, r, status)),
+                ItemDetails::ToolOutput(output_item(&p.call.id, r, status, outcome)),
             );
+            self.command_finished(&p.call.name, &p.call.id, &p.args, r);
             if let Ok(o) = r
                 && !o.changes.is_empty()
                 && p.same_as.is_none()
@@ -198,10 +199,12 @@ impl AgentLoop {
                     }),
                 );
             }
+            let mut done = invocation(p, status);
+            done.outcome = Some(outcome);
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 p.item_id.clone(),
-                ItemDetails::ToolInvocation(invocation(p, status)),
+                ItemDetails::ToolInvocation(done),
             );
         }
     }
@@ -239,11 +242,25 @@ fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
         arguments: p.args.clone(),
         tool_call_id: p.call.id.clone(),
         status,
+        outcome: None,
+    }
+}
+
+/// The status and outcome of a finished call.
+pub(super) fn status_of(r: &CallResult) -> (ItemStatus, ToolOutcome) {
+    match r {
+        Ok(_) => (ItemStatus::Completed, ToolOutcome::Success),
+        Err(e) => (ItemStatus::Failed, e.outcome()),
     }
 }
 
 /// The `tool_output` item recording a call's result.
-pub(super) fn output_item(call_id: &str, r: &CallResult, status: ItemStatus) -> ToolOutputItem {
+pub(super) fn output_item(
+    call_id: &str,
+    r: &CallResult,
+    status: ItemStatus,
+    outcome: ToolOutcome,
+) -> ToolOutputItem {
     let (output, exit_code, spool_path, truncated) = match r {
         Ok(o) => (
             o.output.clone(),
@@ -260,6 +277,7 @@ pub(super) fn output_item(call_id: &str, r: &CallResult, status: ItemStatus) -> 
         spool_path,
         truncated,
         status,
+        outcome: Some(outcome),
     }
 }
 

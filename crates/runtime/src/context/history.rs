@@ -49,11 +49,11 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
                     });
                 }
             }
+            ThreadEvent::UserMessage(m) => {
+                flush(&mut out, &mut pending);
+                out.push(Message::user(m.text));
+            }
             ThreadEvent::ItemCompleted(e) => match e.item.details {
-                ItemDetails::UserMessage(m) => {
-                    flush(&mut out, &mut pending);
-                    out.push(Message::user(m.text));
-                }
                 ItemDetails::AgentMessage(m) => {
                     flush(&mut out, &mut pending);
                     pending = Some((m.text, Vec::new()));
@@ -232,7 +232,7 @@ impl ForkArtifact {
 mod tests {
     use super::*;
     use troupe_protocol::{
-        ItemEvent, TextItem, ThreadItem, ToolInvocationItem, ToolOutputItem, UserMessageItem,
+        ItemEvent, TextItem, ThreadItem, ToolInvocationItem, ToolOutputItem, UserMessageEvent,
     };
 
     fn item(details: ItemDetails) -> ItemEvent {
@@ -248,10 +248,12 @@ mod tests {
     #[test]
     fn events_rebuild_the_conversation() {
         let events = vec![
-            ThreadEvent::ItemCompleted(item(ItemDetails::UserMessage(UserMessageItem {
+            ThreadEvent::UserMessage(UserMessageEvent {
+                id: "u".into(),
                 text: "task".into(),
                 intent_id: None,
-            }))),
+                agent_id: None,
+            }),
             ThreadEvent::ItemCompleted(item(ItemDetails::AgentMessage(TextItem {
                 text: "looking".into(),
             }))),
@@ -260,6 +262,7 @@ mod tests {
                 arguments: serde_json::json!({"path": "a"}),
                 tool_call_id: "c1".into(),
                 status: ItemStatus::InProgress,
+                outcome: None,
             }))),
             ThreadEvent::ItemCompleted(item(ItemDetails::ToolOutput(ToolOutputItem {
                 call_id: "c1".into(),
@@ -268,6 +271,7 @@ mod tests {
                 spool_path: None,
                 truncated: false,
                 status: ItemStatus::Completed,
+                outcome: None,
             }))),
             ThreadEvent::ItemCompleted(item(ItemDetails::AgentMessage(TextItem {
                 text: "done".into(),

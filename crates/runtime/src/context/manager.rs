@@ -522,9 +522,12 @@ impl ContextManager {
         self.pending = false;
         step.events
             .push(ThreadEvent::ContextReset(ContextResetEvent {
+                thread_id: input.thread_id.to_owned(),
+                turn_id: format!("turn_{}", input.turns),
                 trigger: trigger.to_owned(),
                 plan_preserved: false,
-                previous_context_usage_percent: usage_percent,
+                previous_context_usage_percent: usage_percent
+                    .map_or(0, |p| p.round().clamp(0.0, 100.0) as u8),
                 tool_budget_reset: false,
             }));
     }

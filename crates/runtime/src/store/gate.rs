@@ -30,6 +30,26 @@ pub(crate) struct Record {
     pub(crate) line: Vec<u8>,
     pub(crate) event_start: usize,
     pub(crate) meta: Meta,
+    /// Where the event stands in the session's envelope.
+    pub(crate) envelope: Envelope,
+}
+
+/// The envelope of a session's log: the root `thread.started` is its first
+/// line and the root `thread.completed` its last (`thread.compact_boundary`
+/// of a manual compaction aside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Envelope {
+    /// Anything else.
+    Inside,
+    /// `thread.started` of the root thread: recorded once per opening of
+    /// the log (a resumed thread starts another run, as in Codex). The
+    /// session announces it before its actor tree starts; the root agent's
+    /// own announcement of the same thread is then not recorded again.
+    RootStarted,
+    /// `agent.started`, `agent.restarted`, `agent.stopped`: not recorded
+    /// after the root `thread.completed` (the actors still running then
+    /// stop with the session; the drain's own stop is not an event).
+    Lifecycle,
 }
 
 const PREFIX_HEAD: &[u8] = b"{\"schema_version\":\"";
@@ -48,6 +68,13 @@ impl Record {
         let event_start = line.len();
         serde_json::to_writer(&mut line, event).map_err(|e| EmitError::Encode(e.to_string()))?;
         line.extend_from_slice(b"}\n");
+        let envelope = match event {
+            ThreadEvent::ThreadStarted(t) if t.thread_id == root_thread => Envelope::RootStarted,
+            ThreadEvent::AgentStarted(_)
+            | ThreadEvent::AgentRestarted(_)
+            | ThreadEvent::AgentStopped(_) => Envelope::Lifecycle,
+            _ => Envelope::Inside,
+        };
         let meta = match event {
             ThreadEvent::ThreadStarted(_) => Meta::Activates { turn: false },
             ThreadEvent::TurnStarted(_) => Meta::Activates { turn: true },
@@ -60,6 +87,7 @@ impl Record {
             line,
             event_start,
             meta,
+            envelope,
         })
     }
 
@@ -92,6 +120,8 @@ pub(crate) struct GateState {
     /// Set by close: no more events; the writer drains and exits.
     pub(crate) closed: bool,
     pub(crate) terminal_seen: bool,
+    /// The root `thread.started` was recorded since the log was opened.
+    pub(crate) root_started: bool,
     pub(crate) writer_waiting: bool,
 }
 
@@ -137,6 +167,16 @@ impl Gate {
         let terminal = record.is_terminal();
         let deadline = Instant::now() + max.terminal_wait;
         let mut st = self.state.lock();
+        let outside = match record.envelope {
+            Envelope::RootStarted => st.root_started,
+            Envelope::Lifecycle => st.terminal_seen,
+            Envelope::Inside => false,
+        };
+        if outside {
+            // Not an error: the event is already in the log, or the
+            // session it describes has ended.
+            return Ok(st.accepted);
+        }
         loop {
             if st.closed {
                 st.refused += 1;
@@ -176,6 +216,7 @@ impl Gate {
         st.held_bytes += len;
         st.accepted += 1;
         st.terminal_seen |= terminal;
+        st.root_started |= record.envelope == Envelope::RootStarted;
         let seq = st.accepted;
         st.queue.push_back(record);
         if st.writer_waiting {

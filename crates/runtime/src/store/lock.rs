@@ -140,15 +140,20 @@ fn same_file(file: &File, path: &Path) -> bool {
 }
 
 /// The holder's pid. A holder writes it just after it takes the lock, so
-/// an empty file is read again for a short while.
+/// an empty file, or one that still names a dead earlier writer (a crash
+/// leaves its pid behind), is read again for a short while.
 fn holder_pid(file: &mut File) -> Option<u32> {
     for _ in 0..HOLDER_PID_POLLS {
-        if let Some(pid) = read_pid(file) {
+        if let Some(pid) = read_pid(file).filter(|pid| alive(*pid)) {
             return Some(pid);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     None
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// How often [`holder_pid`] reads an empty lock file (2 ms apart).

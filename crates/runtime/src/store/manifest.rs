@@ -34,7 +34,9 @@ impl SessionStatus {
 pub struct Manifest {
     /// The session id (the directory name).
     pub session_id: String,
-    /// Protocol schema version of events.jsonl.
+    /// Protocol schema version the session was created with. Every line of
+    /// events.jsonl carries its own: a resumed schema-1 session appends
+    /// lines of the current version.
     pub schema_version: String,
     /// When the session was created.
     pub created_at: DateTime<Utc>,

@@ -25,6 +25,8 @@ pub struct BadLine {
 /// A last line without its newline (a writer in the middle of a write, or a
 /// torn tail not yet recovered) is not yielded. Unknown event types come
 /// back as [`ThreadEvent::Unknown`]; use [`EventReader::known`] to skip them.
+/// Lines of schema 1 (the previous release) are upgraded to the current
+/// shape as they are read ([`VersionedThreadEvent::from_line`]).
 pub struct EventReader {
     path: PathBuf,
     reader: BufReader<File>,
@@ -68,7 +70,7 @@ impl Iterator for EventReader {
             Ok(_) => {
                 self.line_no += 1;
                 Some(
-                    serde_json::from_slice::<VersionedThreadEvent>(&self.buf)
+                    VersionedThreadEvent::from_line(&self.buf)
                         .map(|ev| (self.line_no, ev))
                         .map_err(|e| BadLine {
                             path: self.path.clone(),
@@ -168,6 +170,14 @@ impl Transcript {
                 }
             }
             ThreadEvent::ItemCompleted(e) => self.push_item(e.item.details),
+            ThreadEvent::UserMessage(m) => self.entries.push(TranscriptEntry::User(m.text)),
+            ThreadEvent::Handoff(h) => self
+                .entries
+                .push(TranscriptEntry::Handoff(h.handoff.to_markdown())),
+            ThreadEvent::Verdict(v) => self.entries.push(TranscriptEntry::Verdict {
+                approved: v.verdict.approved,
+                findings: v.verdict.findings.into_iter().map(|f| f.message).collect(),
+            }),
             ThreadEvent::Error(e) => self.entries.push(TranscriptEntry::Error(e.message)),
             ThreadEvent::ThreadCompleted(c) => self.entries.push(TranscriptEntry::Completed {
                 subtype: c.subtype.as_str().to_string(),
@@ -179,7 +189,6 @@ impl Transcript {
 
     fn push_item(&mut self, item: ItemDetails) {
         let entry = match item {
-            ItemDetails::UserMessage(m) => TranscriptEntry::User(m.text),
             ItemDetails::AgentMessage(m) => TranscriptEntry::Assistant(m.text),
             ItemDetails::Reasoning(m) => TranscriptEntry::Reasoning(m.text),
             ItemDetails::ToolOutput(out) => {
@@ -200,11 +209,6 @@ impl Transcript {
                 }
                 return;
             }
-            ItemDetails::Handoff(h) => TranscriptEntry::Handoff(h.handoff.to_markdown()),
-            ItemDetails::Verdict(v) => TranscriptEntry::Verdict {
-                approved: v.verdict.approved,
-                findings: v.verdict.findings.into_iter().map(|f| f.message).collect(),
-            },
             ItemDetails::Error(e) => TranscriptEntry::Error(e.message),
             ItemDetails::ToolInvocation(_)
             | ItemDetails::CommandExecution(_)
@@ -270,10 +274,14 @@ pub struct AgentRow {
     pub state: String,
 }
 
-/// The actor tree of a session, in start order, from its events.
+/// The actor tree of a session, in start order, from its events. The first
+/// `thread.started` is the root thread's; when it completes, actors still
+/// running stop with the session (`stopped: session ended`): the log has
+/// no `agent.stopped` after the root `thread.completed`.
 pub fn agent_tree(events: impl Iterator<Item = ThreadEvent>) -> Vec<AgentRow> {
     let mut rows: Vec<AgentRow> = Vec::new();
     let mut threads: Vec<(String, String)> = Vec::new();
+    let mut root_thread: Option<String> = None;
     fn row<'a>(rows: &'a mut Vec<AgentRow>, id: &str) -> &'a mut AgentRow {
         if let Some(i) = rows.iter().position(|r| r.agent_id == id) {
             return &mut rows[i];
@@ -304,6 +312,9 @@ pub fn agent_tree(events: impl Iterator<Item = ThreadEvent>) -> Vec<AgentRow> {
                 }
             }
             ThreadEvent::ThreadStarted(t) => {
+                if root_thread.is_none() {
+                    root_thread = Some(t.thread_id.clone());
+                }
                 if let Some(a) = t.agent_id {
                     threads.push((t.thread_id, a));
                 }
@@ -323,6 +334,11 @@ pub fn agent_tree(events: impl Iterator<Item = ThreadEvent>) -> Vec<AgentRow> {
                     let r = row(&mut rows, &a.clone());
                     r.cost_usd = c.total_cost_usd;
                     r.state = c.subtype.as_str().to_string();
+                }
+                if root_thread.as_deref() == Some(c.thread_id.as_str()) {
+                    for r in rows.iter_mut().filter(|r| r.state == "running") {
+                        r.state = "stopped: session ended".into();
+                    }
                 }
             }
             _ => {}

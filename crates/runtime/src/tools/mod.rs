@@ -134,9 +134,12 @@ pub enum ToolError {
         /// `..`, absolute, or a symlink leading out.
         reason: String,
     },
-    /// The permission policy or a hook refused the call.
+    /// The permission policy refused the call.
     #[error("denied: {0}")]
     Denied(String),
+    /// A `pre_tool_use` hook blocked the call; the hook's reason.
+    #[error("denied: blocked by a pre_tool_use hook: {0}")]
+    HookDenied(String),
     /// The tool ran and failed.
     #[error("{0}")]
     Failed(String),
@@ -146,6 +149,20 @@ pub enum ToolError {
 }
 
 impl ToolError {
+    /// Why a call that failed with this error ended, on the wire.
+    pub fn outcome(&self) -> troupe_protocol::ToolOutcome {
+        use troupe_protocol::ToolOutcome;
+        match self {
+            ToolError::InvalidJson(_) | ToolError::UnknownTool { .. } | ToolError::Schema(_) => {
+                ToolOutcome::InvalidTool
+            }
+            ToolError::Denied(_) => ToolOutcome::PermissionRejected,
+            ToolError::HookDenied(_) => ToolOutcome::HookDenied,
+            ToolError::Cancelled => ToolOutcome::Cancelled,
+            ToolError::PathEscape { .. } | ToolError::Failed(_) => ToolOutcome::Error,
+        }
+    }
+
     /// The class of the error, for the self-heal key `<tool>:<class>`.
     pub fn class(&self) -> &'static str {
         match self {
@@ -153,7 +170,7 @@ impl ToolError {
             ToolError::UnknownTool { .. } => "unknown_tool",
             ToolError::Schema(_) => "schema",
             ToolError::PathEscape { .. } => "path_escape",
-            ToolError::Denied(_) => "denied",
+            ToolError::Denied(_) | ToolError::HookDenied(_) => "denied",
             ToolError::Failed(_) => "failed",
             ToolError::Cancelled => "cancelled",
         }

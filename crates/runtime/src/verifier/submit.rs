@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
-use troupe_protocol::{ItemDetails, ItemEvent, ThreadEvent, ThreadItem, Verdict, VerdictItem};
+use troupe_protocol::{ThreadEvent, Verdict, VerdictEvent};
 
 use crate::agent::EventSink;
 use crate::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
@@ -147,15 +147,11 @@ impl SubmitVerdictTool {
                     .to_string(),
             ));
         }
-        let event = ThreadEvent::ItemCompleted(ItemEvent {
-            item: ThreadItem {
-                id: VERDICT_ITEM_ID.to_string(),
-                details: ItemDetails::Verdict(VerdictItem {
-                    verifier: self.verifier.clone(),
-                    head: self.head.clone(),
-                    verdict: verdict.clone(),
-                }),
-            },
+        let event = ThreadEvent::Verdict(VerdictEvent {
+            id: VERDICT_ITEM_ID.to_string(),
+            verifier: self.verifier.clone(),
+            head: self.head.clone(),
+            verdict: verdict.clone(),
             agent_id: self.agent_id.clone(),
         });
         self.sink

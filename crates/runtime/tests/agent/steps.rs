@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent};
+use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, ToolOutcome};
 use troupe_runtime::tools::PermissionPolicy;
 use troupe_test_support::AgentBuilder;
 use troupe_test_support::events::{self, position, tool_calls_named, tool_outputs};
@@ -191,13 +191,13 @@ async fn the_permission_policy_declines_denied_calls_and_runs_the_rest() {
     assert!(!h.path().join("x.txt").exists(), "the denied write ran");
     let evs = h.events();
     let outputs = tool_outputs(&evs);
-    let status: Vec<_> = outputs.iter().map(|o| o.status).collect();
+    let status: Vec<_> = outputs.iter().map(|o| (o.status, o.outcome)).collect();
     assert_eq!(
         status,
         vec![
-            ItemStatus::Declined,
-            ItemStatus::Declined,
-            ItemStatus::Completed
+            (ItemStatus::Failed, Some(ToolOutcome::PermissionRejected)),
+            (ItemStatus::Failed, Some(ToolOutcome::PermissionRejected)),
+            (ItemStatus::Completed, Some(ToolOutcome::Success)),
         ]
     );
     assert!(outputs[0].output.contains("denied"), "{:?}", outputs[0]);
@@ -288,7 +288,8 @@ async fn a_pre_tool_use_hook_exiting_2_declines_the_call_with_its_reason() {
     assert!(!h.path().join("x.txt").exists(), "the blocked call ran");
     let evs = h.events();
     let out = tool_outputs(&evs);
-    assert_eq!(out[0].status, ItemStatus::Declined);
+    assert_eq!(out[0].status, ItemStatus::Failed);
+    assert_eq!(out[0].outcome, Some(ToolOutcome::HookDenied));
     assert!(out[0].output.contains("writes are frozen"), "{:?}", out[0]);
     let input: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(h.path().join("hook-input.json")).unwrap())

@@ -114,7 +114,7 @@ fn reader_skips_unknown_types_and_reports_bad_lines() {
 
 #[test]
 fn transcript_pairs_tool_calls_with_outputs() {
-    use troupe_protocol::{ItemStatus, ToolInvocationItem, ToolOutputItem, UserMessageItem};
+    use troupe_protocol::{ItemStatus, ToolInvocationItem, ToolOutputItem, UserMessageEvent};
     let item = |id: &str, details| ThreadItem {
         id: id.into(),
         details,
@@ -124,16 +124,13 @@ fn transcript_pairs_tool_calls_with_outputs() {
         arguments: serde_json::json!({"path": "a.rs"}),
         tool_call_id: "c1".into(),
         status: ItemStatus::InProgress,
+        outcome: None,
     });
     let events = vec![
-        ThreadEvent::ItemCompleted(ItemEvent {
-            item: item(
-                "u",
-                ItemDetails::UserMessage(UserMessageItem {
-                    text: "fix it".into(),
-                    intent_id: None,
-                }),
-            ),
+        ThreadEvent::UserMessage(UserMessageEvent {
+            id: "u".into(),
+            text: "fix it".into(),
+            intent_id: None,
             agent_id: None,
         }),
         ThreadEvent::ItemStarted(ItemEvent {
@@ -148,6 +145,7 @@ fn transcript_pairs_tool_calls_with_outputs() {
                     arguments: serde_json::json!({}),
                     tool_call_id: "c2".into(),
                     status: ItemStatus::InProgress,
+                    outcome: None,
                 }),
             ),
             agent_id: None,
@@ -162,6 +160,7 @@ fn transcript_pairs_tool_calls_with_outputs() {
                     spool_path: None,
                     truncated: false,
                     status: ItemStatus::Completed,
+                    outcome: Some(troupe_protocol::ToolOutcome::Success),
                 }),
             ),
             agent_id: None,

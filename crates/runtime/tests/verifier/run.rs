@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use troupe_protocol::{
-    Check, CompletionSubtype, Finding, ItemDetails, ThreadEvent, Verdict, VerdictItem,
-};
+use troupe_protocol::{Check, CompletionSubtype, Finding, ThreadEvent, Verdict, VerdictEvent};
 use troupe_runtime::agent::MemorySink;
 use troupe_runtime::provider::{ModelCatalog, ProviderKind};
 use troupe_runtime::verifier::{
@@ -46,18 +44,15 @@ async fn verify(
     (result, server, sink)
 }
 
-fn verdict_items(sink: &MemorySink) -> Vec<VerdictItem> {
+fn verdict_items(sink: &MemorySink) -> Vec<VerdictEvent> {
     sink.events()
         .into_iter()
         .filter_map(|e| match e {
-            ThreadEvent::ItemCompleted(ev) => match ev.item.details {
-                ItemDetails::Verdict(v) => {
-                    assert_eq!(ev.item.id, VERDICT_ITEM_ID);
-                    assert_eq!(ev.agent_id.as_deref(), Some("verifier"));
-                    Some(v)
-                }
-                _ => None,
-            },
+            ThreadEvent::Verdict(v) => {
+                assert_eq!(v.id, VERDICT_ITEM_ID);
+                assert_eq!(v.agent_id.as_deref(), Some("verifier"));
+                Some(v)
+            }
             _ => None,
         })
         .collect()
@@ -114,13 +109,15 @@ async fn a_scripted_review_runs_a_check_and_submits_a_structured_verdict() {
     let recorded = server.function_call_output_text("call_2").unwrap();
     assert!(recorded.starts_with("verdict recorded: approved=false, 1 finding(s), 1 check(s)"));
 
-    // The verdict item was emitted, once, for the head commit.
+    // The troupe.verdict event was emitted, once, for the head commit.
     assert_eq!(
         verdict_items(&sink),
-        [VerdictItem {
+        [VerdictEvent {
+            id: VERDICT_ITEM_ID.into(),
             verifier: "verifier".into(),
             head: Some(repo.head.clone()),
             verdict,
+            agent_id: Some("verifier".into()),
         }]
     );
     server.check_invariants().unwrap();
