@@ -23,7 +23,7 @@ use troupe_runtime::store::{
 use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::{Script, ScriptedServer};
 
-use crate::render::HumanRenderer;
+use crate::render::{HumanRenderer, PipeWriter};
 use crate::{Failure, exit};
 
 /// Arguments of `troupe exec`.
@@ -204,6 +204,8 @@ pub struct Session {
     events: Option<JsonlFileExporter>,
     server: Option<ScriptedServer>,
     offline: bool,
+    /// Label every human output line with its agent.
+    label_agents: bool,
 }
 
 impl Session {
@@ -268,7 +270,14 @@ impl Session {
             events,
             offline: server.is_some(),
             server,
+            label_agents: false,
         })
+    }
+
+    /// Labels every line of the human output with its agent (pipelines).
+    pub fn label_agents(mut self) -> Self {
+        self.label_agents = true;
+        self
     }
 
     fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
@@ -345,11 +354,16 @@ impl Session {
         if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
-                std::io::stdout(),
+                PipeWriter::new(std::io::stdout()),
                 ExportFormat::Bare,
             )));
         } else {
-            log.add_exporter(Box::new(HumanRenderer::new(std::io::stdout())));
+            let out = PipeWriter::new(std::io::stdout());
+            log.add_exporter(Box::new(if self.label_agents {
+                HumanRenderer::labelled(out)
+            } else {
+                HumanRenderer::new(out)
+            }));
         }
         if let Some(exporter) = self.events.take() {
             log.add_exporter(Box::new(exporter));
@@ -443,18 +457,13 @@ fn exit_code(subtype: CompletionSubtype) -> u8 {
 
 fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    let cost = match done.total_cost_usd {
-        Some(c) => format!("${c:.4}"),
-        None => "cost unknown".into(),
-    };
     writeln!(
         out,
-        "\n— {} ({}) in {} turns · {} input / {} output tokens · {cost}",
-        done.subtype,
-        done.outcome_code,
-        done.num_turns,
+        "\n— {} · {} input / {} output tokens · {}",
+        crate::render::outcome(done),
         done.usage.input_tokens,
-        done.usage.output_tokens
+        done.usage.output_tokens,
+        crate::render::cost(done.total_cost_usd)
     )?;
     writeln!(out, "session: {session}")
 }

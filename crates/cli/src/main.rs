@@ -8,6 +8,7 @@ mod pipeline_cmd;
 mod render;
 mod resume;
 mod sessions;
+mod sessions_view;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,6 +106,8 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        // A reader that went away (`| head`) is not an error.
+        Err(f) if broken_pipe(&f.error) => ExitCode::from(exit::OK),
         Err(f) => {
             eprintln!("troupe: {}", message(&f.error));
             ExitCode::from(f.code)
@@ -119,7 +122,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Sessions(args) => sessions::run(args),
         Command::Schema => {
-            print!("{}", troupe_protocol::events_json_schema());
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            write!(out, "{}", troupe_protocol::events_json_schema())?;
+            out.flush()?;
             Ok(exit::OK)
         }
         Command::MockLlm { script, listen } => {
@@ -150,6 +156,14 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Whether writing stdout failed because its reader closed the pipe.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The error and its causes on one line, each cause once: many library

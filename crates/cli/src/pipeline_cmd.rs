@@ -141,10 +141,11 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         task: "troupe demo".into(),
     };
     if !args.json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "troupe demo: a repository with a failing test in {}",
             workspace.display()
-        );
+        )?;
     }
     execute(&workspace, &settings, &spec, args.json)
 }
@@ -171,7 +172,9 @@ fn execute(
 ) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(workspace, settings, None).await?;
+        let session = Session::prepare(workspace, settings, None)
+            .await?
+            .label_agents();
         let store = SessionStore::for_workspace(workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session_log_config(workspace)?)?;
@@ -365,18 +368,13 @@ fn print_summary(
             ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
         }
     }
-    let cost = done
-        .total_cost_usd
-        .map(|c| format!("${c:.4}"))
-        .unwrap_or_else(|| "cost unknown".into());
     writeln!(
         out,
-        "\n— {} ({}) · {} turns · {} input / {} output tokens · {cost}",
-        done.subtype,
-        done.outcome_code,
-        done.num_turns,
+        "\n— {} · {} input / {} output tokens · {}",
+        crate::render::outcome(done),
         done.usage.input_tokens,
-        done.usage.output_tokens
+        done.usage.output_tokens,
+        crate::render::cost(done.total_cost_usd)
     )?;
     writeln!(out, "workspace: {}", workspace.display())?;
     writeln!(out, "session:   {}", session.display())
