@@ -42,10 +42,10 @@ pub struct ExecArgs {
     #[arg(long)]
     base_url: Option<String>,
     /// Turn limit (default 15).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
     max_turns: Option<u32>,
     /// Cost budget in USD.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
     max_budget_usd: Option<f64>,
     /// The workspace root (default: the current directory).
     #[arg(long, default_value = ".")]

@@ -2,6 +2,7 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod errors;
 mod exec;
 mod mock_llm;
 mod pipeline_cmd;
@@ -95,13 +96,20 @@ fn main() -> ExitCode {
     init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        // --help and --version print as clap renders them; a usage
+        // error is one `troupe:` line, exit 2.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::BAD_INPUT
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(exit::OK);
+        }
+        // `troupe` alone prints the help on stderr, exit 2.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(exit::BAD_INPUT);
+        }
+        Err(e) => {
+            eprintln!("troupe: {}", errors::clap_line(&e));
+            return ExitCode::from(exit::BAD_INPUT);
         }
     };
     match run(cli) {
@@ -109,7 +117,7 @@ fn main() -> ExitCode {
         // A reader that went away (`| head`) is not an error.
         Err(f) if broken_pipe(&f.error) => ExitCode::from(exit::OK),
         Err(f) => {
-            eprintln!("troupe: {}", message(&f.error));
+            eprintln!("troupe: {}", errors::message(&f.error));
             ExitCode::from(f.code)
         }
     }
@@ -164,18 +172,4 @@ fn broken_pipe(error: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
-}
-
-/// The error and its causes on one line, each cause once: many library
-/// errors already include their source in their own message.
-fn message(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
 }
