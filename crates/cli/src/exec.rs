@@ -101,13 +101,7 @@ fn exec_kind() -> String {
 pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(&args.prompt)?;
     let workspace = canonical_workspace(&args.workspace)?;
-    let script =
-        match &args.script {
-            Some(path) => Some(std::fs::canonicalize(path).map_err(|e| {
-                Failure::bad_input(anyhow::anyhow!("script {}: {e}", path.display()))
-            })?),
-            None => None,
-        };
+    let script = args.script.as_deref().map(script_file).transpose()?;
     let settings = SessionSettings {
         kind: exec_kind(),
         provider: args.provider.clone(),
@@ -138,6 +132,39 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     })
 }
 
+/// The `--script FILE` of any command, checked before anything starts: a
+/// readable file that parses and scripts at least one answer. Returns its
+/// absolute path.
+pub fn script_file(path: &Path) -> Result<PathBuf, Failure> {
+    if !path.is_file() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "script {} is not a readable file; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
+            path.display()
+        )));
+    }
+    let absolute = std::fs::canonicalize(path).map_err(|e| {
+        Failure::bad_input(anyhow::anyhow!(
+            "script {} is not a readable file ({e}); pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
+            path.display()
+        ))
+    })?;
+    load_script(&absolute)?;
+    Ok(absolute)
+}
+
+/// Loads a script, refusing one that answers nothing (no replies, rule or
+/// routes): it would only make the agent retry against HTTP 500s.
+pub fn load_script(path: &Path) -> Result<Script, Failure> {
+    let script = Script::from_path(path).map_err(Failure::bad_input)?;
+    if script.replies.is_empty() && script.rule.is_none() && script.routes.is_empty() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "script {} scripts no answer: add a [[replies]] table, a [rule] or a [[routes]] table (docs/scripted-server.md)",
+            path.display()
+        )));
+    }
+    Ok(script)
+}
+
 pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
     let path = std::fs::canonicalize(dir).map_err(|e| {
         Failure::bad_input(anyhow::anyhow!(
@@ -160,7 +187,9 @@ fn read_prompt(arg: &str) -> Result<String, Failure> {
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
-        s
+        // `echo task | troupe exec -` ends with a newline that is not part
+        // of the task.
+        s.trim_end_matches(['\n', '\r']).to_string()
     } else {
         arg.to_string()
     };
@@ -219,7 +248,7 @@ impl Session {
         let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
         let server = match &s.script {
             Some(path) => {
-                let script = Script::from_path(path).map_err(Failure::bad_input)?;
+                let script = load_script(path)?;
                 Some(
                     ScriptedServer::start(script)
                         .await

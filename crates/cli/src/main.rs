@@ -60,7 +60,7 @@ enum Command {
         script: PathBuf,
         /// Where to listen; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:0")]
-        listen: SocketAddr,
+        listen: String,
     },
     /// Print the JSON Schema of one events.jsonl line.
     Schema,
@@ -137,23 +137,38 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Command::MockLlm { script, listen } => {
-            if !script.is_file() {
-                return Err(Failure::bad_input(anyhow::anyhow!(
-                    "script {} is not a readable file; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
-                    script.display()
-                )));
-            }
-            if !listen.ip().is_loopback() {
-                return Err(Failure::bad_input(anyhow::anyhow!(
-                    "--listen {listen}: the scripted model server only listens on loopback (127.0.0.1 or ::1)"
-                )));
-            }
-            troupe_testkit::Script::from_path(&script).map_err(Failure::bad_input)?;
+            let script = exec::script_file(&script)?;
+            let listen = loopback(&listen)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;
             Ok(exit::OK)
         }
     }
+}
+
+/// `--listen HOST:PORT`, resolved (`localhost:0` works); only loopback
+/// addresses are accepted.
+fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
+    use std::net::ToSocketAddrs as _;
+    let refuse = |why: String| {
+        Failure::bad_input(anyhow::anyhow!(
+            "--listen {listen}: {why}; the scripted model server only listens on loopback, like 127.0.0.1:0, [::1]:0 or localhost:0"
+        ))
+    };
+    let addrs: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .map_err(|e| refuse(format!("not a HOST:PORT address ({e})")))?
+        .collect();
+    if let Some(bad) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+        return Err(refuse(format!("{} is not a loopback address", bad.ip())));
+    }
+    // IPv4 first: localhost resolves to both.
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| refuse("it resolves to no address".into()))
 }
 
 /// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`).
