@@ -695,16 +695,35 @@ async fn finish(
     myself.stop(Some("completed".into()));
 }
 
-/// A handoff for an agent that did not submit one: its task, with the
-/// outcome as the boundary status.
+/// A handoff for an agent that did not submit one: its task, with what is
+/// known as the boundary status. Never `done`: only the agent's own
+/// `handoff` can claim that. An agent that ran no turn did `not_started`;
+/// one that ended without calling `handoff`, or failed, is `blocked`, and
+/// the note says why.
 pub fn synthesize_handoff(args: &AgentArgs, done: &ThreadCompletedEvent) -> HandoffRequest {
-    let (status, note) = match done.subtype {
-        CompletionSubtype::Success => (BoundaryStatus::Done, None),
-        other => (
+    let (status, note) = if done.num_turns == 0 {
+        (
+            BoundaryStatus::NotStarted,
+            format!(
+                "the agent ended before its first turn: {} ({})",
+                done.subtype, done.outcome_code
+            ),
+        )
+    } else if done.subtype == CompletionSubtype::Success {
+        (
             BoundaryStatus::Blocked,
-            Some(format!("ended as {other} ({})", done.outcome_code)),
-        ),
+            format!(
+                "the agent ended after {} turn(s) without calling handoff, so no deliverable was confirmed done",
+                done.num_turns
+            ),
+        )
+    } else {
+        (
+            BoundaryStatus::Blocked,
+            format!("ended as {} ({})", done.subtype, done.outcome_code),
+        )
     };
+    let note = Some(note);
     HandoffRequest {
         target: args.parent_id.clone().unwrap_or_else(|| "user".into()),
         state_summary: done

@@ -312,6 +312,16 @@ impl Session {
     fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
         let config = &self.config;
         let mut primary = config.provider_config().map_err(Failure::bad_input)?;
+        // The catalog's prices are the hosted providers' at their official
+        // URLs; a local or custom server, or a script, costs what only the
+        // user can say (`[models.<name>]` prices), else it is unknown.
+        let catalog = if self.offline || primary.base_url != primary.kind.default_base_url() {
+            troupe_runtime::provider::ModelCatalog::builtin()
+                .without_pricing()
+                .with_overrides(config.models.iter().map(|(k, v)| (k.clone(), *v)))
+        } else {
+            config.model_catalog()
+        };
         if self.offline {
             // The scripted server never gets a hosted provider's key.
             primary = primary.without_key();
@@ -357,7 +367,7 @@ impl Session {
             max_turns: config.agent.max_turns,
             max_parallel_tools: config.agent.max_parallel_tools,
             max_budget_usd: config.agent.harness.max_budget_usd,
-            catalog: Arc::new(config.model_catalog()),
+            catalog: Arc::new(catalog),
             tools,
             hooks: Some(Arc::new(hooks)),
             limits: SubagentLimits::default(),

@@ -171,12 +171,16 @@ fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
         .ok_or_else(|| refuse("it resolves to no address".into()))
 }
 
-/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`).
+/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`), coloured
+/// only when stderr is a terminal and `NO_COLOR` is unset or empty.
 fn init_tracing() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TROUPE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr)
         .try_init();
 }

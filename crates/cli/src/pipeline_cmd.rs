@@ -381,7 +381,10 @@ fn print_summary(
         )?;
         if let Some(h) = &r.handoff {
             for d in &h.boundary_status {
-                writeln!(out, "  [{}] {}", d.status.as_str(), d.name)?;
+                match &d.note {
+                    Some(note) => writeln!(out, "  [{}] {} — {note}", d.status.as_str(), d.name)?,
+                    None => writeln!(out, "  [{}] {}", d.status.as_str(), d.name)?,
+                }
             }
         }
         if let Some(v) = &r.verdict {
