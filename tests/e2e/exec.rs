@@ -159,7 +159,7 @@ fn success_prints_text_tools_and_summary() {
         run.stdout
     );
     assert!(
-        run.stdout.contains("success (success) in 2 turns"),
+        run.stdout.contains("— success in 2 turns ·"),
         "{}",
         run.stdout
     );

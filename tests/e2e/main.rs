@@ -7,6 +7,8 @@ mod exec;
 mod pipeline;
 mod resume;
 mod sessions;
+mod truth;
+mod truth_errors;
 
 use std::path::Path;
 use std::process::{Command, Output};
