@@ -540,3 +540,42 @@ fn demo_without_dir_removes_its_temporary_directory() {
         "a removed path is shown: {text}"
     );
 }
+
+#[test]
+fn sessions_list_aligns_its_columns_and_shows_the_prompt() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![Reply::text("ok")]);
+    let run = exec(ws.path(), &s, &[], "short");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let s = Server::start(vec![
+        Reply::tool_call("c1", "list_files", json!({"path": "."})),
+        Reply::tool_call("c2", "list_files", json!({"path": "."})),
+    ]);
+    let long = "Find every caller of the parser and\nmake it handle the new error codes, then run the whole test suite";
+    let mut cmd = exec_cmd(ws.path(), &s.url(), &["--max-turns", "1"], long);
+    assert_eq!(cmd.output().unwrap().status.code(), Some(3));
+    let out = bin(&["sessions", "list"], ws.path()).output().unwrap();
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let header = lines[0];
+    assert!(header.starts_with("SESSION "), "{text}");
+    // Every column starts where its header does.
+    for column in ["STATUS", "COST", "LAST EVENT", "UPDATED", "TASK"] {
+        let at = header.find(column).unwrap();
+        let at = header[..at].chars().count();
+        for row in &lines[1..] {
+            let before: String = row.chars().take(at).collect();
+            assert!(
+                before.ends_with("  ") && !row.chars().nth(at).unwrap().is_whitespace(),
+                "column {column} misaligned in\n{text}"
+            );
+        }
+    }
+    assert!(
+        lines[1].ends_with("  Find every caller of the parser and make…"),
+        "{text}"
+    );
+    assert!(lines[2].ends_with("  short"), "{text}");
+    assert!(lines[1].contains("completed (error_max_turns)"), "{text}");
+}
