@@ -470,6 +470,14 @@ fn cost_is_unknown_for_a_local_server_a_script_and_an_unpriced_failure() {
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert_eq!(run.completed().total_cost_usd, None);
     assert!(!run.stdout.contains("$0.0000"), "{}", run.stdout);
+    // The failure is printed once, not once as turn.failed and again as
+    // the warning that repeats it.
+    assert_eq!(
+        run.stdout.matches("bad request").count(),
+        1,
+        "{}",
+        run.stdout
+    );
 
     // Prices the user gives for the local model are used.
     let ws = tempfile::tempdir().unwrap();

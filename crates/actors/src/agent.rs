@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+pub use crate::synthesized::synthesize_handoff;
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,8 @@ use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
-    BoundaryStatus, CompletionSubtype, Deliverable, HandoffItem, HandoffRequest, ItemDetails,
-    ItemEvent, ThreadCompletedEvent, ThreadEvent, ThreadItem, Usage,
+    CompletionSubtype, HandoffItem, HandoffRequest, ItemDetails, ItemEvent, ThreadCompletedEvent,
+    ThreadEvent, ThreadItem, Usage,
 };
 use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
 use troupe_runtime::context::ContextSettings;
@@ -693,57 +694,4 @@ async fn finish(
         });
     }
     myself.stop(Some("completed".into()));
-}
-
-/// A handoff for an agent that did not submit one: its task, with what is
-/// known as the boundary status. Never `done`: only the agent's own
-/// `handoff` can claim that. An agent that ran no turn did `not_started`;
-/// one that ended without calling `handoff`, or failed, is `blocked`, and
-/// the note says why.
-pub fn synthesize_handoff(args: &AgentArgs, done: &ThreadCompletedEvent) -> HandoffRequest {
-    let (status, note) = if done.num_turns == 0 {
-        (
-            BoundaryStatus::NotStarted,
-            format!(
-                "the agent ended before its first turn: {} ({})",
-                done.subtype, done.outcome_code
-            ),
-        )
-    } else if done.subtype == CompletionSubtype::Success {
-        (
-            BoundaryStatus::Blocked,
-            format!(
-                "the agent ended after {} turn(s) without calling handoff, so no deliverable was confirmed done",
-                done.num_turns
-            ),
-        )
-    } else {
-        (
-            BoundaryStatus::Blocked,
-            format!("ended as {} ({})", done.subtype, done.outcome_code),
-        )
-    };
-    let note = Some(note);
-    HandoffRequest {
-        target: args.parent_id.clone().unwrap_or_else(|| "user".into()),
-        state_summary: done
-            .result
-            .clone()
-            .unwrap_or_else(|| format!("The agent ended as {} without a summary.", done.subtype)),
-        boundary_status: vec![Deliverable {
-            name: args
-                .spec
-                .task
-                .lines()
-                .next()
-                .unwrap_or("task")
-                .chars()
-                .take(120)
-                .collect(),
-            status,
-            note,
-        }],
-        task_context: args.spec.task.clone(),
-        ..HandoffRequest::default()
-    }
 }

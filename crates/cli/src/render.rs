@@ -23,6 +23,9 @@ pub struct HumanRenderer<W: Write + Send> {
     /// Label every line with its agent (pipelines); otherwise only the
     /// lines of agents other than the root are labelled.
     label_all: bool,
+    /// The message of the last `turn.failed`: the warning that repeats it
+    /// is not printed again.
+    last_failure: Option<String>,
 }
 
 impl<W: Write + Send> HumanRenderer<W> {
@@ -34,6 +37,7 @@ impl<W: Write + Send> HumanRenderer<W> {
             open_line: false,
             last_agent: None,
             label_all: false,
+            last_failure: None,
         }
     }
 
@@ -114,11 +118,19 @@ impl<W: Write + Send> HumanRenderer<W> {
                 }
                 _ => Ok(()),
             },
-            ThreadEvent::Error(e) => self.line(None, &format!("! {}", e.message)),
-            ThreadEvent::TurnFailed(e) => self.line(
-                e.agent_id.as_deref(),
-                &format!("! turn failed: {}", e.message),
-            ),
+            ThreadEvent::Error(e) => {
+                if self.last_failure.take().as_deref() == Some(e.message.as_str()) {
+                    return Ok(());
+                }
+                self.line(None, &format!("! {}", e.message))
+            }
+            ThreadEvent::TurnFailed(e) => {
+                self.last_failure = Some(e.message.clone());
+                self.line(
+                    e.agent_id.as_deref(),
+                    &format!("! turn failed: {}", e.message),
+                )
+            }
             _ => Ok(()),
         }
     }
