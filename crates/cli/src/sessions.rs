@@ -196,10 +196,10 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     };
                     writeln!(
                         out,
-                        "  {}{} [{}] turns {} tokens {}{cost}{restarts} — {}",
+                        "  {}{}{} turns {} tokens {}{cost}{restarts} — {}",
                         "  ".repeat(depth),
                         r.agent_id,
-                        r.role,
+                        view::role(r),
                         r.turns,
                         r.usage.total_tokens(),
                         view::agent_state(&m, r)

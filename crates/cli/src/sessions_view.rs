@@ -24,6 +24,15 @@ pub fn agent_state(m: &Manifest, r: &AgentRow) -> String {
     }
 }
 
+/// ` [role]`, or nothing for a thread that is no actor (a pipeline's own).
+pub fn role(r: &AgentRow) -> String {
+    if r.role.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", r.role)
+    }
+}
+
 /// The first words of a prompt, on one line, at most `max` characters.
 pub fn first_words(task: &str, max: usize) -> String {
     let words = task.split_whitespace().collect::<Vec<_>>().join(" ");
