@@ -32,7 +32,7 @@ pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
     json: bool,
-    /// Provider kind (openai, anthropic, gemini) or a [providers.<name>] table.
+    /// Provider kind (openai, anthropic, gemini) or a `[providers.<name>]` table.
     #[arg(long)]
     provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).
