@@ -331,6 +331,15 @@ fn a_closed_pipe_is_not_an_error() {
     assert_eq!((code, err.as_str()), (Some(0), ""), "exec | head");
     let (code, err) = with_closed_stdout(&["exec", "--json", "--script", &script, "hi"], ws.path());
     assert_eq!((code, err.as_str()), (Some(0), ""), "exec --json | head");
+    // The run's own exit code stands: a failed run still exits 1.
+    let failing = tempfile::tempdir().unwrap();
+    std::fs::write(
+        failing.path().join("e400.toml"),
+        "[[replies]]\nkind = \"http_error\"\nstatus = 400\n",
+    )
+    .unwrap();
+    let (code, err) = with_closed_stdout(&["exec", "--script", "e400.toml", "hi"], failing.path());
+    assert_eq!(code, Some(1), "{err}");
     let id = session_dir_any(ws.path());
     for args in [
         vec!["sessions", "list", "--json"],

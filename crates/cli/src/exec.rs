@@ -449,7 +449,7 @@ impl Session {
             RunEnd::Finished(o) => {
                 shutdown?;
                 if !json {
-                    summary(&o.completed, &dir)?;
+                    crate::render::unless_pipe_closed(summary(&o.completed, &dir))?;
                 }
                 exit_code(o.completed.subtype)
             }

@@ -220,13 +220,13 @@ fn execute(
             // A temporary demo directory is removed on success: its paths
             // are shown only when they will still exist.
             let paths = !(temporary && done.subtype == CompletionSubtype::Success);
-            print_summary(
+            crate::render::unless_pipe_closed(print_summary(
                 workspace,
                 paths.then_some(dir.as_path()),
                 &reports,
                 &tree,
                 &done,
-            )?;
+            ))?;
         }
         Ok(match done.subtype {
             CompletionSubtype::Success => exit::OK,

@@ -243,6 +243,15 @@ pub fn cost(cost: Option<f64>) -> String {
     cost.map_or_else(|| "cost unknown".into(), |c| format!("${c:.4}"))
 }
 
+/// A summary written to a pipe whose reader went away is not an error:
+/// the run's own exit code stands.
+pub fn unless_pipe_closed(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// A writer whose reader may go away (`troupe exec | head -1`): once the
 /// pipe is closed, what is written is dropped instead of failing, so the
 /// run goes on and no exporter is reported as failed.
