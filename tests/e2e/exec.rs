@@ -57,7 +57,7 @@ fn success_prints_text_tools_and_summary() {
         run.stdout
     );
     assert!(
-        run.stdout.contains("success (success) in 2 turns"),
+        run.stdout.contains("— success in 2 turns ·"),
         "{}",
         run.stdout
     );
@@ -384,7 +384,14 @@ fn no_silent_failover_when_the_model_was_pinned() {
 #[test]
 fn budget_stop_and_unknown_pricing() {
     let ws = tempfile::tempdir().unwrap();
-    // gpt-4.1 has built-in pricing; 1M input tokens cost far more than $0.01.
+    // A local server is priced only by the user's `[models]` prices (the
+    // built-in ones are for the official URLs); 1M input tokens at $2 per
+    // million cost far more than $0.01.
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[models.\"gpt-4.1\"]\ninput_per_mtok = 2.0\noutput_per_mtok = 8.0\n",
+    )
+    .unwrap();
     let s = Server::start(vec![
         Reply::tool_call("c1", "list_files", json!({"path": "."})).with_usage(usage(1_000_000, 10)),
         Reply::text("never"),
@@ -398,7 +405,7 @@ fn budget_stop_and_unknown_pricing() {
     assert_eq!(run.code, Some(3), "{}", run.stderr);
     let done = run.completed();
     assert_eq!(done.subtype, CompletionSubtype::ErrorMaxBudgetUsd);
-    assert!(done.total_cost_usd.unwrap() > 0.01);
+    assert!(done.total_cost_usd.unwrap() > 1.99);
     assert_eq!(
         s.server.requests().len(),
         1,

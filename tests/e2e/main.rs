@@ -10,6 +10,8 @@ mod exec;
 mod pipeline;
 mod resume;
 mod sessions;
+mod truth;
+mod truth_errors;
 mod vtcode;
 
 use std::path::Path;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+pub use crate::synthesized::synthesize_handoff;
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,7 @@ use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
-    BoundaryStatus, CompletionSubtype, Deliverable, HandoffEvent, HandoffRequest,
-    ThreadCompletedEvent, ThreadEvent, Usage,
+    CompletionSubtype, HandoffEvent, HandoffRequest, ThreadCompletedEvent, ThreadEvent, Usage,
 };
 use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
 use troupe_runtime::context::ContextSettings;
@@ -690,38 +690,4 @@ async fn finish(
         });
     }
     myself.stop(Some("completed".into()));
-}
-
-/// A handoff for an agent that did not submit one: its task, with the
-/// outcome as the boundary status.
-pub fn synthesize_handoff(args: &AgentArgs, done: &ThreadCompletedEvent) -> HandoffRequest {
-    let (status, note) = match done.subtype {
-        CompletionSubtype::Success => (BoundaryStatus::Done, None),
-        other => (
-            BoundaryStatus::Blocked,
-            Some(format!("ended as {other} ({})", done.outcome_code)),
-        ),
-    };
-    HandoffRequest {
-        target: args.parent_id.clone().unwrap_or_else(|| "user".into()),
-        state_summary: done
-            .result
-            .clone()
-            .unwrap_or_else(|| format!("The agent ended as {} without a summary.", done.subtype)),
-        boundary_status: vec![Deliverable {
-            name: args
-                .spec
-                .task
-                .lines()
-                .next()
-                .unwrap_or("task")
-                .chars()
-                .take(120)
-                .collect(),
-            status,
-            note,
-        }],
-        task_context: args.spec.task.clone(),
-        ..HandoffRequest::default()
-    }
 }

@@ -36,6 +36,7 @@ pub mod run;
 pub mod session;
 pub mod subagent;
 pub mod supervisor;
+pub mod synthesized;
 pub mod verifier;
 
 pub use address::{Address, AddressError};

@@ -23,7 +23,7 @@ use troupe_runtime::store::{
 use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::{Script, ScriptedServer};
 
-use crate::render::HumanRenderer;
+use crate::render::{HumanRenderer, PipeWriter};
 use crate::{Failure, exit};
 
 /// Arguments of `troupe exec`.
@@ -42,10 +42,10 @@ pub struct ExecArgs {
     #[arg(long)]
     base_url: Option<String>,
     /// Turn limit (default 15).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
     max_turns: Option<u32>,
     /// Cost budget in USD.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
     max_budget_usd: Option<f64>,
     /// The workspace root (default: the current directory).
     #[arg(long, default_value = ".")]
@@ -101,13 +101,7 @@ fn exec_kind() -> String {
 pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(&args.prompt)?;
     let workspace = canonical_workspace(&args.workspace)?;
-    let script =
-        match &args.script {
-            Some(path) => Some(std::fs::canonicalize(path).map_err(|e| {
-                Failure::bad_input(anyhow::anyhow!("script {}: {e}", path.display()))
-            })?),
-            None => None,
-        };
+    let script = args.script.as_deref().map(script_file).transpose()?;
     let settings = SessionSettings {
         kind: exec_kind(),
         provider: args.provider.clone(),
@@ -138,6 +132,43 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     })
 }
 
+/// The `--script FILE` of any command, checked before anything starts
+/// ([`load_script`]). Returns its absolute path.
+pub fn script_file(path: &Path) -> Result<PathBuf, Failure> {
+    load_script(path)?;
+    std::fs::canonicalize(path).map_err(|e| not_a_script(path, &e.to_string()))
+}
+
+/// Loads a script (every command, and `sessions resume`, through here, so
+/// the messages are the same): a readable file that parses and scripts at
+/// least one answer. One with no replies, rule or routes would only make
+/// the agent retry against HTTP 500s.
+pub fn load_script(path: &Path) -> Result<Script, Failure> {
+    if !path.is_file() {
+        return Err(not_a_script(path, ""));
+    }
+    let script = Script::from_path(path).map_err(Failure::bad_input)?;
+    if script.replies.is_empty() && script.rule.is_none() && script.routes.is_empty() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "script {} scripts no answer: add a [[replies]] table, a [rule] or a [[routes]] table (docs/scripted-server.md)",
+            path.display()
+        )));
+    }
+    Ok(script)
+}
+
+fn not_a_script(path: &Path, why: &str) -> Failure {
+    let why = if why.is_empty() {
+        String::new()
+    } else {
+        format!(" ({why})")
+    };
+    Failure::bad_input(anyhow::anyhow!(
+        "script {} is not a readable file{why}; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
+        path.display()
+    ))
+}
+
 pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
     let path = std::fs::canonicalize(dir).map_err(|e| {
         Failure::bad_input(anyhow::anyhow!(
@@ -160,7 +191,9 @@ fn read_prompt(arg: &str) -> Result<String, Failure> {
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
-        s
+        // `echo task | troupe exec -` ends with a newline that is not part
+        // of the task.
+        s.trim_end_matches(['\n', '\r']).to_string()
     } else {
         arg.to_string()
     };
@@ -204,6 +237,8 @@ pub struct Session {
     events: Option<JsonlFileExporter>,
     server: Option<ScriptedServer>,
     offline: bool,
+    /// Label every human output line with its agent.
+    label_agents: bool,
 }
 
 impl Session {
@@ -217,7 +252,7 @@ impl Session {
         let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
         let server = match &s.script {
             Some(path) => {
-                let script = Script::from_path(path).map_err(Failure::bad_input)?;
+                let script = load_script(path)?;
                 Some(
                     ScriptedServer::start(script)
                         .await
@@ -268,12 +303,29 @@ impl Session {
             events,
             offline: server.is_some(),
             server,
+            label_agents: false,
         })
+    }
+
+    /// Labels every line of the human output with its agent (pipelines).
+    pub fn label_agents(mut self) -> Self {
+        self.label_agents = true;
+        self
     }
 
     fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
         let config = &self.config;
         let mut primary = config.provider_config().map_err(Failure::bad_input)?;
+        // The catalog's prices are the hosted providers' at their official
+        // URLs; a local or custom server, or a script, costs what only the
+        // user can say (`[models.<name>]` prices), else it is unknown.
+        let catalog = if self.offline || primary.base_url != primary.kind.default_base_url() {
+            troupe_runtime::provider::ModelCatalog::builtin()
+                .without_pricing()
+                .with_overrides(config.models.iter().map(|(k, v)| (k.clone(), *v)))
+        } else {
+            config.model_catalog()
+        };
         if self.offline {
             // The scripted server never gets a hosted provider's key.
             primary = primary.without_key();
@@ -320,7 +372,7 @@ impl Session {
             max_turns: config.agent.max_turns,
             max_parallel_tools: config.agent.max_parallel_tools,
             max_budget_usd: config.agent.harness.max_budget_usd,
-            catalog: Arc::new(config.model_catalog()),
+            catalog: Arc::new(catalog),
             tools,
             hooks: Some(Arc::new(hooks)),
             limits: SubagentLimits::default(),
@@ -353,11 +405,16 @@ impl Session {
         if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
-                std::io::stdout(),
+                PipeWriter::new(std::io::stdout()),
                 ExportFormat::Bare,
             )));
         } else {
-            log.add_exporter(Box::new(HumanRenderer::new(std::io::stdout())));
+            let out = PipeWriter::new(std::io::stdout());
+            log.add_exporter(Box::new(if self.label_agents {
+                HumanRenderer::labelled(out)
+            } else {
+                HumanRenderer::new(out)
+            }));
         }
         if let Some(exporter) = self.events.take() {
             log.add_exporter(Box::new(exporter));
@@ -407,7 +464,7 @@ impl Session {
             RunEnd::Finished(o) => {
                 shutdown?;
                 if !json {
-                    summary(&o.completed, &dir)?;
+                    crate::render::unless_pipe_closed(summary(&o.completed, &dir))?;
                 }
                 exit_code(o.completed.subtype)
             }
@@ -457,18 +514,13 @@ fn exit_code(subtype: CompletionSubtype) -> u8 {
 
 fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    let cost = match done.total_cost_usd {
-        Some(c) => format!("${c:.4}"),
-        None => "cost unknown".into(),
-    };
     writeln!(
         out,
-        "\n— {} ({}) in {} turns · {} input / {} output tokens · {cost}",
-        done.subtype,
-        done.outcome_code,
-        done.num_turns,
+        "\n— {} · {} input / {} output tokens · {}",
+        crate::render::outcome(done),
         done.usage.input_tokens,
-        done.usage.output_tokens
+        done.usage.output_tokens,
+        crate::render::cost(done.total_cost_usd)
     )?;
     writeln!(out, "session: {session}")
 }

@@ -2,12 +2,14 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod errors;
 mod exec;
 mod mock_llm;
 mod pipeline_cmd;
 mod render;
 mod resume;
 mod sessions;
+mod sessions_view;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,7 +60,7 @@ enum Command {
         script: PathBuf,
         /// Where to listen; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:0")]
-        listen: SocketAddr,
+        listen: String,
     },
     /// Print the JSON Schema of one events.jsonl line.
     Schema,
@@ -94,19 +96,28 @@ fn main() -> ExitCode {
     init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        // --help and --version print as clap renders them; a usage
+        // error is one `troupe:` line, exit 2.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::BAD_INPUT
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(exit::OK);
+        }
+        // `troupe` alone prints the help on stderr, exit 2.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(exit::BAD_INPUT);
+        }
+        Err(e) => {
+            eprintln!("troupe: {}", errors::clap_line(&e));
+            return ExitCode::from(exit::BAD_INPUT);
         }
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        // A reader that went away (`| head`) is not an error.
+        Err(f) if broken_pipe(&f.error) => ExitCode::from(exit::OK),
         Err(f) => {
-            eprintln!("troupe: {}", message(&f.error));
+            eprintln!("troupe: {}", errors::message(&f.error));
             ExitCode::from(f.code)
         }
     }
@@ -119,22 +130,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Sessions(args) => sessions::run(args),
         Command::Schema => {
-            print!("{}", troupe_protocol::events_json_schema());
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            write!(out, "{}", troupe_protocol::events_json_schema())?;
+            out.flush()?;
             Ok(exit::OK)
         }
         Command::MockLlm { script, listen } => {
-            if !script.is_file() {
-                return Err(Failure::bad_input(anyhow::anyhow!(
-                    "script {} is not a readable file; pass --script PATH to a JSON or TOML script (docs/scripted-server.md)",
-                    script.display()
-                )));
-            }
-            if !listen.ip().is_loopback() {
-                return Err(Failure::bad_input(anyhow::anyhow!(
-                    "--listen {listen}: the scripted model server only listens on loopback (127.0.0.1 or ::1)"
-                )));
-            }
-            troupe_testkit::Script::from_path(&script).map_err(Failure::bad_input)?;
+            let script = exec::script_file(&script)?;
+            let listen = loopback(&listen)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;
             Ok(exit::OK)
@@ -142,26 +146,49 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`).
+/// `--listen HOST:PORT`, resolved (`localhost:0` works); only loopback
+/// addresses are accepted.
+fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
+    use std::net::ToSocketAddrs as _;
+    let refuse = |why: String| {
+        Failure::bad_input(anyhow::anyhow!(
+            "--listen {listen}: {why}; the scripted model server only listens on loopback, like 127.0.0.1:0, [::1]:0 or localhost:0"
+        ))
+    };
+    let addrs: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .map_err(|e| refuse(format!("not a HOST:PORT address ({e})")))?
+        .collect();
+    if let Some(bad) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+        return Err(refuse(format!("{} is not a loopback address", bad.ip())));
+    }
+    // IPv4 first: localhost resolves to both.
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| refuse("it resolves to no address".into()))
+}
+
+/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`), coloured
+/// only when stderr is a terminal and `NO_COLOR` is unset or empty.
 fn init_tracing() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TROUPE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-/// The error and its causes on one line, each cause once: many library
-/// errors already include their source in their own message.
-fn message(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
+/// Whether writing stdout failed because its reader closed the pipe.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

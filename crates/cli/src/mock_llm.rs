@@ -5,8 +5,6 @@
 //! benchmark that starts the binary with port 0 reads the bound address
 //! from it.
 
-#![allow(clippy::print_stdout)]
-
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,20 +17,22 @@ use troupe_testkit::{Script, ScriptedServer};
 pub async fn run(script: &Path, listen: SocketAddr) -> anyhow::Result<()> {
     let script = Script::from_path(script)?;
     let server = ScriptedServer::start_on(script, listen).await?;
-    println!("listening on {}", server.base_url());
-    std::io::stdout().flush().context("flushing stdout")?;
+    let mut out = std::io::stdout();
+    writeln!(out, "listening on {}", server.base_url())?;
+    out.flush().context("flushing stdout")?;
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
     let violations = server.violations();
     let requests = server.request_count();
     server.shutdown().await;
-    println!(
+    writeln!(
+        out,
         "served {requests} request(s), {} invariant violation(s)",
         violations.len()
-    );
+    )?;
     for v in violations {
-        println!("  - {v}");
+        writeln!(out, "  - {v}")?;
     }
     Ok(())
 }

@@ -76,13 +76,11 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
             workspace.display()
         )));
     }
-    let script = match &args.script {
-        Some(p) => Some(
-            std::fs::canonicalize(p)
-                .map_err(|e| Failure::bad_input(anyhow::anyhow!("script {}: {e}", p.display())))?,
-        ),
-        None => None,
-    };
+    let script = args
+        .script
+        .as_deref()
+        .map(crate::exec::script_file)
+        .transpose()?;
     let settings = SessionSettings {
         kind: "pipeline".into(),
         provider: args.provider,
@@ -94,7 +92,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         script,
         task: format!("pipeline {}", spec.pipeline.name),
     };
-    execute(&workspace, &settings, &spec, args.json)
+    execute(&workspace, &settings, &spec, args.json, false)
 }
 
 pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
@@ -140,12 +138,40 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         task: "troupe demo".into(),
     };
     if !args.json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "troupe demo: a repository with a failing test in {}",
             workspace.display()
+        )?;
+    }
+    let temporary = args.dir.is_none();
+    let result = execute(&workspace, &settings, &spec, args.json, temporary);
+    if temporary {
+        clean_up_demo(&workspace, &result, args.json)?;
+    }
+    result
+}
+
+/// A temporary demo directory is removed when the fix merged; otherwise it
+/// is kept, and stderr says where and why.
+fn clean_up_demo(dir: &Path, result: &Result<u8, Failure>, json: bool) -> Result<(), Failure> {
+    if matches!(result, Ok(code) if *code == exit::OK) {
+        std::fs::remove_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("cannot remove the demo directory {}: {e}", dir.display())
+        })?;
+        if !json {
+            writeln!(
+                std::io::stdout(),
+                "removed the temporary demo directory (pass --dir DIR to keep the repository and its session)"
+            )?;
+        }
+    } else {
+        eprintln!(
+            "troupe: kept the demo directory {} because the run did not succeed; look at its session, then remove it",
+            dir.display()
         );
     }
-    execute(&workspace, &settings, &spec, args.json)
+    Ok(())
 }
 
 /// A git repository with a buggy calc.sh and its failing test.
@@ -167,10 +193,13 @@ fn execute(
     settings: &SessionSettings,
     spec: &PipelineSpec,
     json: bool,
+    temporary: bool,
 ) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(workspace, settings, None).await?;
+        let session = Session::prepare(workspace, settings, None)
+            .await?
+            .label_agents();
         let store = SessionStore::for_workspace(workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session_log_config(workspace)?)?;
@@ -187,7 +216,16 @@ fn execute(
         let (reports, tree, done) = driven?;
         closed?;
         if !json {
-            print_summary(workspace, &dir, &reports, &tree, &done)?;
+            // A temporary demo directory is removed on success: its paths
+            // are shown only when they will still exist.
+            let paths = !(temporary && done.subtype == CompletionSubtype::Success);
+            crate::render::unless_pipe_closed(print_summary(
+                workspace,
+                paths.then_some(dir.as_path()),
+                &reports,
+                &tree,
+                &done,
+            ))?;
         }
         Ok(match done.subtype {
             CompletionSubtype::Success => exit::OK,
@@ -298,7 +336,7 @@ fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> Thread
 
 fn print_summary(
     workspace: &Path,
-    session: &Path,
+    session: Option<&Path>,
     reports: &[ProposalReport],
     tree: &[AgentRow],
     done: &ThreadCompletedEvent,
@@ -334,7 +372,10 @@ fn print_summary(
         )?;
         if let Some(h) = &r.handoff {
             for d in &h.boundary_status {
-                writeln!(out, "  [{}] {}", d.status.as_str(), d.name)?;
+                match &d.note {
+                    Some(note) => writeln!(out, "  [{}] {} — {note}", d.status.as_str(), d.name)?,
+                    None => writeln!(out, "  [{}] {}", d.status.as_str(), d.name)?,
+                }
             }
         }
         if let Some(v) = &r.verdict {
@@ -356,21 +397,19 @@ fn print_summary(
             ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
         }
     }
-    let cost = done
-        .total_cost_usd
-        .map(|c| format!("${c:.4}"))
-        .unwrap_or_else(|| "cost unknown".into());
     writeln!(
         out,
-        "\n— {} ({}) · {} turns · {} input / {} output tokens · {cost}",
-        done.subtype,
-        done.outcome_code,
-        done.num_turns,
+        "\n— {} · {} input / {} output tokens · {}",
+        crate::render::outcome(done),
         done.usage.input_tokens,
-        done.usage.output_tokens
+        done.usage.output_tokens,
+        crate::render::cost(done.total_cost_usd)
     )?;
-    writeln!(out, "workspace: {}", workspace.display())?;
-    writeln!(out, "session:   {}", session.display())
+    if let Some(session) = session {
+        writeln!(out, "workspace: {}", workspace.display())?;
+        writeln!(out, "session:   {}", session.display())?;
+    }
+    Ok(())
 }
 
 /// The first Ctrl-C cancels the pipeline cleanly (proposers aborted,

@@ -11,6 +11,7 @@ use troupe_runtime::store::{
 };
 
 use crate::Failure;
+use crate::sessions_view as view;
 
 /// Arguments of `troupe sessions`.
 #[derive(Debug, Args)]
@@ -114,6 +115,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 writeln!(out, "no sessions under {}", store.root().display())?;
             }
             let mut list = Vec::new();
+            let mut rows = Vec::new();
             for s in sessions {
                 let m = s.manifest;
                 let events: Vec<ThreadEvent> = store
@@ -132,24 +134,21 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     list.push(v);
                     continue;
                 }
-                let status = match m.subtype {
-                    Some(sub) => format!("{:?} ({sub})", m.status).to_lowercase(),
-                    None => format!("{:?}", m.status).to_lowercase(),
-                };
-                let cost = cost.map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.4}"));
-                writeln!(
-                    out,
-                    "{}  {:<32} agents {:>2}  turns {:>4}  {cost:<12}  last {:<18} updated {}",
-                    m.session_id,
-                    status,
+                rows.push(view::ListRow {
+                    status: view::status(&m),
                     agents,
-                    m.turn_count,
-                    last,
-                    m.updated_at.format("%Y-%m-%d %H:%M:%S")
-                )?;
+                    turns: m.turn_count,
+                    cost: cost.map_or_else(|| "unknown".into(), |c| format!("${c:.4}")),
+                    last: last.into(),
+                    updated: m.updated_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                    task: view::first_words(&task_of(&store, &m.session_id, &events), 40),
+                    id: m.session_id,
+                });
             }
             if args.json {
                 writeln!(out, "{}", serde_json::Value::Array(list))?;
+            } else if !rows.is_empty() {
+                view::print_list(&mut out, &rows)?;
             }
         }
         SessionsCommand::Show { id } => {
@@ -171,10 +170,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "session  {}", m.session_id)?;
-                writeln!(out, "status   {:?}", m.status)?;
-                if let Some(sub) = m.subtype {
-                    writeln!(out, "outcome  {sub}")?;
-                }
+                writeln!(out, "status   {}", view::status(&m))?;
                 writeln!(out, "turns    {}", m.turn_count)?;
                 writeln!(out, "events   {}", m.event_count)?;
                 match cost {
@@ -202,13 +198,13 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     };
                     writeln!(
                         out,
-                        "  {}{} [{}] turns {} tokens {}{cost}{restarts} — {}",
+                        "  {}{}{} turns {} tokens {}{cost}{restarts} — {}",
                         "  ".repeat(depth),
                         r.agent_id,
-                        r.role,
+                        view::role(r),
                         r.turns,
                         r.usage.total_tokens(),
-                        r.state
+                        view::agent_state(&m, r)
                     )?;
                 }
             }
@@ -229,7 +225,12 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
         | SessionsCommand::Fork { .. } => {}
         SessionsCommand::Transcript { id } => {
             let t = store.transcript(&id).map_err(store_err)?;
-            write!(out, "{}", t.render())?;
+            if args.json {
+                let entries: Vec<_> = t.entries.iter().map(view::entry_json).collect();
+                writeln!(out, "{}", serde_json::Value::Array(entries))?;
+            } else {
+                write!(out, "{}", t.render())?;
+            }
             for bad in t.bad_lines {
                 tracing::warn!("{bad}");
             }
@@ -252,6 +253,25 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
         }
     }
     Ok(crate::exit::OK)
+}
+
+/// The session's task: the one its settings recorded, else its first user
+/// message.
+fn task_of(store: &SessionStore, id: &str, events: &[ThreadEvent]) -> String {
+    let recorded = store
+        .session_dir(id)
+        .ok()
+        .and_then(|d| std::fs::read(d.join(crate::exec::SETTINGS_FILE)).ok())
+        .and_then(|b| serde_json::from_slice::<crate::exec::SessionSettings>(&b).ok())
+        .map(|s| s.task);
+    recorded
+        .or_else(|| {
+            events.iter().find_map(|e| match e {
+                ThreadEvent::UserMessage(m) => Some(m.text.clone()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default()
 }
 
 fn manifest_json(m: &Manifest) -> serde_json::Value {

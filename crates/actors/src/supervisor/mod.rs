@@ -489,8 +489,22 @@ async fn stop_cell(
     match stop {
         Some(stop) => stop(cell, timeout).await,
         None => {
-            let stopped = cell.stop_and_wait(Some(reason.into()), Some(timeout)).await;
-            if stopped.is_err() && cell.get_status() != ActorStatus::Stopped {
+            let deadline = Instant::now() + timeout;
+            let stopped = match cell.stop_and_wait(Some(reason.into()), Some(timeout)).await {
+                Ok(()) => true,
+                Err(ractor::RactorErr::Timeout) => false,
+                // The stop could not be delivered: the child is already
+                // stopping on its own (an agent stops itself once its
+                // thread completed) and has closed its mailbox. That is
+                // not a timeout; wait for it to finish stopping.
+                Err(e) => {
+                    tracing::debug!(%agent_id, error = %e, "stop not delivered: the child is already stopping; waiting for it");
+                    cell.wait(Some(deadline.saturating_duration_since(Instant::now())))
+                        .await
+                        .is_ok()
+                }
+            };
+            if !stopped && cell.get_status() != ActorStatus::Stopped {
                 tracing::warn!(%agent_id, "child did not stop in time; killing it");
                 cell.kill();
             }

@@ -380,7 +380,14 @@ impl AgentLoop {
             },
             stop_reason: self.state.last_stop_reason.clone(),
             usage: self.state.usage,
-            total_cost_usd: (!self.state.pricing_unknown).then_some(self.state.cost_usd),
+            // A model without a price has an unknown cost even when no
+            // turn was charged: never a `$0` that looks like a price.
+            total_cost_usd: (!self.state.pricing_unknown
+                && self
+                    .catalog
+                    .get(&self.model)
+                    .is_some_and(|i| i.pricing.is_some()))
+            .then_some(self.state.cost_usd),
             num_turns: self.state.turns,
         };
         self.state.completed = Some(done.clone());

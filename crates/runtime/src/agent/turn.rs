@@ -42,9 +42,18 @@ impl AgentLoop {
         let request = self.request();
         let provider = self.provider_label();
         self.context.observe_request(&request, &provider);
-        let response = match self.call_model(&request).await {
-            Ok(r) => r,
-            Err(e) => return self.call_failed(e).await,
+        // A cancel drops the request in flight at once: a stalled model
+        // must not hold Ctrl-C for the abort grace.
+        let cancel = self.ctx.cancel.clone();
+        let called = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            r = self.call_model(&request) => Some(r),
+        };
+        let response = match called {
+            None => return self.done(CompletionSubtype::Cancelled, "cancelled"),
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return self.call_failed(e).await,
         };
         let usage = response.usage.unwrap_or_default();
         self.context.observe_usage(usage.input_tokens);

@@ -239,6 +239,16 @@ impl ModelCatalog {
         }
     }
 
+    /// The same models with every price removed: for a server whose
+    /// prices are not the catalog's (a local or custom base URL, the
+    /// scripted server). Prices given afterwards by overrides still apply.
+    pub fn without_pricing(mut self) -> Self {
+        for info in self.models.values_mut() {
+            info.pricing = None;
+        }
+        self
+    }
+
     /// Applies config overrides: each entry changes the named model's
     /// fields that it sets, or adds the model. Prices are set only when
     /// the result has both an input and an output price.

@@ -1,0 +1,129 @@
+//! What `troupe sessions list`, `show` and `transcript` print.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+use troupe_runtime::store::{AgentRow, Manifest, SessionStatus, TranscriptEntry};
+
+/// `completed (success)`, `active`: the same words in `list` and `show`.
+pub fn status(m: &Manifest) -> String {
+    let status = format!("{:?}", m.status).to_lowercase();
+    match m.subtype {
+        Some(sub) => format!("{status} ({sub})"),
+        None => status,
+    }
+}
+
+/// An agent's state as shown: once the session completed, an agent the log
+/// never saw stop (a supervisor stops after the log closed) is `stopped`.
+pub fn agent_state(m: &Manifest, r: &AgentRow) -> String {
+    if m.status == SessionStatus::Completed && r.state == "running" {
+        "stopped".into()
+    } else {
+        r.state.clone()
+    }
+}
+
+/// ` [role]`, or nothing for a thread that is no actor (a pipeline's own).
+pub fn role(r: &AgentRow) -> String {
+    if r.role.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", r.role)
+    }
+}
+
+/// The first words of a prompt, on one line, at most `max` characters.
+pub fn first_words(task: &str, max: usize) -> String {
+    let words = task.split_whitespace().collect::<Vec<_>>().join(" ");
+    match words.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &words[..i]),
+        None => words,
+    }
+}
+
+/// One row of `sessions list`.
+pub struct ListRow {
+    /// Session id.
+    pub id: String,
+    /// Status and outcome.
+    pub status: String,
+    /// Agents that ran a turn.
+    pub agents: usize,
+    /// Turns.
+    pub turns: u64,
+    /// Cost text.
+    pub cost: String,
+    /// Last event type.
+    pub last: String,
+    /// Last update.
+    pub updated: String,
+    /// The prompt's first words.
+    pub task: String,
+}
+
+/// Prints rows under a header, every column as wide as its widest cell.
+pub fn print_list(out: &mut impl Write, rows: &[ListRow]) -> std::io::Result<()> {
+    let header = ListRow {
+        id: "SESSION".into(),
+        status: "STATUS".into(),
+        agents: 0,
+        turns: 0,
+        cost: "COST".into(),
+        last: "LAST EVENT".into(),
+        updated: "UPDATED".into(),
+        task: "TASK".into(),
+    };
+    let width = |f: fn(&ListRow) -> usize| rows.iter().chain([&header]).map(f).max().unwrap_or(0);
+    let w_id = width(|r| r.id.chars().count());
+    let w_status = width(|r| r.status.chars().count());
+    let w_cost = width(|r| r.cost.chars().count());
+    let w_last = width(|r| r.last.chars().count());
+    let w_updated = width(|r| r.updated.chars().count());
+    writeln!(
+        out,
+        "{:<w_id$}  {:<w_status$}  {:>6}  {:>5}  {:<w_cost$}  {:<w_last$}  {:<w_updated$}  {}",
+        header.id,
+        header.status,
+        "AGENTS",
+        "TURNS",
+        header.cost,
+        header.last,
+        header.updated,
+        header.task
+    )?;
+    for r in rows {
+        writeln!(
+            out,
+            "{:<w_id$}  {:<w_status$}  {:>6}  {:>5}  {:<w_cost$}  {:<w_last$}  {:<w_updated$}  {}",
+            r.id, r.status, r.agents, r.turns, r.cost, r.last, r.updated, r.task
+        )?;
+    }
+    Ok(())
+}
+
+/// A transcript entry as a JSON object tagged by `kind`.
+pub fn entry_json(e: &TranscriptEntry) -> Value {
+    match e {
+        TranscriptEntry::User(t) => json!({"kind": "user", "text": t}),
+        TranscriptEntry::Assistant(t) => json!({"kind": "assistant", "text": t}),
+        TranscriptEntry::Reasoning(t) => json!({"kind": "reasoning", "text": t}),
+        TranscriptEntry::ToolCall {
+            name,
+            call_id,
+            arguments,
+            output,
+        } => json!({
+            "kind": "tool_call", "name": name, "call_id": call_id,
+            "arguments": arguments, "output": output,
+        }),
+        TranscriptEntry::Handoff(md) => json!({"kind": "handoff", "text": md}),
+        TranscriptEntry::Verdict { approved, findings } => {
+            json!({"kind": "verdict", "approved": approved, "findings": findings})
+        }
+        TranscriptEntry::Error(m) => json!({"kind": "error", "message": m}),
+        TranscriptEntry::Completed { subtype, result } => {
+            json!({"kind": "completed", "subtype": subtype, "result": result})
+        }
+    }
+}
