@@ -10,7 +10,10 @@ use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec, Usage, WireFor
 use super::common::{post, request, sse};
 
 /// The recorded real streams, kept once in the repository.
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/providers");
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/providers"
+);
 
 /// Field paths of a JSON value (`choices[].delta.content`); user data
 /// (`args`, `input`) is not descended into.
@@ -91,7 +94,10 @@ async fn assert_subset(format: WireFormat, fixtures: &[&str]) {
 async fn openai_chunks_use_only_fields_real_chunks_have() {
     assert_subset(
         WireFormat::OpenAi,
-        &["openai/chat-text-cached-usage.sse", "openai/chat-tool-calls-parallel.sse"],
+        &[
+            "openai/chat-text-cached-usage.sse",
+            "openai/chat-tool-calls-parallel.sse",
+        ],
     )
     .await;
     let mine = stream_paths(&ours(WireFormat::OpenAi, true).await);
@@ -133,7 +139,10 @@ async fn anthropic_event_order_matches_a_real_stream() {
 async fn gemini_chunks_use_only_fields_real_chunks_have() {
     assert_subset(
         WireFormat::Gemini,
-        &["gemini/text-stream.sse", "gemini/function-calls-parallel-gemini3-ids.sse"],
+        &[
+            "gemini/text-stream.sse",
+            "gemini/function-calls-parallel-gemini3-ids.sse",
+        ],
     )
     .await;
 }
