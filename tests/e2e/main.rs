@@ -2,11 +2,13 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod codex_compat;
 mod context;
 mod exec;
 mod pipeline;
 mod resume;
 mod sessions;
+mod turn_failed;
 
 use std::path::Path;
 use std::process::{Command, Output};

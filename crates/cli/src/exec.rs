@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use troupe_actors::agent::{AgentEnv, SubagentLimits};
-use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root};
+use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root_with};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
 use troupe_runtime::agent::Fallback;
 use troupe_runtime::config::{Config, ConfigOverrides};
@@ -23,6 +23,7 @@ use troupe_runtime::store::{
 use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::{Script, ScriptedServer};
 
+use crate::codex_compat::{CodexArgs, CodexStream};
 use crate::render::HumanRenderer;
 use crate::{Failure, exit};
 
@@ -31,35 +32,50 @@ use crate::{Failure, exit};
 pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Provider kind (openai, anthropic, gemini) or a [providers.<name>] table.
     #[arg(long)]
-    provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).
     #[arg(long)]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Base URL of the provider (OpenAI's includes /v1).
     #[arg(long)]
-    base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// Turn limit (default 15).
     #[arg(long)]
-    max_turns: Option<u32>,
+    pub(crate) max_turns: Option<u32>,
     /// Cost budget in USD.
     #[arg(long)]
-    max_budget_usd: Option<f64>,
-    /// The workspace root (default: the current directory).
-    #[arg(long, default_value = ".")]
-    workspace: PathBuf,
+    pub(crate) max_budget_usd: Option<f64>,
+    /// The workspace root (default: the current directory). `--cd` and
+    /// `-C` are Codex's names for it.
+    #[arg(long, short = 'C', visible_alias = "cd", default_value = ".")]
+    pub(crate) workspace: PathBuf,
     /// Also write the events, one bare event a line, to this file.
     #[arg(long)]
-    events: Option<PathBuf>,
+    pub(crate) events: Option<PathBuf>,
     /// Run offline: serve this script (docs/scripted-server.md) with the
     /// scripted model server in-process and talk to it instead of a
     /// hosted provider. No API key is needed.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
-    script: Option<PathBuf>,
-    /// The task, or `-` to read it from stdin.
-    prompt: String,
+    pub(crate) script: Option<PathBuf>,
+    /// The task; `-` or nothing reads it from stdin.
+    pub(crate) prompt: Option<String>,
+    /// The Codex-compatible flags (docs/cli.md).
+    #[command(flatten)]
+    pub(crate) codex: CodexArgs,
+    /// `resume ID [PROMPT]`: a new run of session ID's thread.
+    #[command(subcommand)]
+    pub(crate) command: Option<ExecCommand>,
+}
+
+/// Subcommands of `troupe exec`.
+#[derive(Debug, Subcommand)]
+pub enum ExecCommand {
+    /// Continue a completed session's thread with a new user message (a
+    /// new run of the thread, as `codex exec resume`).
+    Resume(crate::exec_resume::ResumeArgs),
 }
 
 const SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
@@ -98,8 +114,25 @@ fn exec_kind() -> String {
     "exec".into()
 }
 
-pub fn run(args: ExecArgs) -> Result<u8, Failure> {
-    let prompt = read_prompt(&args.prompt)?;
+pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
+    let codex = crate::codex_compat::resolve(&args.codex)?;
+    if let Some(warning) = codex.warning() {
+        eprintln!("{warning}");
+    }
+    if args.base_url.is_none() && args.script.is_none() {
+        args.base_url = codex.base_url.clone();
+        if args.base_url.is_some() && args.provider.is_none() {
+            args.provider = Some("openai".into());
+        }
+    }
+    if args.model.is_none() {
+        args.model = codex.model.clone();
+    }
+    let json = args.json || args.codex.experimental_json;
+    if let Some(ExecCommand::Resume(resume)) = args.command.take() {
+        return crate::exec_resume::run(&args, resume, json);
+    }
+    let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script =
         match &args.script {
@@ -121,7 +154,9 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, args.events.clone()).await?;
+        let session = Session::prepare(&workspace, &settings, args.events.clone())
+            .await?
+            .codex_stream(args.codex.experimental_json);
         let store = SessionStore::for_workspace(&workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session.config.log_config())?;
@@ -133,7 +168,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
             tracing::warn!(error = %e, "session retention failed");
         }
         session
-            .run(log, &id, settings.task.clone(), false, args.json)
+            .run(log, &id, settings.task.clone(), false, json)
             .await
     })
 }
@@ -154,15 +189,23 @@ pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
     Ok(path)
 }
 
-fn read_prompt(arg: &str) -> Result<String, Failure> {
-    let prompt = if arg == "-" {
+/// The prompt: the argument, or stdin for `-` or no argument (as the
+/// Codex SDK sends it).
+pub fn read_prompt(arg: Option<&str>) -> Result<String, Failure> {
+    let prompt = if let Some(arg) = arg.filter(|a| *a != "-") {
+        arg.to_string()
+    } else {
+        use std::io::IsTerminal;
+        if arg.is_none() && std::io::stdin().is_terminal() {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "no prompt: pass the task as an argument, or pipe it on stdin"
+            )));
+        }
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
         s
-    } else {
-        arg.to_string()
     };
     if prompt.trim().is_empty() {
         return Err(Failure::bad_input(anyhow::anyhow!(
@@ -188,6 +231,16 @@ fn require_key(provider: &troupe_runtime::provider::ProviderConfig) -> Result<()
     Ok(())
 }
 
+/// `CODEX_API_KEY`, the Codex SDK's key variable, is the OpenAI key when
+/// it is set (read from the environment when a request is sent; never
+/// logged, and scrubbed from the commands' environment like every
+/// `*API_KEY*`).
+fn codex_key(provider: &troupe_runtime::provider::ProviderConfig) -> Option<&'static str> {
+    const VAR: &str = "CODEX_API_KEY";
+    let set = std::env::var(VAR).is_ok_and(|v| !v.trim().is_empty());
+    (set && provider.kind == troupe_runtime::provider::ProviderKind::OpenAi).then_some(VAR)
+}
+
 fn client(
     config: troupe_runtime::provider::ProviderConfig,
 ) -> Result<Arc<dyn ModelClient>, Failure> {
@@ -204,6 +257,11 @@ pub struct Session {
     events: Option<JsonlFileExporter>,
     server: Option<ScriptedServer>,
     offline: bool,
+    /// `--experimental-json`: stdout in Codex's turn granularity.
+    codex_stream: bool,
+    /// The root agent's turn limit, when not the configured one (a new
+    /// run of a thread counts the turns of its earlier runs).
+    root_max_turns: Option<u32>,
 }
 
 impl Session {
@@ -250,7 +308,7 @@ impl Session {
         config
             .fallback_provider_config()
             .map_err(Failure::bad_input)?;
-        if server.is_none() {
+        if server.is_none() && codex_key(&provider).is_none() {
             require_key(&provider)?;
         }
         let events = match config.event_log_path() {
@@ -268,7 +326,28 @@ impl Session {
             events,
             offline: server.is_some(),
             server,
+            codex_stream: false,
+            root_max_turns: None,
         })
+    }
+
+    /// With `on`, `--json` output is the Codex stream
+    /// ([`CodexStream`]) instead of troupe's events as they are.
+    pub fn codex_stream(mut self, on: bool) -> Self {
+        self.codex_stream = on;
+        self
+    }
+
+    /// The configured turn limit.
+    pub fn max_turns(&self) -> u32 {
+        self.config.agent.max_turns
+    }
+
+    /// Gives the root agent `limit` turns in all instead of the
+    /// configured limit.
+    pub fn root_max_turns(mut self, limit: u32) -> Self {
+        self.root_max_turns = Some(limit);
+        self
     }
 
     fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
@@ -277,6 +356,8 @@ impl Session {
         if self.offline {
             // The scripted server never gets a hosted provider's key.
             primary = primary.without_key();
+        } else if let Some(var) = codex_key(&primary) {
+            primary = primary.with_key_env(var);
         }
         let fallback = match (
             config
@@ -342,7 +423,9 @@ impl Session {
     /// `--events`), the pid file, the supervised tree with its drain, and
     /// the agents' environment.
     pub async fn open(mut self, log: SessionLog, id: &str, json: bool) -> Result<Open, Failure> {
-        if json {
+        if json && self.codex_stream {
+            log.add_exporter(Box::new(CodexStream::new(std::io::stdout(), id)));
+        } else if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
                 std::io::stdout(),
@@ -379,9 +462,17 @@ impl Session {
         resume: bool,
         json: bool,
     ) -> Result<u8, Failure> {
+        let self_max_turns = self.root_max_turns;
         let open = self.open(log, id, json).await?;
         let timeout = open.env.call_timeout;
-        let root = start_root(&open.tree, Arc::clone(&open.env), task, resume).await?;
+        let root = start_root_with(
+            &open.tree,
+            Arc::clone(&open.env),
+            task,
+            resume,
+            self_max_turns,
+        )
+        .await?;
         watch_ctrl_c(root.address.clone(), timeout);
         let end = root.wait(&open.tree).await;
         let dir = open.log.dir().display().to_string();

@@ -2,7 +2,9 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod codex_compat;
 mod exec;
+mod exec_resume;
 mod mock_llm;
 mod pipeline_cmd;
 mod render;

@@ -34,49 +34,8 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
             manifest.subtype.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    let pid_file = dir.join(PID_FILE);
-    if let Some(pid) = live_writer(&pid_file) {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} is being written by process {pid}; stop it first, or wait for it"
-        )));
-    }
-    if pid_file.exists() {
-        eprintln!(
-            "troupe: stale lock {} (its process is gone); taking over",
-            pid_file.display()
-        );
-        let _ = std::fs::remove_file(&pid_file);
-    }
-    // Claim the session: of two resumes started at once, one creates the
-    // pid file and the other is refused.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&pid_file)
-        .map_err(|e| {
-            Failure::bad_input(anyhow::anyhow!(
-                "session {id} is being claimed by another process ({e}); try again"
-            ))
-        })?;
-    let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            Failure::bad_input(anyhow::anyhow!(
-                "{} is not valid: {e}; the session cannot be resumed",
-                dir.join(SETTINGS_FILE).display()
-            ))
-        })?,
-        Err(e) => {
-            return Err(Failure::bad_input(anyhow::anyhow!(
-                "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
-            )));
-        }
-    };
-    if settings.kind != "exec" {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
-            settings.kind
-        )));
-    }
+    claim(&dir, id)?;
+    let settings = load_settings(&dir, id)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, None).await?;
@@ -101,7 +60,63 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     })
 }
 
-fn session_log_config(workspace: &Path) -> Result<troupe_runtime::store::LogConfig, Failure> {
+/// Claims session `id` for this process (its pid file), refusing when a
+/// live troupe process writes it.
+pub(crate) fn claim(dir: &Path, id: &str) -> Result<(), Failure> {
+    let pid_file = dir.join(PID_FILE);
+    if let Some(pid) = live_writer(&pid_file) {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "session {id} is being written by process {pid}; stop it first, or wait for it"
+        )));
+    }
+    if pid_file.exists() {
+        eprintln!(
+            "troupe: stale lock {} (its process is gone); taking over",
+            pid_file.display()
+        );
+        let _ = std::fs::remove_file(&pid_file);
+    }
+    // Claim the session: of two resumes started at once, one creates the
+    // pid file and the other is refused.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&pid_file)
+        .map_err(|e| {
+            Failure::bad_input(anyhow::anyhow!(
+                "session {id} is being claimed by another process ({e}); try again"
+            ))
+        })?;
+    Ok(())
+}
+
+/// The settings an `exec` session was started with.
+pub(crate) fn load_settings(dir: &Path, id: &str) -> Result<SessionSettings, Failure> {
+    let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::bad_input(anyhow::anyhow!(
+                "{} is not valid: {e}; the session cannot be resumed",
+                dir.join(SETTINGS_FILE).display()
+            ))
+        })?,
+        Err(e) => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
+            )));
+        }
+    };
+    if settings.kind != "exec" {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
+            settings.kind
+        )));
+    }
+    Ok(settings)
+}
+
+pub(crate) fn session_log_config(
+    workspace: &Path,
+) -> Result<troupe_runtime::store::LogConfig, Failure> {
     let config = troupe_runtime::config::Config::load(workspace).map_err(Failure::bad_input)?;
     Ok(config.log_config())
 }

@@ -19,6 +19,9 @@ pub(crate) enum Meta {
     Activates {
         turn: bool,
     },
+    /// `thread.started` of the session's root thread: active again, even
+    /// after an earlier run of the thread completed.
+    RootStarted,
     /// `thread.completed` of the session's root thread.
     RootCompleted(CompletionSubtype),
 }
@@ -49,6 +52,9 @@ impl Record {
         serde_json::to_writer(&mut line, event).map_err(|e| EmitError::Encode(e.to_string()))?;
         line.extend_from_slice(b"}\n");
         let meta = match event {
+            // The root thread starts (again: a new run of a completed
+            // thread): the session is active until its next thread.completed.
+            ThreadEvent::ThreadStarted(t) if t.thread_id == root_thread => Meta::RootStarted,
             ThreadEvent::ThreadStarted(_) => Meta::Activates { turn: false },
             ThreadEvent::TurnStarted(_) => Meta::Activates { turn: true },
             ThreadEvent::ThreadCompleted(c) if c.thread_id == root_thread => {

@@ -585,6 +585,10 @@ fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
                     m.status = SessionStatus::Active;
                 }
             }
+            Meta::RootStarted => {
+                m.status = SessionStatus::Active;
+                m.subtype = None;
+            }
             Meta::RootCompleted(subtype) => {
                 m.status = SessionStatus::Completed;
                 m.subtype = Some(subtype);
