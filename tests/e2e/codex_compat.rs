@@ -356,3 +356,63 @@ fn resume_of_a_session_that_did_not_complete_points_to_sessions_resume() {
         out.stderr
     );
 }
+
+#[test]
+fn a_new_run_killed_midway_is_continued_by_sessions_resume() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![
+        Reply::text("first answer"),
+        Reply::tool_call(
+            "c1",
+            "exec_command",
+            json!({"command": "echo ran >> run2.txt"}),
+        ),
+        Reply::stall_ms(5_000),
+        Reply::text("second answer"),
+    ]);
+    let dir = ws_arg(ws.path());
+    let first = codex(&s.url(), &["--cd", &dir], "first task", &[]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let id = first.lines[0]["thread_id"].as_str().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--experimental-json", "--base-url", &s.url()])
+        .args(["--cd", &dir, "resume", &id, "second task"])
+        .env("TROUPE_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the stalled third request: the tool ran, its output is logged.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.server.requests().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never stalled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(session_dir(ws.path()).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["status"], "active", "{manifest}");
+    let out = crate::troupe(&["sessions", "resume", &id, "--workspace", &dir], ws.path());
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    let ran = std::fs::read_to_string(ws.path().join("run2.txt")).unwrap();
+    assert_eq!(ran, "ran\n", "the finished call was not run again");
+    let log = session_events(ws.path());
+    let ends: Vec<_> = log
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ThreadCompleted(c) if c.thread_id == id => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 2);
+    assert_eq!(ends[1].result.as_deref(), Some("second answer"));
+}

@@ -222,7 +222,7 @@ impl<W: Write + Send> CodexStream<W> {
     }
 
     /// Is `v` from the root agent (or from no agent in particular)?
-    fn from_root(&self, v: &Value) -> bool {
+    fn is_root_event(&self, v: &Value) -> bool {
         match (v.get("agent_id").and_then(Value::as_str), &self.root_agent) {
             (None, _) => true,
             (Some(a), Some(root)) => a == root,
@@ -292,13 +292,13 @@ impl<W: Write + Send> CodexStream<W> {
                 }
                 Ok(())
             }
-            "turn.failed" if self.from_root(&v) && !self.failed => {
+            "turn.failed" if self.is_root_event(&v) && !self.failed => {
                 self.failed = true;
                 self.pass(&v, raw)
             }
             "turn.failed" => Ok(()),
             "error" => {
-                if self.from_root(&v) {
+                if self.is_root_event(&v) {
                     self.last_error = v.get("message").and_then(Value::as_str).map(String::from);
                 }
                 self.pass(&v, raw)

@@ -27,8 +27,10 @@ use crate::codex_compat::{CodexArgs, CodexStream};
 use crate::render::HumanRenderer;
 use crate::{Failure, exit};
 
-/// Arguments of `troupe exec`.
+/// Arguments of `troupe exec`. `resume` is its one subcommand, so a prompt
+/// that is the single word `resume` must be given on stdin.
 #[derive(Debug, Args)]
+#[command(disable_help_subcommand = true)]
 pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]

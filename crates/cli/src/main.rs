@@ -43,7 +43,7 @@ struct Cli {
 enum Command {
     /// Run one agent on a task, offline against the scripted model server
     /// or against a real provider.
-    Exec(exec::ExecArgs),
+    Exec(Box<exec::ExecArgs>),
     /// Run a proposer/verifier pipeline (docs/pipeline.md) in a git
     /// repository.
     Run(pipeline_cmd::RunArgs),
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
-        Command::Exec(args) => exec::run(args),
+        Command::Exec(args) => exec::run(*args),
         Command::Run(args) => pipeline_cmd::run(args),
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Sessions(args) => sessions::run(args),
