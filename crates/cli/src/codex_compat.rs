@@ -197,6 +197,8 @@ pub struct CodexStream<W: Write + Send> {
     root_thread: String,
     root_agent: Option<String>,
     opened: bool,
+    /// The Codex turn was closed (turn.completed or turn.failed printed).
+    closed: bool,
     failed: bool,
     usage: Usage,
     last_error: Option<String>,
@@ -210,6 +212,7 @@ impl<W: Write + Send> CodexStream<W> {
             root_thread: root_thread.into(),
             root_agent: None,
             opened: false,
+            closed: false,
             failed: false,
             usage: Usage::default(),
             last_error: None,
@@ -233,7 +236,7 @@ impl<W: Write + Send> CodexStream<W> {
     /// The events that replace the root `thread.completed`'s turn: one
     /// turn.completed, or one turn.failed when none was printed yet.
     fn close_turn(&mut self, done: &Value) -> std::io::Result<()> {
-        if self.failed {
+        if std::mem::replace(&mut self.closed, true) || self.failed {
             return Ok(());
         }
         let subtype = done.get("subtype").and_then(Value::as_str).unwrap_or("");
@@ -324,6 +327,19 @@ impl<W: Write + Send> Exporter for CodexStream<W> {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    /// A run that ended without its root `thread.completed` (the tree
+    /// gave up) still ends its Codex turn, as failed.
+    fn finish(&mut self) -> std::io::Result<()> {
+        if self.opened && !self.closed && !self.failed {
+            self.closed = true;
+            let message = "the run ended without its thread.completed (see stderr)";
+            self.line(
+                &json!({"type": "turn.failed", "message": message, "error": {"message": message}}),
+            )?;
+        }
         self.out.flush()
     }
 }
@@ -444,5 +460,23 @@ mod tests {
             failed[0]["error"]["message"],
             "the run ended with error_max_turns (max_turns): turn limit"
         );
+    }
+
+    #[test]
+    fn a_run_without_thread_completed_still_ends_its_turn_as_failed() {
+        let mut out = Vec::new();
+        {
+            let mut s = CodexStream::new(&mut out, "t1");
+            s.event(
+                json!({"type": "turn.started", "agent_id": "session/root"}),
+                None,
+            )
+            .unwrap();
+            s.finish().unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["type"], "turn.failed");
+        assert_eq!(text.matches("turn.failed").count(), 1);
     }
 }
