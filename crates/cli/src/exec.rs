@@ -35,7 +35,7 @@ pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Provider kind (openai, anthropic, gemini) or a [providers.<name>] table.
+    /// Provider kind (openai, anthropic, gemini) or a `[providers.<name>]` table.
     #[arg(long)]
     pub(crate) provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).

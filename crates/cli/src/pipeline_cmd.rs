@@ -28,7 +28,7 @@ pub struct RunArgs {
     /// The workspace: a git repository (default: the current directory).
     #[arg(long, default_value = ".")]
     workspace: PathBuf,
-    /// Provider kind or a [providers.<name>] table.
+    /// Provider kind or a `[providers.<name>]` table.
     #[arg(long)]
     provider: Option<String>,
     /// The model of every agent (pins it).
