@@ -4,6 +4,7 @@
 
 mod attacks;
 mod claim;
+mod codex_compat;
 mod context;
 mod contract;
 mod exec;
@@ -12,6 +13,7 @@ mod resume;
 mod sessions;
 mod truth;
 mod truth_errors;
+mod turn_failed;
 mod vtcode;
 
 use std::path::Path;

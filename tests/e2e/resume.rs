@@ -66,6 +66,11 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         if status.success() {
             continue; // finished before the kill; nothing to resume
         }
+        let sessions = ws.path().join(".vtcode/sessions");
+        let created = std::fs::read_dir(&sessions).is_ok_and(|mut d| d.next().is_some());
+        if !created || !session_dir(ws.path()).join("events.jsonl").exists() {
+            continue; // killed before the session existed (a loaded machine)
+        }
         let dir = session_dir(ws.path());
         let id = dir.file_name().unwrap().to_str().unwrap().to_string();
         let before = std::fs::read(dir.join("events.jsonl")).unwrap();

@@ -338,10 +338,14 @@ impl Actor for AgentActor {
             tracing::info!(agent = %state.args.agent_id, replay = replay.len(), "steering intents to replay");
             // A thread that had completed stays completed, unless a new
             // intent (a follow-up, verifier findings) continues it.
-            if let Some(done) = report.completed_event
-                && replay.is_empty()
-            {
-                agent.mark_completed(done);
+            if let Some(done) = report.completed_event {
+                if replay.is_empty() {
+                    agent.mark_completed(done);
+                } else {
+                    // A new run of the thread: thread.started again, then
+                    // the intent's user message at the next turn.
+                    agent.continue_thread();
+                }
             }
         } else if state.args.autostart {
             state.args.shared.started.store(true, Ordering::SeqCst);

@@ -44,7 +44,7 @@ pub use agent::{
     AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
 };
 pub use drain::{DrainActor, DrainArgs, DrainMsg};
-pub use run::{RootRun, RunEnd, start_root};
+pub use run::{RootRun, RunEnd, start_root, start_root_with};
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{
     ChildInfo, ChildSpec, EscalateFn, Intensity, RestartPolicy, StartFn, StopFn, Strategy,

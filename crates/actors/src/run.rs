@@ -48,6 +48,19 @@ pub async fn start_root(
     task: String,
     resume: bool,
 ) -> Result<RootRun, SessionTreeError> {
+    start_root_with(tree, env, task, resume, None).await
+}
+
+/// [`start_root`] with the root's own turn limit (`None`: the
+/// environment's): a new run of a thread counts its earlier runs' turns
+/// and gets the configured limit on top.
+pub async fn start_root_with(
+    tree: &SessionTree,
+    env: Arc<AgentEnv>,
+    task: String,
+    resume: bool,
+    max_turns: Option<u32>,
+) -> Result<RootRun, SessionTreeError> {
     let (tx, done) = oneshot::channel();
     let agent_id = format!("{}/root", tree.supervisor_address().name());
     let address = Address::new(agent_id.clone());
@@ -75,6 +88,7 @@ pub async fn start_root(
         spec: AgentSpec {
             name: "root".into(),
             task,
+            max_turns,
             ..AgentSpec::default()
         },
         address: address.clone(),

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use troupe_actors::agent::{AgentEnv, SubagentLimits};
-use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root};
+use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root_with};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent};
 use troupe_runtime::agent::Fallback;
 use troupe_runtime::config::{Config, ConfigOverrides};
@@ -23,43 +23,61 @@ use troupe_runtime::store::{
 use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::{Script, ScriptedServer};
 
+use crate::codex_compat::{CodexArgs, CodexStream};
 use crate::render::{HumanRenderer, PipeWriter};
 use crate::{Failure, exit};
 
-/// Arguments of `troupe exec`.
+/// Arguments of `troupe exec`. `resume` is its one subcommand, so a prompt
+/// that is the single word `resume` must be given on stdin.
 #[derive(Debug, Args)]
+#[command(disable_help_subcommand = true)]
 pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Provider kind (openai, anthropic, gemini) or a [providers.NAME] table.
     #[arg(long)]
-    provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).
     #[arg(long)]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Base URL of the provider (OpenAI's includes /v1).
     #[arg(long)]
-    base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// Turn limit (default 15).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
-    max_turns: Option<u32>,
+    pub(crate) max_turns: Option<u32>,
     /// Cost budget in USD.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
-    max_budget_usd: Option<f64>,
-    /// The workspace root (default: the current directory).
-    #[arg(long, default_value = ".")]
-    workspace: PathBuf,
+    pub(crate) max_budget_usd: Option<f64>,
+    /// The workspace root (default: the current directory). `--cd` and
+    /// `-C` are Codex's names for it.
+    #[arg(long, short = 'C', visible_alias = "cd", default_value = ".")]
+    pub(crate) workspace: PathBuf,
     /// Also write the events, one bare event a line, to this file.
     #[arg(long)]
-    events: Option<PathBuf>,
+    pub(crate) events: Option<PathBuf>,
     /// Run offline: serve this script (docs/scripted-server.md) with the
     /// scripted model server in-process and talk to it instead of a
     /// hosted provider. No API key is needed.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
-    script: Option<PathBuf>,
-    /// The task, or `-` to read it from stdin.
-    prompt: String,
+    pub(crate) script: Option<PathBuf>,
+    /// The task; `-` or nothing reads it from stdin.
+    pub(crate) prompt: Option<String>,
+    /// The Codex-compatible flags (docs/cli.md).
+    #[command(flatten)]
+    pub(crate) codex: CodexArgs,
+    /// `resume ID [PROMPT]`: a new run of session ID's thread.
+    #[command(subcommand)]
+    pub(crate) command: Option<ExecCommand>,
+}
+
+/// Subcommands of `troupe exec`.
+#[derive(Debug, Subcommand)]
+pub enum ExecCommand {
+    /// Continue a completed session's thread with a new user message (a
+    /// new run of the thread, as `codex exec resume`).
+    Resume(crate::exec_resume::ResumeArgs),
 }
 
 const SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
@@ -98,8 +116,25 @@ fn exec_kind() -> String {
     "exec".into()
 }
 
-pub fn run(args: ExecArgs) -> Result<u8, Failure> {
-    let prompt = read_prompt(&args.prompt)?;
+pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
+    let codex = crate::codex_compat::resolve(&args.codex)?;
+    if let Some(warning) = codex.warning() {
+        eprintln!("{warning}");
+    }
+    if args.base_url.is_none() && args.script.is_none() {
+        args.base_url = codex.base_url.clone();
+        if args.base_url.is_some() && args.provider.is_none() {
+            args.provider = Some("openai".into());
+        }
+    }
+    if args.model.is_none() {
+        args.model = codex.model.clone();
+    }
+    let json = args.json || args.codex.experimental_json;
+    if let Some(ExecCommand::Resume(resume)) = args.command.take() {
+        return crate::exec_resume::run(&args, resume, json);
+    }
+    let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
     let settings = SessionSettings {
@@ -115,7 +150,9 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, args.events.clone()).await?;
+        let session = Session::prepare(&workspace, &settings, args.events.clone())
+            .await?
+            .codex_stream(args.codex.experimental_json);
         let store = SessionStore::for_workspace(&workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session.config.log_config())?;
@@ -127,7 +164,7 @@ pub fn run(args: ExecArgs) -> Result<u8, Failure> {
             tracing::warn!(error = %e, "session retention failed");
         }
         session
-            .run(log, &id, settings.task.clone(), false, args.json)
+            .run(log, &id, settings.task.clone(), false, json)
             .await
     })
 }
@@ -185,17 +222,25 @@ pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, Failure> {
     Ok(path)
 }
 
-fn read_prompt(arg: &str) -> Result<String, Failure> {
-    let prompt = if arg == "-" {
+/// The prompt: the argument, or stdin for `-` or no argument (as the
+/// Codex SDK sends it).
+pub fn read_prompt(arg: Option<&str>) -> Result<String, Failure> {
+    let prompt = if let Some(arg) = arg.filter(|a| *a != "-") {
+        arg.to_string()
+    } else {
+        use std::io::IsTerminal;
+        if arg.is_none() && std::io::stdin().is_terminal() {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "no prompt: pass the task as an argument, or pipe it on stdin"
+            )));
+        }
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
-        // `echo task | troupe exec -` ends with a newline that is not part
+        // `echo task | troupe exec` ends with a newline that is not part
         // of the task.
         s.trim_end_matches(['\n', '\r']).to_string()
-    } else {
-        arg.to_string()
     };
     if prompt.trim().is_empty() {
         return Err(Failure::bad_input(anyhow::anyhow!(
@@ -221,6 +266,16 @@ fn require_key(provider: &troupe_runtime::provider::ProviderConfig) -> Result<()
     Ok(())
 }
 
+/// `CODEX_API_KEY`, the Codex SDK's key variable, is the OpenAI key when
+/// it is set (read from the environment when a request is sent; never
+/// logged, and scrubbed from the commands' environment like every
+/// `*API_KEY*`).
+fn codex_key(provider: &troupe_runtime::provider::ProviderConfig) -> Option<&'static str> {
+    const VAR: &str = "CODEX_API_KEY";
+    let set = std::env::var(VAR).is_ok_and(|v| !v.trim().is_empty());
+    (set && provider.kind == troupe_runtime::provider::ProviderKind::OpenAi).then_some(VAR)
+}
+
 fn client(
     config: troupe_runtime::provider::ProviderConfig,
 ) -> Result<Arc<dyn ModelClient>, Failure> {
@@ -239,6 +294,11 @@ pub struct Session {
     offline: bool,
     /// Label every human output line with its agent.
     label_agents: bool,
+    /// `--experimental-json`: stdout in Codex's turn granularity.
+    codex_stream: bool,
+    /// The root agent's turn limit, when not the configured one (a new
+    /// run of a thread counts the turns of its earlier runs).
+    root_max_turns: Option<u32>,
 }
 
 impl Session {
@@ -285,7 +345,7 @@ impl Session {
         config
             .fallback_provider_config()
             .map_err(Failure::bad_input)?;
-        if server.is_none() {
+        if server.is_none() && codex_key(&provider).is_none() {
             require_key(&provider)?;
         }
         let events = match config.event_log_path() {
@@ -304,12 +364,33 @@ impl Session {
             offline: server.is_some(),
             server,
             label_agents: false,
+            codex_stream: false,
+            root_max_turns: None,
         })
     }
 
     /// Labels every line of the human output with its agent (pipelines).
     pub fn label_agents(mut self) -> Self {
         self.label_agents = true;
+        self
+    }
+
+    /// With `on`, `--json` output is the Codex stream
+    /// ([`CodexStream`]) instead of troupe's events as they are.
+    pub fn codex_stream(mut self, on: bool) -> Self {
+        self.codex_stream = on;
+        self
+    }
+
+    /// The configured turn limit.
+    pub fn max_turns(&self) -> u32 {
+        self.config.agent.max_turns
+    }
+
+    /// Gives the root agent `limit` turns in all instead of the
+    /// configured limit.
+    pub fn root_max_turns(mut self, limit: u32) -> Self {
+        self.root_max_turns = Some(limit);
         self
     }
 
@@ -329,6 +410,8 @@ impl Session {
         if self.offline {
             // The scripted server never gets a hosted provider's key.
             primary = primary.without_key();
+        } else if let Some(var) = codex_key(&primary) {
+            primary = primary.with_key_env(var);
         }
         let fallback = match (
             config
@@ -402,7 +485,9 @@ impl Session {
         root_agent: &str,
         json: bool,
     ) -> Result<Open, Failure> {
-        if json {
+        if json && self.codex_stream {
+            log.add_exporter(Box::new(CodexStream::new(std::io::stdout(), id)));
+        } else if json {
             log.add_exporter(Box::new(WriterExporter::new(
                 "stdout",
                 PipeWriter::new(std::io::stdout()),
@@ -451,9 +536,17 @@ impl Session {
         resume: bool,
         json: bool,
     ) -> Result<u8, Failure> {
+        let self_max_turns = self.root_max_turns;
         let open = self.open(log, id, "root", json).await?;
         let timeout = open.env.call_timeout;
-        let root = start_root(&open.tree, Arc::clone(&open.env), task, resume).await?;
+        let root = start_root_with(
+            &open.tree,
+            Arc::clone(&open.env),
+            task,
+            resume,
+            self_max_turns,
+        )
+        .await?;
         watch_ctrl_c(root.address.clone(), timeout);
         let end = root.wait(&open.tree).await;
         let dir = open.log.dir().display().to_string();

@@ -2,8 +2,10 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod codex_compat;
 mod errors;
 mod exec;
+mod exec_resume;
 mod mock_llm;
 mod pipeline_cmd;
 mod render;
@@ -43,7 +45,7 @@ struct Cli {
 enum Command {
     /// Run one agent on a task, offline against the scripted model server
     /// or against a real provider.
-    Exec(exec::ExecArgs),
+    Exec(Box<exec::ExecArgs>),
     /// Run a proposer/verifier pipeline (docs/pipeline.md) in a git
     /// repository.
     Run(pipeline_cmd::RunArgs),
@@ -125,7 +127,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
-        Command::Exec(args) => exec::run(args),
+        Command::Exec(args) => exec::run(*args),
         Command::Run(args) => pipeline_cmd::run(args),
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Sessions(args) => sessions::run(args),

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use troupe_protocol::ThreadEvent;
-use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore, StoreError};
+use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore};
 
 use crate::Failure;
 use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
@@ -19,33 +19,8 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
             manifest.subtype.map(|s| s.to_string()).unwrap_or_default()
         )));
     }
-    // A live writer is named before anything else is looked at (the claim
-    // itself is taken when the log is reopened, below).
-    SessionLock::ensure_free(&dir).map_err(Failure::bad_input)?;
-    let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            Failure::bad_input(anyhow::anyhow!(
-                "{} is not valid: {e}; the session cannot be resumed",
-                dir.join(SETTINGS_FILE).display()
-            ))
-        })?,
-        Err(_) if manifest.event_count == 0 => {
-            return Err(Failure::bad_input(anyhow::anyhow!(
-                "session {id} ended before it started (no events, no {SETTINGS_FILE}); nothing to resume: run the task again"
-            )));
-        }
-        Err(e) => {
-            return Err(Failure::bad_input(anyhow::anyhow!(
-                "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
-            )));
-        }
-    };
-    if settings.kind != "exec" {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
-            settings.kind
-        )));
-    }
+    claim(&dir, id)?;
+    let settings = load_settings(&dir, id, manifest.event_count)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, None).await?;
@@ -53,13 +28,9 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
         // writes it): of any number of resumes started at once, one gets
         // it and the others are refused here, naming the holder. Whether
         // the session had completed is decided only under the claim.
-        let (log, report) =
-            store
-                .reopen(id, session_log_config(&workspace)?)
-                .map_err(|e| match e {
-                    StoreError::Claimed { .. } => Failure::bad_input(e),
-                    other => Failure::from(other),
-                })?;
+        let (log, report) = store
+            .reopen(id, session_log_config(&workspace)?)
+            .map_err(crate::sessions::store_err)?;
         // The log is the truth: a manifest can lag behind it after a crash.
         if let Some(subtype) = report.completed {
             return Err(Failure::bad_input(anyhow::anyhow!(
@@ -78,7 +49,52 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     })
 }
 
-fn session_log_config(workspace: &Path) -> Result<troupe_runtime::store::LogConfig, Failure> {
+/// Refuses session `id` when a live process writes it, naming the holder.
+/// A quick check before anything else is looked at: the claim itself (an
+/// OS lock held for the writer's lifetime) is taken when the log is
+/// reopened, and whatever decides whether to run is decided under it.
+pub(crate) fn claim(dir: &Path, _id: &str) -> Result<(), Failure> {
+    SessionLock::ensure_free(dir).map_err(Failure::bad_input)
+}
+
+/// The settings an `exec` session was started with.
+/// `event_count` is the manifest's: a session with no events and no
+/// settings ended before it started.
+pub(crate) fn load_settings(
+    dir: &Path,
+    id: &str,
+    event_count: u64,
+) -> Result<SessionSettings, Failure> {
+    let settings: SessionSettings = match std::fs::read(dir.join(SETTINGS_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::bad_input(anyhow::anyhow!(
+                "{} is not valid: {e}; the session cannot be resumed",
+                dir.join(SETTINGS_FILE).display()
+            ))
+        })?,
+        Err(_) if event_count == 0 => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} ended before it started (no events, no {SETTINGS_FILE}); nothing to resume: run the task again"
+            )));
+        }
+        Err(e) => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "session {id} has no {SETTINGS_FILE} ({e}); it was not started by `troupe exec` and cannot be resumed"
+            )));
+        }
+    };
+    if settings.kind != "exec" {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
+            settings.kind
+        )));
+    }
+    Ok(settings)
+}
+
+pub(crate) fn session_log_config(
+    workspace: &Path,
+) -> Result<troupe_runtime::store::LogConfig, Failure> {
     let config = troupe_runtime::config::Config::load(workspace).map_err(Failure::bad_input)?;
     Ok(config.log_config())
 }

@@ -81,7 +81,9 @@ enum SessionsCommand {
     },
 }
 
-fn store_err(e: StoreError) -> Failure {
+/// A store error as a failure: bad input (exit 2) for an unknown or
+/// invalid id and a session another process writes.
+pub(crate) fn store_err(e: StoreError) -> Failure {
     match e {
         StoreError::NotFound { .. } | StoreError::InvalidId(_) | StoreError::Claimed { .. } => {
             Failure::bad_input(e)

@@ -52,7 +52,8 @@ pub enum ThreadEvent {
     /// A turn finished; `usage` is what its model call consumed.
     #[serde(rename = "turn.completed")]
     TurnCompleted(TurnCompletedEvent),
-    /// A turn failed; the thread may still go on or end.
+    /// A turn failed and the failure ends the run (at most one per thread
+    /// run, just before its `thread.completed`).
     #[serde(rename = "turn.failed")]
     TurnFailed(TurnFailedEvent),
     /// An item (message, tool call, tool output, ...) began.
@@ -189,17 +190,44 @@ pub struct TurnCompletedEvent {
     pub agent_id: Option<String>,
 }
 
-/// `turn.failed`.
+/// `turn.failed`: the failure that ended the run. A failure that a retry
+/// or a failover recovers is not one (it is at most an `error` event).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct TurnFailedEvent {
-    /// What went wrong, for a human.
+    /// What went wrong, for a human (the same text as `error.message`).
     pub message: String,
+    /// The error in Codex's shape (`{"message": ...}`), which the Codex
+    /// SDK reads. Lines written before it existed read with an empty one.
+    #[serde(default)]
+    pub error: TurnError,
     /// Tokens consumed before the failure, when the provider reported any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The agent that ran the turn, when it runs in an actor tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+}
+
+impl TurnFailedEvent {
+    /// A `turn.failed` of `agent_id` saying `message` (in both fields).
+    pub fn new(message: impl Into<String>, agent_id: Option<String>) -> Self {
+        let message = message.into();
+        TurnFailedEvent {
+            error: TurnError {
+                message: message.clone(),
+            },
+            message,
+            usage: None,
+            agent_id,
+        }
+    }
+}
+
+/// The `error` of a `turn.failed` (Codex's `ThreadError`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TurnError {
+    /// What went wrong, for a human. Never contains a secret.
+    pub message: String,
 }
 
 /// `item.started`, `item.updated` and `item.completed`.

@@ -264,6 +264,19 @@ impl AgentLoop {
         self.push_user(prompt, None);
     }
 
+    /// Starts a new run of a thread that had completed (rebuilt by
+    /// [`AgentLoop::resume`]): `thread.started` again, and the thread is
+    /// open until its next `thread.completed`. The user message of the
+    /// run follows (a steering intent).
+    pub fn continue_thread(&mut self) {
+        self.state.completed = None;
+        self.emit(ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: self.config.thread_id.clone(),
+            session_id: Some(self.config.session_id.clone()),
+            agent_id: self.config.agent_id.clone(),
+        }));
+    }
+
     /// Adds a user message (a steering follow-up) before the next turn.
     pub fn push_user(&mut self, text: &str, intent_id: Option<String>) {
         let id = self.item_id();

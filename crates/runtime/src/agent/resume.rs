@@ -103,6 +103,19 @@ impl Rebuilt {
                     turn = Some(JournalTurn::default());
                 }
                 ThreadEvent::TurnCompleted(t) => r.usage.add(&t.usage),
+                // A later run of a completed thread (`troupe exec resume`,
+                // a pipeline's next round): open again until its own end.
+                ThreadEvent::ThreadStarted(t) if t.thread_id == thread_id => {
+                    // The earlier run ended: its last turn (the final
+                    // answer) is part of the history the new run sees.
+                    if r.completed {
+                        if let Some(t) = turn.take() {
+                            r.close_turn(t, false);
+                        }
+                    }
+                    r.completed = false;
+                    r.completed_event = None;
+                }
                 ThreadEvent::ThreadCompleted(c) if c.thread_id == thread_id => {
                     r.completed = true;
                     r.completed_event = Some(c.clone());

@@ -181,20 +181,13 @@ impl AgentLoop {
             Recovery::Retry(step) => step,
             Recovery::Blocked(why) => {
                 let message = format!("{why}: {error}");
-                self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
-                    message: message.clone(),
-                    usage: None,
-                    agent_id: self.config.agent_id.clone(),
-                }));
+                self.turn_failed(&message);
                 self.warn(format!("{message}; the run is blocked and can be resumed"));
                 return self.done(CompletionSubtype::ErrorDuringExecution, "blocked");
             }
         };
-        self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
-            message: format!("model call failed: {error}"),
-            usage: None,
-            agent_id: self.config.agent_id.clone(),
-        }));
+        // Recovered (a compaction and one retry): no turn.failed, which is
+        // only for the failure that ends the run; the warning says it.
         self.apply_context(step);
         self.warn(format!(
             "the provider rejected the request as too long ({error}); compacted the older history and retrying once"
@@ -260,11 +253,6 @@ impl AgentLoop {
     /// A model call failed after the client's own retries: fail over, or end.
     fn model_failed(&mut self, error: ProviderError) -> StepOutcome {
         let message = format!("model call failed: {error}");
-        self.emit(ThreadEvent::TurnFailed(TurnFailedEvent {
-            message: message.clone(),
-            usage: None,
-            agent_id: self.config.agent_id.clone(),
-        }));
         let can_fail_over = !error.is_context_overflow() && !self.state.failed_over;
         match self.config.fallback.clone() {
             Some(fb) if can_fail_over && !self.config.model_pinned => {
@@ -278,6 +266,7 @@ impl AgentLoop {
                 StepOutcome::Continue
             }
             Some(fb) if can_fail_over => {
+                self.turn_failed(&message);
                 self.warn(format!(
                     "{} failed and the model was chosen explicitly, so troupe does not switch to {}: {error}",
                     self.config.provider_label, fb.label
@@ -285,10 +274,20 @@ impl AgentLoop {
                 self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
             }
             _ => {
+                self.turn_failed(&message);
                 self.warn(message);
                 self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
             }
         }
+    }
+
+    /// Emits the `turn.failed` of a failure that ends the run (never of
+    /// one that a retry or a failover recovers).
+    fn turn_failed(&mut self, message: &str) {
+        self.emit(ThreadEvent::TurnFailed(TurnFailedEvent::new(
+            message,
+            self.config.agent_id.clone(),
+        )));
     }
 
     /// The step asked for no tool: the thread is done, or it was empty.

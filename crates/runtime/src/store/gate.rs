@@ -19,6 +19,9 @@ pub(crate) enum Meta {
     Activates {
         turn: bool,
     },
+    /// `thread.started` of the session's root thread: active again, even
+    /// after an earlier run of the thread completed.
+    RootStarted,
     /// `thread.completed` of the session's root thread.
     RootCompleted(CompletionSubtype),
 }
@@ -76,6 +79,9 @@ impl Record {
             _ => Envelope::Inside,
         };
         let meta = match event {
+            // The root thread starts (again: a new run of a completed
+            // thread): the session is active until its next thread.completed.
+            ThreadEvent::ThreadStarted(t) if t.thread_id == root_thread => Meta::RootStarted,
             ThreadEvent::ThreadStarted(_) => Meta::Activates { turn: false },
             ThreadEvent::TurnStarted(_) => Meta::Activates { turn: true },
             ThreadEvent::ThreadCompleted(c) if c.thread_id == root_thread => {

@@ -100,6 +100,12 @@ impl SessionLock {
         })
     }
 
+    /// The session directory holding the lock was renamed to `dir` (the
+    /// lock, on the open file, stays held).
+    pub(crate) fn moved_to(&mut self, dir: &Path) {
+        self.path = dir.join(PID_FILE);
+    }
+
     /// The lock file's path.
     pub fn path(&self) -> &Path {
         &self.path

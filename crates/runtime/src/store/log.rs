@@ -178,31 +178,60 @@ impl SessionLog {
         root_thread_id: &str,
         config: LogConfig,
     ) -> Result<SessionLog, StoreError> {
-        // `create_dir` (not `_all`) on the session directory itself: of two
-        // creators of one id, exactly one gets it.
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| StoreError::io("create", parent, e))?;
+        // The session is assembled under a dot-name beside its final place
+        // (claimed, with derived/, an empty log and its manifest) and then
+        // renamed into place, so a session directory never exists half
+        // made: a crash here leaves only the dot-directory, which
+        // `SessionStore::list` skips.
+        let parent = dir
+            .parent()
+            .ok_or_else(|| StoreError::Exists(session_id.to_string()))?;
+        std::fs::create_dir_all(parent).map_err(|e| StoreError::io("create", parent, e))?;
+        if dir.exists() {
+            return Err(StoreError::Exists(session_id.to_string()));
         }
-        match std::fs::create_dir(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(StoreError::Exists(session_id.to_string()));
+        let staging = parent.join(format!(".creating-{session_id}-{}", std::process::id()));
+        std::fs::create_dir(&staging).map_err(|e| StoreError::io("create", &staging, e))?;
+        let built = Self::stage(&staging, session_id, root_thread_id);
+        let (mut lock, manifest) = match built {
+            Ok(parts) => parts,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(e);
             }
-            Err(e) => return Err(StoreError::io("create", dir, e)),
+        };
+        if let Err(e) = std::fs::rename(&staging, dir) {
+            drop(lock);
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOTEMPTY | libc::EEXIST) => StoreError::Exists(session_id.to_string()),
+                _ => StoreError::io("rename into place", dir, e),
+            });
         }
-        let lock = SessionLock::acquire(dir)?;
-        std::fs::create_dir(dir.join(DERIVED_DIR))
-            .map_err(|e| StoreError::io("create", dir.join(DERIVED_DIR), e))?;
-        let events_path = dir.join(EVENTS_FILE);
+        lock.moved_to(dir);
+        crate::fsutil::sync_dir(parent).map_err(|e| StoreError::io("sync", parent, e))?;
+        Ok(Self::from_parts(dir, manifest, 0, 0, config, lock))
+    }
+
+    /// Claims `staging` and writes a new session's files into it.
+    fn stage(
+        staging: &Path,
+        session_id: &str,
+        root_thread_id: &str,
+    ) -> Result<(SessionLock, Manifest), StoreError> {
+        let lock = SessionLock::acquire(staging)?;
+        std::fs::create_dir(staging.join(DERIVED_DIR))
+            .map_err(|e| StoreError::io("create", staging.join(DERIVED_DIR), e))?;
+        let events_path = staging.join(EVENTS_FILE);
         OpenOptions::new()
             .create_new(true)
             .append(true)
             .open(&events_path)
             .map_err(|e| StoreError::io("create", &events_path, e))?;
         let mut manifest = Manifest::new(session_id, root_thread_id);
-        manifest.write(&dir.join(MANIFEST_FILE))?;
-        crate::fsutil::sync_dir(dir).map_err(|e| StoreError::io("sync", dir, e))?;
-        Ok(Self::from_parts(dir, manifest, 0, 0, config, lock))
+        manifest.write(&staging.join(MANIFEST_FILE))?;
+        crate::fsutil::sync_dir(staging).map_err(|e| StoreError::io("sync", staging, e))?;
+        Ok((lock, manifest))
     }
 
     /// Reopens an existing session for appending: claims it (see
@@ -603,6 +632,10 @@ fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
                 if m.status == SessionStatus::Created {
                     m.status = SessionStatus::Active;
                 }
+            }
+            Meta::RootStarted => {
+                m.status = SessionStatus::Active;
+                m.subtype = None;
             }
             Meta::RootCompleted(subtype) => {
                 m.status = SessionStatus::Completed;

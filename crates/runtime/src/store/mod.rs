@@ -137,6 +137,11 @@ impl SessionStore {
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io("list", &self.root, e))?;
             let dir = entry.path();
+            // A session being created is assembled under a dot-name
+            // (`SessionLog::create`) and is no session until renamed.
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
             match Manifest::read(&dir.join(MANIFEST_FILE)) {
                 Ok(manifest) => out.push(SessionSummary { dir, manifest }),
                 Err(e) => tracing::debug!(path = %dir.display(), error = %e, "not a session"),

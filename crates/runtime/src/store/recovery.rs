@@ -97,7 +97,14 @@ pub(crate) fn recover(path: &Path, root_thread: &str) -> Result<RecoveryReport, 
 
 fn note(report: &mut RecoveryReport, ev: &PeekEvent, root_thread: &str) {
     match ev.kind.as_str() {
-        "thread.started" => report.active = true,
+        "thread.started" => {
+            report.active = true;
+            // A later run of the root thread: not completed until its own
+            // thread.completed.
+            if ev.thread_id.as_deref() == Some(root_thread) {
+                report.completed = None;
+            }
+        }
         "turn.started" => {
             report.active = true;
             report.turns += 1;
