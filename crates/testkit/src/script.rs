@@ -188,13 +188,13 @@ fn locate_toml_error(text: &str) -> Option<TestkitError> {
             }
         }
     }
-    if let Some(rule) = table.get("rule") {
-        if let Err(e) = Rule::deserialize(rule.clone()) {
-            return Some(TestkitError::InvalidScript(format!(
-                "[rule]: {}",
-                e.message().trim()
-            )));
-        }
+    if let Some(rule) = table.get("rule")
+        && let Err(e) = Rule::deserialize(rule.clone())
+    {
+        return Some(TestkitError::InvalidScript(format!(
+            "[rule]: {}",
+            e.message().trim()
+        )));
     }
     None
 }

@@ -104,10 +104,8 @@ impl Workspace {
             // Leave nothing half-made behind: admin dir, directory, branch.
             let _ = std::fs::remove_dir_all(&admin);
             let _ = std::fs::remove_dir_all(&path);
-            if created_branch {
-                if let Ok(mut b) = repo.find_branch(&name, BranchType::Local) {
-                    let _ = b.delete();
-                }
+            if created_branch && let Ok(mut b) = repo.find_branch(&name, BranchType::Local) {
+                let _ = b.delete();
             }
             return Err(e);
         }

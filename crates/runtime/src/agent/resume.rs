@@ -108,10 +108,10 @@ impl Rebuilt {
                 ThreadEvent::ThreadStarted(t) if t.thread_id == thread_id => {
                     // The earlier run ended: its last turn (the final
                     // answer) is part of the history the new run sees.
-                    if r.completed {
-                        if let Some(t) = turn.take() {
-                            r.close_turn(t, false);
-                        }
+                    if r.completed
+                        && let Some(t) = turn.take()
+                    {
+                        r.close_turn(t, false);
                     }
                     r.completed = false;
                     r.completed_event = None;
