@@ -92,27 +92,11 @@ fn did_you_mean(text: &str) -> Option<String> {
     let (key, valid) = quoted.split_first()?;
     let near = valid
         .iter()
-        .map(|v| (distance(key, v), *v))
+        .map(|v| (troupe_runtime::config::edit_distance(key, v), *v))
         .filter(|(d, v)| *d <= 2 || (key.len() > 3 && (v.contains(key) || key.contains(v))))
         .min_by_key(|(d, _)| *d)?
         .1;
     Some(format!("; did you mean `{near}`?"))
-}
-
-/// Levenshtein distance over chars.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// A clap usage error on one line: what is wrong, clap's tip, the usage

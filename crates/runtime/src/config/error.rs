@@ -220,8 +220,9 @@ fn closest<'v>(key: &str, valid: &'v [String]) -> Option<&'v str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Levenshtein distance over chars.
-fn distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance over chars (the "did you mean" of every unknown
+/// key, here and in the CLI's file errors).
+pub fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

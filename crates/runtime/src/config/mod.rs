@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use error::ConfigError;
+pub use error::{ConfigError, distance as edit_distance};
 pub use layers::{
     ConfigOverrides, ENV_AUTO_UPGRADE, ENV_BASE_URL, ENV_MAX_BUDGET_USD, ENV_MAX_TURNS, ENV_MODEL,
     ENV_PROVIDER,
