@@ -533,6 +533,7 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         workspace: args.workspace.clone(),
         spool_dir: Some(env.log.dir().join("derived")),
         cancel: state.cancel.clone(),
+        on_spawn: None,
     };
     let sink = Arc::new(LogSink::new(env.log.clone(), env.call_timeout));
     let mut agent = AgentLoop::new(

@@ -168,6 +168,22 @@ pub struct CommandExecutionItem {
     /// Whether `aggregated_output` was cut.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The process group the command runs in, recorded in an
+    /// `item.updated` right after it started (a troupe extension): resume
+    /// kills a recorded group whose item never completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group: Option<ProcessGroup>,
+}
+
+/// A process group troupe started, as the journal records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessGroup {
+    /// The group id (the shell's pid).
+    pub pgid: i32,
+    /// The shell's start time in clock ticks after boot (field 22 of
+    /// `/proc/<pid>/stat`), which tells it from a later process that got
+    /// the same id.
+    pub start_time: u64,
 }
 
 /// How a file changed.

@@ -127,6 +127,7 @@ fn shared() -> Shared {
             workspace: std::env::temp_dir(),
             spool_dir: None,
             cancel: tokio_util::sync::CancellationToken::new(),
+            on_spawn: None,
         },
     }
 }

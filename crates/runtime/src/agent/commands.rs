@@ -5,14 +5,23 @@
 //! running when its call returns gets an `item.updated` (`in_progress`,
 //! the output so far) and completes when a `wait` call sees it end.
 //!
+//! Right after the shell started, an `item.updated` records its process
+//! group (`process_group`); resume kills a recorded group whose item never
+//! completed ([`AgentLoop::kill_orphan_groups`]).
+//!
 //! These items sit beside the `tool_invocation` / `tool_output` journal,
-//! which stays what resume reads.
+//! which stays what resume reads for the calls themselves.
+
+use std::sync::Arc;
 
 use serde_json::Value;
-use troupe_protocol::{CommandExecutionItem, ItemDetails, ItemStatus, ThreadEvent};
+use troupe_protocol::{
+    CommandExecutionItem, ItemDetails, ItemEvent, ItemStatus, ProcessGroup, ThreadEvent,
+    ThreadItem,
+};
 
 use super::AgentLoop;
-use crate::tools::{ToolError, ToolOutput};
+use crate::tools::{GroupFate, SpawnHook, ToolError, ToolOutput, kill_recorded_group};
 
 /// The exec tool's registered name.
 const EXEC_TOOL: &str = "exec_command";
@@ -141,6 +150,64 @@ impl AgentLoop {
         }
     }
 
+    /// The hook that journals the process group of the `exec_command` run
+    /// `call_id` once it started; `None` for any other call.
+    pub(super) fn spawn_hook(&self, call_id: &str) -> Option<SpawnHook> {
+        let (_, open) = self.state.commands.by_call.iter().find(|(k, _)| k == call_id)?;
+        let open = open.clone();
+        let sink = Arc::clone(&self.sink);
+        let agent_id = self.config.agent_id.clone();
+        Some(SpawnHook::new(move |group| {
+            let mut item = command_item(&open, None, ItemStatus::InProgress);
+            item.process_group = Some(ProcessGroup {
+                pgid: group.pgid,
+                start_time: group.start_time,
+            });
+            let event = ThreadEvent::ItemUpdated(ItemEvent {
+                item: ThreadItem {
+                    id: open.item_id.clone(),
+                    details: ItemDetails::CommandExecution(item),
+                },
+                agent_id: agent_id.clone(),
+            });
+            if let Err(e) = sink.emit(&event) {
+                tracing::warn!(error = %e, pgid = group.pgid, "cannot journal a process group");
+            }
+        }))
+    }
+
+    /// Kills every process group the journal (this agent's `events`)
+    /// records for a command item that never completed, and closes those
+    /// items as `failed`. Returns the groups killed.
+    pub(super) fn kill_orphan_groups(
+        &mut self,
+        events: &[ThreadEvent],
+    ) -> Vec<i32> {
+        let mut killed = Vec::new();
+        for (item_id, item, group) in open_groups(events) {
+            let fate = kill_recorded_group(group.pgid, group.start_time);
+            tracing::info!(pgid = group.pgid, ?fate, "process group left by the previous run");
+            let note = match fate {
+                GroupFate::Killed => {
+                    killed.push(group.pgid);
+                    "killed at resume: troupe restarted while it was still running"
+                }
+                GroupFate::Gone | GroupFate::Reused => "ended: troupe restarted while it ran",
+            };
+            let done = CommandExecutionItem {
+                aggregated_output: note.to_string(),
+                status: ItemStatus::Failed,
+                ..item
+            };
+            self.emit_item(
+                ThreadEvent::ItemCompleted,
+                item_id,
+                ItemDetails::CommandExecution(done),
+            );
+        }
+        killed
+    }
+
     fn emit_command(
         &mut self,
         kind: fn(troupe_protocol::ItemEvent) -> ThreadEvent,
@@ -148,21 +215,54 @@ impl AgentLoop {
         out: Option<&ToolOutput>,
         status: ItemStatus,
     ) {
-        let item = CommandExecutionItem {
-            command: open.command.clone(),
-            aggregated_output: out.map(|o| preview(&o.output)).unwrap_or_default(),
-            exit_code: out.and_then(|o| o.exit_code),
-            status,
-            tool_call_id: Some(open.call_id.clone()),
-            spool_path: out.and_then(|o| o.spool_path.clone()),
-            truncated: out.is_some_and(|o| o.truncated),
-        };
+        let item = command_item(open, out, status);
         self.emit_item(
             kind,
             open.item_id.clone(),
             ItemDetails::CommandExecution(item),
         );
     }
+}
+
+fn command_item(
+    open: &OpenCommand,
+    out: Option<&ToolOutput>,
+    status: ItemStatus,
+) -> CommandExecutionItem {
+    CommandExecutionItem {
+        command: open.command.clone(),
+        aggregated_output: out.map(|o| preview(&o.output)).unwrap_or_default(),
+        exit_code: out.and_then(|o| o.exit_code),
+        status,
+        tool_call_id: Some(open.call_id.clone()),
+        spool_path: out.and_then(|o| o.spool_path.clone()),
+        truncated: out.is_some_and(|o| o.truncated),
+        process_group: None,
+    }
+}
+
+/// Command items with a recorded process group and no `item.completed`,
+/// in journal order.
+fn open_groups(events: &[ThreadEvent]) -> Vec<(String, CommandExecutionItem, ProcessGroup)> {
+    let mut open: Vec<(String, CommandExecutionItem, ProcessGroup)> = Vec::new();
+    for event in events {
+        let (ThreadEvent::ItemStarted(e) | ThreadEvent::ItemUpdated(e) | ThreadEvent::ItemCompleted(e)) =
+            event
+        else {
+            continue;
+        };
+        let ItemDetails::CommandExecution(item) = &e.item.details else {
+            continue;
+        };
+        let id = &e.item.id;
+        if matches!(event, ThreadEvent::ItemCompleted(_)) {
+            open.retain(|(k, _, _)| k != id);
+        } else if let Some(group) = item.process_group {
+            open.retain(|(k, _, _)| k != id);
+            open.push((id.clone(), item.clone(), group));
+        }
+    }
+    open
 }
 
 fn take(list: &mut Vec<(String, OpenCommand)>, key: &str) -> Option<OpenCommand> {

@@ -3,7 +3,9 @@
 //! The journal rule: a tool call whose `tool_output` is in the log is never
 //! run again; a call with only its `item.started` record is run again if
 //! its tool is read-only, and otherwise the model is told it was
-//! interrupted and that its effect is unknown.
+//! interrupted and that its effect is unknown. Before anything else,
+//! resume kills the process groups of commands that were still running
+//! when the previous incarnation died (`commands.rs`).
 
 use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent, ToolOutcome, ToolOutputItem, Usage};
 
@@ -24,6 +26,9 @@ pub struct ResumeReport {
     pub rerun: Vec<String>,
     /// Interrupted write/exec calls reported to the model as unknown.
     pub interrupted: Vec<String>,
+    /// Process groups of commands still running from the previous run,
+    /// killed before continuing.
+    pub killed_groups: Vec<i32>,
     /// The thread had already completed.
     pub already_completed: bool,
     /// Its terminal event, when it had.
@@ -169,19 +174,21 @@ impl AgentLoop {
     /// continues where the previous incarnation stopped.
     pub async fn resume(&mut self, events: &[ThreadEvent]) -> ResumeReport {
         let r = Rebuilt::from_events(events.iter(), &self.config.thread_id);
+        self.state.next_item = events.len() as u64 + 1_000_000;
+        let killed_groups = self.kill_orphan_groups(events);
         let mut report = ResumeReport {
             messages: r.messages.len(),
             turns: r.turns,
             completed_calls: r.completed_calls,
             already_completed: r.completed,
             completed_event: r.completed_event.clone(),
+            killed_groups,
             ..ResumeReport::default()
         };
         self.state.messages = r.messages;
         self.state.turns = r.turns;
         self.state.usage = r.usage;
         self.state.applied_intents = r.intents;
-        self.state.next_item = events.len() as u64 + 1_000_000;
         if let Some(cost) = self.catalog.estimate_cost(&self.model, &r.usage) {
             self.state.cost_usd = cost;
         } else if !r.usage.is_zero() {

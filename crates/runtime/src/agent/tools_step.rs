@@ -14,7 +14,7 @@ use troupe_protocol::{
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
 use crate::hooks::HookEvent;
 use crate::provider::{Message, ToolCall};
-use crate::tools::{Capability, SharedTool, ToolContext, ToolError, ToolOutput};
+use crate::tools::{Capability, SharedTool, SpawnHook, ToolContext, ToolError, ToolOutput};
 
 /// One call, ready to run or already failed.
 struct Prepared {
@@ -69,7 +69,15 @@ impl AgentLoop {
                 "persistence_failed",
             );
         }
-        let results = run_lanes(&prepared, &self.ctx, self.config.max_parallel_tools).await;
+        let hooks: Vec<Option<SpawnHook>> =
+            prepared.iter().map(|p| self.spawn_hook(&p.call.id)).collect();
+        let results = run_lanes(
+            &prepared,
+            &self.ctx,
+            &hooks,
+            self.config.max_parallel_tools,
+        )
+        .await;
         self.record(&prepared, &results);
         self.post_tool_hooks(&prepared, &results).await;
         for (p, r) in prepared.iter().zip(&results) {
@@ -297,8 +305,14 @@ pub(super) fn tool_message(r: &CallResult) -> (String, bool) {
 
 /// Runs the unique, runnable calls: calls that write the same path share a
 /// lane and run in call order; lanes run in parallel, at most `max` calls
-/// at once. Returns one result per call, in call order.
-async fn run_lanes(prepared: &[Prepared], ctx: &ToolContext, max: usize) -> Vec<CallResult> {
+/// at once. `hooks[i]` journals the process group call `i` starts. Returns
+/// one result per call, in call order.
+async fn run_lanes(
+    prepared: &[Prepared],
+    ctx: &ToolContext,
+    hooks: &[Option<SpawnHook>],
+    max: usize,
+) -> Vec<CallResult> {
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     let mut lane_of_path: HashMap<String, usize> = HashMap::new();
     for (i, p) in prepared.iter().enumerate() {
@@ -327,8 +341,10 @@ async fn run_lanes(prepared: &[Prepared], ctx: &ToolContext, max: usize) -> Vec<
             for i in lane {
                 let _permit = permits.acquire().await;
                 let p = &prepared[i];
+                let mut call_ctx = ctx.clone();
+                call_ctx.on_spawn = hooks.get(i).cloned().flatten();
                 let result = match &p.tool {
-                    Ok(tool) => tool.call(p.args.clone(), ctx).await,
+                    Ok(tool) => tool.call(p.args.clone(), &call_ctx).await,
                     Err(e) => Err(e.clone()),
                 };
                 out.push((i, result));

@@ -31,8 +31,8 @@ mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
-    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox,
-    SandboxError, SandboxStatus,
+    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, SANDBOX_ERRNO,
+    Sandbox, SandboxError, SandboxStatus, kill_recorded_group, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
@@ -72,6 +72,40 @@ pub struct ToolContext {
     pub spool_dir: Option<PathBuf>,
     /// Cancelled when the run is aborted; long tools should stop early.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// Told when `exec_command` started a process group, so the caller
+    /// can journal it (resume kills a group still running).
+    pub on_spawn: Option<SpawnHook>,
+}
+
+/// A process group a tool started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnedGroup {
+    /// The group id (its leader's pid).
+    pub pgid: i32,
+    /// The leader's start time, clock ticks after boot (0: unknown).
+    pub start_time: u64,
+}
+
+/// A callback for [`ToolContext::on_spawn`].
+#[derive(Clone)]
+pub struct SpawnHook(std::sync::Arc<dyn Fn(&SpawnedGroup) + Send + Sync>);
+
+impl SpawnHook {
+    /// A hook calling `f`.
+    pub fn new(f: impl Fn(&SpawnedGroup) + Send + Sync + 'static) -> Self {
+        SpawnHook(std::sync::Arc::new(f))
+    }
+
+    /// Calls it.
+    pub fn call(&self, group: &SpawnedGroup) {
+        (self.0)(group);
+    }
+}
+
+impl std::fmt::Debug for SpawnHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpawnHook")
+    }
 }
 
 impl ToolContext {
@@ -82,6 +116,7 @@ impl ToolContext {
             workspace: workspace.into(),
             spool_dir: None,
             cancel: tokio_util::sync::CancellationToken::new(),
+            on_spawn: None,
         }
     }
 

@@ -240,6 +240,7 @@ pub async fn run_verifier(
         workspace: request.worktree.clone(),
         spool_dir: settings.spool_dir.clone(),
         cancel: settings.cancel.clone(),
+        on_spawn: None,
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);

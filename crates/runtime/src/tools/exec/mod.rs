@@ -16,6 +16,7 @@
 //! declares [`Capability::ReadOnly`]; a command that cannot be sandboxed
 //! is refused, never run unconfined.
 
+mod lifetime;
 mod process;
 mod sandbox;
 
@@ -30,9 +31,10 @@ use serde_json::{Value, json};
 
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
+pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
 pub use self::sandbox::{LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxStatus};
 use super::args::{opt_str, opt_u64, required_str};
-use super::{Capability, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
+use super::{Capability, SpawnedGroup, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
 
 /// `exec_command`'s limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +142,12 @@ impl ExecCommandTool {
             sandbox,
         })
         .map_err(|e| spawn_error(&e, sandboxed))?;
+        if let Some(hook) = &ctx.on_spawn {
+            hook.call(&SpawnedGroup {
+                pgid: session.pgid,
+                start_time: session.start_time,
+            });
+        }
         let session = Arc::new(session);
         self.sessions.lock().insert(id, session.clone());
         self.wait_on(&session, self.timeout(args), ctx).await

@@ -63,6 +63,9 @@ pub struct ProcSession {
     pub id: String,
     /// The process group id (the shell's pid).
     pub pgid: i32,
+    /// The shell's start time (clock ticks after boot, `/proc/<pid>/stat`);
+    /// 0 when it could not be read.
+    pub start_time: u64,
     /// Where stdout and stderr go.
     pub spool: PathBuf,
     /// Whether the spool is under the session's `derived/` (reported to
@@ -128,7 +131,8 @@ pub struct SpawnRequest<'a> {
     pub sandbox: Option<PreparedSandbox>,
 }
 
-/// Starts the command in a new process group and its supervisor task.
+/// Starts the command in a new process group, its shell set to die with
+/// troupe (`lifetime.rs`), and its supervisor task.
 pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
     let out = File::create(&req.spool)?;
     let err = out.try_clone()?;
@@ -148,20 +152,24 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
     if let Some(sandbox) = req.sandbox {
         sandbox.install(&mut command);
     }
-    let child = command.spawn()?;
+    super::lifetime::die_with_troupe(&mut command);
+    // The parent's copy of the ruleset fd closes with `command`, dropped
+    // on the spawner thread right after the spawn.
+    let child = super::lifetime::spawn_on_lifetime_thread(command)?;
     let pgid = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
         .ok_or_else(|| std::io::Error::other("the spawned shell has no pid"))?;
+    // Not reaped yet (the supervisor owns it), so the pid is still ours.
+    let start_time = super::lifetime::start_time(pgid).unwrap_or(0);
     let (tx, rx) = watch::channel(ProcState::Running);
     let kill = req.cancel.child_token();
     tokio::spawn(supervise(child, pgid, req.ceiling, kill.clone(), tx));
-    // The parent's copy of the ruleset fd closes with `command`.
-    drop(command);
     tracing::debug!(session_id = %req.id, pgid, sandboxed, command = req.command, "exec_command started");
     Ok(ProcSession {
         id: req.id,
         pgid,
+        start_time,
         spool: req.spool,
         spool_public: req.spool_public,
         started: Instant::now(),
