@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod exec;
+mod lifetime;
 mod paths;
 mod policy;
 mod protected;
