@@ -8,6 +8,7 @@ mod codex_compat;
 mod context;
 mod contract;
 mod exec;
+mod orphans;
 mod pipeline;
 mod resume;
 mod sessions;

@@ -568,9 +568,10 @@ fn agent_events(
             ThreadEvent::ThreadStarted(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::TurnStarted(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::TurnCompleted(e) => e.agent_id.as_deref() == Some(agent_id),
-            ThreadEvent::ItemStarted(e) | ThreadEvent::ItemCompleted(e) => {
-                e.agent_id.as_deref() == Some(agent_id)
-            }
+            // `item.updated` carries the process groups resume kills.
+            ThreadEvent::ItemStarted(e)
+            | ThreadEvent::ItemUpdated(e)
+            | ThreadEvent::ItemCompleted(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::UserMessage(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::ThreadCompleted(e) => e.thread_id == thread,
             _ => false,

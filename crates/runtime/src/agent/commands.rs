@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use troupe_protocol::{
-    CommandExecutionItem, ItemDetails, ItemEvent, ItemStatus, ProcessGroup, ThreadEvent,
-    ThreadItem,
+    CommandExecutionItem, ItemDetails, ItemEvent, ItemStatus, ProcessGroup, ThreadEvent, ThreadItem,
 };
 
 use super::AgentLoop;
@@ -153,7 +152,12 @@ impl AgentLoop {
     /// The hook that journals the process group of the `exec_command` run
     /// `call_id` once it started; `None` for any other call.
     pub(super) fn spawn_hook(&self, call_id: &str) -> Option<SpawnHook> {
-        let (_, open) = self.state.commands.by_call.iter().find(|(k, _)| k == call_id)?;
+        let (_, open) = self
+            .state
+            .commands
+            .by_call
+            .iter()
+            .find(|(k, _)| k == call_id)?;
         let open = open.clone();
         let sink = Arc::clone(&self.sink);
         let agent_id = self.config.agent_id.clone();
@@ -179,14 +183,15 @@ impl AgentLoop {
     /// Kills every process group the journal (this agent's `events`)
     /// records for a command item that never completed, and closes those
     /// items as `failed`. Returns the groups killed.
-    pub(super) fn kill_orphan_groups(
-        &mut self,
-        events: &[ThreadEvent],
-    ) -> Vec<i32> {
+    pub(super) fn kill_orphan_groups(&mut self, events: &[ThreadEvent]) -> Vec<i32> {
         let mut killed = Vec::new();
         for (item_id, item, group) in open_groups(events) {
             let fate = kill_recorded_group(group.pgid, group.start_time);
-            tracing::info!(pgid = group.pgid, ?fate, "process group left by the previous run");
+            tracing::info!(
+                pgid = group.pgid,
+                ?fate,
+                "process group left by the previous run"
+            );
             let note = match fate {
                 GroupFate::Killed => {
                     killed.push(group.pgid);
@@ -246,8 +251,9 @@ fn command_item(
 fn open_groups(events: &[ThreadEvent]) -> Vec<(String, CommandExecutionItem, ProcessGroup)> {
     let mut open: Vec<(String, CommandExecutionItem, ProcessGroup)> = Vec::new();
     for event in events {
-        let (ThreadEvent::ItemStarted(e) | ThreadEvent::ItemUpdated(e) | ThreadEvent::ItemCompleted(e)) =
-            event
+        let (ThreadEvent::ItemStarted(e)
+        | ThreadEvent::ItemUpdated(e)
+        | ThreadEvent::ItemCompleted(e)) = event
         else {
             continue;
         };

@@ -69,15 +69,11 @@ impl AgentLoop {
                 "persistence_failed",
             );
         }
-        let hooks: Vec<Option<SpawnHook>> =
-            prepared.iter().map(|p| self.spawn_hook(&p.call.id)).collect();
-        let results = run_lanes(
-            &prepared,
-            &self.ctx,
-            &hooks,
-            self.config.max_parallel_tools,
-        )
-        .await;
+        let hooks: Vec<Option<SpawnHook>> = prepared
+            .iter()
+            .map(|p| self.spawn_hook(&p.call.id))
+            .collect();
+        let results = run_lanes(&prepared, &self.ctx, &hooks, self.config.max_parallel_tools).await;
         self.record(&prepared, &results);
         self.post_tool_hooks(&prepared, &results).await;
         for (p, r) in prepared.iter().zip(&results) {

@@ -36,8 +36,12 @@ fn a_command_outlives_the_thread_that_started_it() {
     let seen = spawned.clone();
     let mut ctx = ToolContext::new(&fx.root);
     ctx.on_spawn = Some(SpawnHook::new(move |g| *seen.lock() = Some(*g)));
-    let args = json!({"command": "echo $$ > sh.pid; sleep 1; echo done > done.txt", "timeout_ms": 0});
-    let (tool, args) = fx.tools.validate("exec_command", &args.to_string()).unwrap();
+    let args =
+        json!({"command": "echo $$ > sh.pid; sleep 1; echo done > done.txt", "timeout_ms": 0});
+    let (tool, args) = fx
+        .tools
+        .validate("exec_command", &args.to_string())
+        .unwrap();
     let handle = rt.handle().clone();
     let (tool2, ctx2) = (tool.clone(), ctx.clone());
     let first = rt
@@ -53,16 +57,28 @@ fn a_command_outlives_the_thread_that_started_it() {
     // Let the blocking thread idle out and exit.
     std::thread::sleep(Duration::from_millis(300));
     let wait = json!({"action": "wait", "session_id": id, "timeout_ms": 10_000});
-    let (tool, wait) = fx.tools.validate("exec_command", &wait.to_string()).unwrap();
+    let (tool, wait) = fx
+        .tools
+        .validate("exec_command", &wait.to_string())
+        .unwrap();
     let out = rt.block_on(tool.call(wait, &ctx)).unwrap();
-    assert_eq!(field(&out.output, "status").as_deref(), Some("exited"), "{}", out.output);
+    assert_eq!(
+        field(&out.output, "status").as_deref(),
+        Some("exited"),
+        "{}",
+        out.output
+    );
     assert_eq!(out.exit_code, Some(0), "{}", out.output);
     assert_eq!(fx.read("done.txt"), "done\n");
 }
 
 #[test]
 fn a_recorded_group_is_killed_only_when_its_leader_start_time_matches() {
-    let mut child = Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+    let mut child = Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .unwrap();
     let pid = i32::try_from(child.id()).unwrap();
     let start = start_time(pid).unwrap();
     assert_eq!(kill_recorded_group(pid, start + 1), GroupFate::Reused);

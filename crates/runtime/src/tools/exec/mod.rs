@@ -29,9 +29,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
-pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
 pub use self::sandbox::{LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxStatus};
 use super::args::{opt_str, opt_u64, required_str};
 use super::{Capability, SpawnedGroup, Tool, ToolContext, ToolError, ToolOutput, bound, paths};
