@@ -358,10 +358,19 @@ fn a_command_still_running_is_an_open_command_item() {
         })
         .collect();
     let kinds: Vec<&str> = command_events.iter().map(|(k, _, _)| *k).collect();
-    assert_eq!(kinds, vec!["started", "updated"], "{command_events:?}");
+    // The first update records the process group, the second the output
+    // so far when the call returned.
+    assert_eq!(
+        kinds,
+        vec!["started", "updated", "updated"],
+        "{command_events:?}"
+    );
     let (_, started_id, _) = &command_events[0];
-    let (_, updated_id, running) = &command_events[1];
+    let (_, group_id, group) = &command_events[1];
+    let (_, updated_id, running) = &command_events[2];
+    assert_eq!(started_id, group_id);
     assert_eq!(started_id, updated_id);
+    assert!(group.process_group.is_some_and(|g| g.pgid > 1), "{group:?}");
     assert_eq!(running.status, ItemStatus::InProgress);
     assert_eq!(running.exit_code, None);
     assert!(running.aggregated_output.contains("early"), "{running:?}");
