@@ -5,6 +5,7 @@
 //! run in milliseconds and name the loop as the cause when they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod groups;
 mod limits;
 mod steps;
 

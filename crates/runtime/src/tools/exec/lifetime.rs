@@ -29,14 +29,12 @@
 use std::sync::OnceLock;
 use std::sync::mpsc;
 
-use parking_lot::Mutex;
-
 /// A job run on the lifetime thread.
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The sender to the lifetime thread, started on first use.
-fn lifetime_thread() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
-    static SENDER: OnceLock<Option<Mutex<mpsc::Sender<Job>>>> = OnceLock::new();
+fn lifetime_thread() -> Option<&'static mpsc::Sender<Job>> {
+    static SENDER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
     SENDER
         .get_or_init(|| {
             let (tx, rx) = mpsc::channel::<Job>();
@@ -51,7 +49,7 @@ fn lifetime_thread() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
                 })
                 .map_err(|e| tracing::error!(error = %e, "cannot start the spawner thread"))
                 .ok()
-                .map(|_| Mutex::new(tx))
+                .map(|_| tx)
         })
         .as_ref()
 }
@@ -75,7 +73,6 @@ pub(super) fn spawn_on_lifetime_thread(
         let _ = tx.send(child);
     });
     sender
-        .lock()
         .send(job)
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
     // A fork and exec: short enough to wait for in place.
