@@ -11,6 +11,7 @@ mod exec;
 mod pipeline;
 mod resume;
 mod sessions;
+mod terminal;
 mod truth;
 mod truth_errors;
 mod turn_failed;

@@ -25,6 +25,7 @@ use troupe_testkit::{Script, ScriptedServer};
 
 use crate::codex_compat::{CodexArgs, CodexStream};
 use crate::render::{HumanRenderer, PipeWriter};
+use crate::safe_text::Escaping;
 use crate::{Failure, exit};
 
 /// Arguments of `troupe exec`. `resume` is its one subcommand, so a prompt
@@ -494,7 +495,7 @@ impl Session {
                 ExportFormat::Bare,
             )));
         } else {
-            let out = PipeWriter::new(std::io::stdout());
+            let out = Escaping::new(PipeWriter::new(std::io::stdout()));
             log.add_exporter(Box::new(if self.label_agents {
                 HumanRenderer::labelled(out)
             } else {
@@ -562,7 +563,10 @@ impl Session {
                 exit_code(o.completed.subtype)
             }
             RunEnd::Escalated(why) => {
-                eprintln!("troupe: session failed: {why}");
+                eprintln!(
+                    "troupe: session failed: {}",
+                    crate::safe_text::escape(&why.to_string())
+                );
                 exit::ERROR
             }
         };
@@ -606,7 +610,7 @@ fn exit_code(subtype: CompletionSubtype) -> u8 {
 }
 
 fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = Escaping::new(std::io::stdout().lock());
     writeln!(
         out,
         "\n— {} · {} input / {} output tokens · {}",
