@@ -51,7 +51,7 @@ fn assert_inert(what: &str, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
     let bad: Vec<char> = text
         .chars()
-        .filter(|c| (c.is_control() && *c != '\n' && *c != '\t'))
+        .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
         .collect();
     assert!(bad.is_empty(), "{what} carries {bad:?}: {text:?}");
     assert!(!bytes.contains(&0x1b), "{what}: {text:?}");
