@@ -435,7 +435,8 @@ impl Session {
             _ => None,
         };
         let mut tools =
-            ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths());
+            ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths())
+                .with_limits(config.tool_limits());
         tools.set_policy(config.permission_policy());
         let hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
