@@ -212,6 +212,9 @@ impl AgentLoop {
             }
             let mut done = invocation(p, status);
             done.outcome = Some(outcome);
+            // The arguments are on the item's `item.started` (the journal);
+            // logged once.
+            done.arguments = serde_json::Value::Null;
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 p.item_id.clone(),
