@@ -88,7 +88,7 @@ fn a_flood_of_calls_and_a_huge_argument_stay_bounded() {
         "10000 tool calls",
         "limit of 64 per step",
         "max_calls_per_step",
-        "9935 after it did not",
+        "9935 after it were not",
         "later steps",
     ] {
         assert!(message.contains(shown), "{shown} not in {message}");

@@ -92,7 +92,7 @@ impl AgentLoop {
         let bounded = super::bounds::bound_calls(response.tool_calls, limits);
         if bounded.over_cap(limits) {
             self.warn(format!(
-                "the model asked for {} tool calls in one step; ran the first {} (`[tools] max_calls_per_step`)",
+                "the model asked for {} tool calls in one step; handled the first {} only (`[tools] max_calls_per_step`)",
                 bounded.asked, limits.max_calls_per_step
             ));
         }

@@ -159,7 +159,7 @@ pub enum ToolError {
     /// The step asked for more calls than `[tools] max_calls_per_step`;
     /// this call and the ones after it did not run.
     #[error(
-        "not run: this step asked for {asked} tool calls, over the limit of {max} per step (`[tools] max_calls_per_step`); the first {max} ran, this call and the {dropped} after it did not. Send the calls still needed in later steps, at most {max} at a time"
+        "not run: this step asked for {asked} tool calls, over the limit of {max} per step (`[tools] max_calls_per_step`); the first {max} were handled, this call and the {dropped} after it were not. Send the calls still needed in later steps, at most {max} at a time"
     )]
     TooManyCalls {
         /// Calls in the step.
