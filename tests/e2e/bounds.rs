@@ -143,3 +143,51 @@ fn dir_size(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+#[test]
+fn the_bounds_come_from_troupe_toml() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        ws.join("troupe.toml"),
+        "[tools]\nmax_calls_per_step = 2\nmax_argument_bytes = 200\n",
+    )
+    .unwrap();
+    let calls: Vec<_> = (0..5)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "name": "exec_command",
+                   "arguments": {"command": format!("echo {i} >> ran.txt")}})
+        })
+        .collect();
+    let script = json!({"replies": [
+        {"kind": "message", "tool_calls": calls},
+        {"kind": "message", "tool_calls": [{"id": "w", "name": "write_file",
+            "arguments": {"path": "w.txt", "content": "y".repeat(300)}}]},
+        {"kind": "message", "text": "done"},
+    ]});
+    let path = tmp.path().join("s.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--script"])
+        .arg(&path)
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("go")
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let ran = std::fs::read_to_string(ws.join("ran.txt")).unwrap();
+    assert_eq!(ran.lines().count(), 2, "{ran}");
+    // The human output shows the cut and the refusals.
+    for shown in [
+        "asked for 5 tool calls in one step; handled the first 2 only",
+        "over the limit of 2 per step",
+        "over the limit of 200 bytes",
+    ] {
+        assert!(stdout.contains(shown), "{shown} not in {stdout}");
+    }
+    assert!(!ws.join("w.txt").exists());
+}
