@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod attacks;
+mod bounds;
 mod claim;
 mod codex_compat;
 mod context;
@@ -12,6 +13,7 @@ mod orphans;
 mod pipeline;
 mod resume;
 mod sessions;
+mod terminal;
 mod truth;
 mod truth_errors;
 mod turn_failed;

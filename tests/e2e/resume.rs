@@ -66,9 +66,7 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         if status.success() {
             continue; // finished before the kill; nothing to resume
         }
-        let sessions = ws.path().join(".vtcode/sessions");
-        let created = std::fs::read_dir(&sessions).is_ok_and(|mut d| d.next().is_some());
-        if !created || !session_dir(ws.path()).join("events.jsonl").exists() {
+        if troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
             continue; // killed before the session existed (a loaded machine)
         }
         let dir = session_dir(ws.path());
@@ -169,12 +167,9 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     .spawn()
     .unwrap();
     let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
-        let e = std::fs::read_dir(ws.path().join(".vtcode/sessions"))
-            .ok()?
-            .next()?
-            .ok()?;
-        let ready = e.path().join("writer.pid").exists() && e.path().join("manifest.json").exists();
-        ready.then(|| e.path())
+        let dir = troupe_test_support::e2e::session_dirs(ws.path()).pop()?;
+        let ready = dir.join("writer.pid").exists() && dir.join("manifest.json").exists();
+        ready.then_some(dir)
     })
     .unwrap();
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();

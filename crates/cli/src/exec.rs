@@ -25,6 +25,7 @@ use troupe_testkit::{Script, ScriptedServer};
 
 use crate::codex_compat::{CodexArgs, CodexStream};
 use crate::render::{HumanRenderer, PipeWriter};
+use crate::safe_text::Escaping;
 use crate::{Failure, exit};
 
 /// Arguments of `troupe exec`. `resume` is its one subcommand, so a prompt
@@ -434,7 +435,8 @@ impl Session {
             _ => None,
         };
         let mut tools =
-            ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths());
+            ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths())
+                .with_limits(config.tool_limits());
         tools.set_policy(config.permission_policy());
         let hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
@@ -494,7 +496,7 @@ impl Session {
                 ExportFormat::Bare,
             )));
         } else {
-            let out = PipeWriter::new(std::io::stdout());
+            let out = Escaping::new(PipeWriter::new(std::io::stdout()));
             log.add_exporter(Box::new(if self.label_agents {
                 HumanRenderer::labelled(out)
             } else {
@@ -562,7 +564,10 @@ impl Session {
                 exit_code(o.completed.subtype)
             }
             RunEnd::Escalated(why) => {
-                eprintln!("troupe: session failed: {why}");
+                eprintln!(
+                    "troupe: session failed: {}",
+                    crate::safe_text::escape(&why.to_string())
+                );
                 exit::ERROR
             }
         };
@@ -606,7 +611,7 @@ fn exit_code(subtype: CompletionSubtype) -> u8 {
 }
 
 fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = Escaping::new(std::io::stdout().lock());
     writeln!(
         out,
         "\n— {} · {} input / {} output tokens · {}",

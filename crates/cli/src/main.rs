@@ -10,6 +10,7 @@ mod mock_llm;
 mod pipeline_cmd;
 mod render;
 mod resume;
+mod safe_text;
 mod sessions;
 mod sessions_view;
 
@@ -119,7 +120,7 @@ fn main() -> ExitCode {
         // A reader that went away (`| head`) is not an error.
         Err(f) if broken_pipe(&f.error) => ExitCode::from(exit::OK),
         Err(f) => {
-            eprintln!("troupe: {}", errors::message(&f.error));
+            eprintln!("troupe: {}", safe_text::escape(&errors::message(&f.error)));
             ExitCode::from(f.code)
         }
     }

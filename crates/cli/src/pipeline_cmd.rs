@@ -341,7 +341,7 @@ fn print_summary(
     tree: &[AgentRow],
     done: &ThreadCompletedEvent,
 ) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::safe_text::Escaping::new(std::io::stdout().lock());
     writeln!(out, "\nagent tree")?;
     for r in tree
         .iter()

@@ -11,6 +11,7 @@ use troupe_runtime::store::{
 };
 
 use crate::Failure;
+use crate::safe_text::Escaping;
 use crate::sessions_view as view;
 
 /// Arguments of `troupe sessions`.
@@ -109,7 +110,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
         )));
     }
     let store = SessionStore::for_workspace(&args.workspace);
-    let mut out = std::io::stdout().lock();
+    let mut out = Escaping::unless_json(std::io::stdout().lock(), args.json);
     match args.command {
         SessionsCommand::List => {
             let sessions = store.list().map_err(store_err)?;
@@ -215,7 +216,8 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             for ev in store.events(&id).map_err(store_err)? {
                 match ev {
                     Ok((_, ev)) if !matches!(ev.event, ThreadEvent::Unknown) => {
-                        writeln!(out, "{}", serde_json::to_string(&ev.event)?)?
+                        // JSON lines: already safe, and escaping would break them.
+                        writeln!(out.raw(), "{}", serde_json::to_string(&ev.event)?)?
                     }
                     Ok(_) => {}
                     Err(bad) => tracing::warn!("{bad}"),
@@ -328,7 +330,7 @@ mod context_cmd {
             .model_catalog()
             .get(&config.model())
             .and_then(|i| i.context_window);
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::safe_text::Escaping::unless_json(std::io::stdout().lock(), json);
         // Claim the session before anything is written for it.
         let (log, _) = store.reopen(id, config.log_config()).map_err(store_err)?;
         let Some(c) = compact_stored(&dir, &manifest.root_thread_id, &settings, window)? else {
@@ -402,7 +404,7 @@ mod context_cmd {
             }
         }
         append(&log, &events)?;
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::safe_text::Escaping::unless_json(std::io::stdout().lock(), json);
         let shown = artifact_path
             .strip_prefix(ws)
             .unwrap_or(&artifact_path)

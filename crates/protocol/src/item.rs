@@ -109,7 +109,10 @@ pub struct ToolInvocationItem {
     /// The tool's registered name.
     pub tool_name: String,
     /// The arguments as the model sent them (a JSON value; a string when
-    /// they were not valid JSON).
+    /// they were not valid JSON). Only on `item.started`, the journal
+    /// record: the `item.completed` of the same item omits them, so a
+    /// call's arguments are logged once.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub arguments: serde_json::Value,
     /// The provider's call id, which the tool result answers.
     pub tool_call_id: String,

@@ -88,12 +88,14 @@ impl Run {
 }
 
 /// The one session directory under `ws` (panics unless there is exactly
-/// one).
+/// one; a session still being staged under a dot-name is none).
 pub fn session_dir(ws: &Path) -> PathBuf {
     let root = ws.join(".vtcode/sessions");
     let mut dirs: Vec<_> = std::fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("no sessions under {}: {e}", root.display()))
         .filter_map(Result::ok)
+        // A session being created is staged under a dot-name.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| e.path())
         .collect();
     assert_eq!(
@@ -152,4 +154,18 @@ pub fn exec_run(bin: &Path, ws: &Path, server: &Server, args: &[&str], prompt: &
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         events: session_events(ws),
     }
+}
+
+/// The session directories under `ws` (none when the sessions directory
+/// does not exist; sessions still being staged are left out).
+pub fn session_dirs(ws: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(ws.join(".vtcode/sessions"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }

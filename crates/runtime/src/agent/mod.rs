@@ -23,6 +23,7 @@
 //!   (`persistence_failed`);
 //! - cancellation: `cancelled`.
 
+mod bounds;
 mod commands;
 mod resume;
 mod sink;

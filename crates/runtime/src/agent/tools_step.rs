@@ -30,8 +30,14 @@ struct Prepared {
 type CallResult = Result<ToolOutput, ToolError>;
 
 impl AgentLoop {
-    pub(super) async fn run_tools(&mut self, calls: Vec<ToolCall>) -> StepOutcome {
-        let mut prepared = self.prepare(calls);
+    /// Runs a step's `calls`; a call with a `refused` error is answered
+    /// with it and does not run.
+    pub(super) async fn run_tools(
+        &mut self,
+        calls: Vec<ToolCall>,
+        refused: Vec<Option<ToolError>>,
+    ) -> StepOutcome {
+        let mut prepared = self.prepare(calls, refused);
         self.pre_tool_hooks(&mut prepared).await;
         // Journal: every call is on record before any tool runs; calls that
         // change the world wait until their record is durable.
@@ -97,12 +103,17 @@ impl AgentLoop {
 
     /// Validates each call, checks the permission policy, and marks
     /// identical calls so they run once.
-    fn prepare(&mut self, calls: Vec<ToolCall>) -> Vec<Prepared> {
+    fn prepare(&mut self, calls: Vec<ToolCall>, refused: Vec<Option<ToolError>>) -> Vec<Prepared> {
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut out = Vec::with_capacity(calls.len());
+        let mut refused = refused.into_iter();
         for call in calls {
             let item_id = self.item_id();
-            let (tool, args) = match self.tools.validate(&call.name, &call.arguments) {
+            let checked = match refused.next().flatten() {
+                Some(e) => Err(e),
+                None => self.tools.validate(&call.name, &call.arguments),
+            };
+            let (tool, args) = match checked {
                 Ok((tool, args)) => {
                     let allowed =
                         self.tools
@@ -205,6 +216,9 @@ impl AgentLoop {
             }
             let mut done = invocation(p, status);
             done.outcome = Some(outcome);
+            // The arguments are on the item's `item.started` (the journal);
+            // logged once.
+            done.arguments = serde_json::Value::Null;
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 p.item_id.clone(),

@@ -88,11 +88,19 @@ impl AgentLoop {
             return self.no_tool_calls(response);
         }
         self.state.empty_retried = false;
+        let limits = self.tools.limits();
+        let bounded = super::bounds::bound_calls(response.tool_calls, limits);
+        if bounded.over_cap(limits) {
+            self.warn(format!(
+                "the model asked for {} tool calls in one step; handled the first {} only (`[tools] max_calls_per_step`)",
+                bounded.asked, limits.max_calls_per_step
+            ));
+        }
         self.state.messages.push(Message::Assistant {
             content: response.text.clone(),
-            tool_calls: response.tool_calls.clone(),
+            tool_calls: bounded.calls.clone(),
         });
-        let outcome = self.run_tools(response.tool_calls).await;
+        let outcome = self.run_tools(bounded.calls, bounded.refused).await;
         self.context.after_tools(&self.state.messages, &self.tools);
         outcome
     }

@@ -259,6 +259,9 @@ impl Config {
         if let Some(ms) = self.tools.exec_timeout_ms {
             exec.default_timeout = Duration::from_millis(ms);
         }
+        if let Some(max) = self.tools.max_spool_bytes {
+            exec.max_spool_bytes = max;
+        }
         // Keys named by `api_key_env` never reach a command's environment,
         // whatever their name.
         for var in self
@@ -279,6 +282,19 @@ impl Config {
         match &self.tools.protected_paths {
             Some(list) => crate::tools::ProtectedPaths::new(list.iter().cloned()),
             None => crate::tools::ProtectedPaths::default(),
+        }
+    }
+
+    /// The bounds on a step's tool calls: `[tools] max_calls_per_step`
+    /// and `max_argument_bytes`, or their defaults.
+    pub fn tool_limits(&self) -> crate::tools::ToolLimits {
+        let d = crate::tools::ToolLimits::default();
+        let size = |v: Option<u64>, default: usize| {
+            v.map_or(default, |v| usize::try_from(v).unwrap_or(usize::MAX))
+        };
+        crate::tools::ToolLimits {
+            max_calls_per_step: size(self.tools.max_calls_per_step, d.max_calls_per_step),
+            max_argument_bytes: size(self.tools.max_argument_bytes, d.max_argument_bytes),
         }
     }
 

@@ -216,6 +216,15 @@ pub struct ToolsConfig {
     /// `troupe.toml`), `[]` protects nothing. See
     /// [`crate::tools::ProtectedPaths`] for how entries match.
     pub protected_paths: Option<Vec<String>>,
+    /// Tool calls run per step (default 64); the calls past it are
+    /// answered with an error and dropped from the history.
+    pub max_calls_per_step: Option<u64>,
+    /// Bytes of one call's arguments (default 1 MiB); a bigger call is
+    /// answered with an error and its arguments are not kept.
+    pub max_argument_bytes: Option<u64>,
+    /// Bytes of `exec_command` spool files kept per session (default
+    /// 256 MiB); past it, outputs are previewed but not spooled.
+    pub max_spool_bytes: Option<u64>,
 }
 
 /// `[verifier]`: the read-only verifier.

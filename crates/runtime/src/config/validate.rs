@@ -206,6 +206,16 @@ impl FileChecker<'_> {
                 .exec_timeout_ms
                 .map_or(Ok(()), |v| positive(v, "the timeout")),
         )?;
+        for (name, value) in [
+            ("max_calls_per_step", c.tools.max_calls_per_step),
+            ("max_argument_bytes", c.tools.max_argument_bytes),
+            ("max_spool_bytes", c.tools.max_spool_bytes),
+        ] {
+            self.at(
+                &["tools", name],
+                value.map_or(Ok(()), |v| positive(v, name)),
+            )?;
+        }
         for entry in c.tools.protected_paths.iter().flatten() {
             self.at(&["tools", "protected_paths"], relative_entry(entry))?;
         }

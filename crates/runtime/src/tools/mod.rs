@@ -39,7 +39,7 @@ pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use policy::{PermissionPolicy, glob};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
-pub use registry::ToolRegistry;
+pub use registry::{ToolLimits, ToolRegistry};
 pub use write::{EditFileTool, WriteFileTool};
 
 use std::path::PathBuf;
@@ -181,6 +181,29 @@ pub enum ToolError {
     /// The call was cancelled.
     #[error("cancelled")]
     Cancelled,
+    /// The call's arguments are over `[tools] max_argument_bytes`.
+    #[error(
+        "arguments of {bytes} bytes are over the limit of {max} bytes (`[tools] max_argument_bytes`); send the content in smaller pieces, e.g. write part of the file, then extend it with edit_file"
+    )]
+    ArgumentsTooLarge {
+        /// The size of the arguments as the model sent them.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The step asked for more calls than `[tools] max_calls_per_step`;
+    /// this call and the ones after it did not run.
+    #[error(
+        "not run: this step asked for {asked} tool calls, over the limit of {max} per step (`[tools] max_calls_per_step`); the first {max} were handled, this call and the {dropped} after it were not. Send the calls still needed in later steps, at most {max} at a time"
+    )]
+    TooManyCalls {
+        /// Calls in the step.
+        asked: usize,
+        /// The limit.
+        max: usize,
+        /// Calls after this one that were not run (nor kept in the history).
+        dropped: usize,
+    },
 }
 
 impl ToolError {
@@ -188,9 +211,11 @@ impl ToolError {
     pub fn outcome(&self) -> troupe_protocol::ToolOutcome {
         use troupe_protocol::ToolOutcome;
         match self {
-            ToolError::InvalidJson(_) | ToolError::UnknownTool { .. } | ToolError::Schema(_) => {
-                ToolOutcome::InvalidTool
-            }
+            ToolError::InvalidJson(_)
+            | ToolError::UnknownTool { .. }
+            | ToolError::Schema(_)
+            | ToolError::ArgumentsTooLarge { .. }
+            | ToolError::TooManyCalls { .. } => ToolOutcome::InvalidTool,
             ToolError::Denied(_) => ToolOutcome::PermissionRejected,
             ToolError::HookDenied(_) => ToolOutcome::HookDenied,
             ToolError::Cancelled => ToolOutcome::Cancelled,
@@ -208,6 +233,8 @@ impl ToolError {
             ToolError::Denied(_) | ToolError::HookDenied(_) => "denied",
             ToolError::Failed(_) => "failed",
             ToolError::Cancelled => "cancelled",
+            ToolError::ArgumentsTooLarge { .. } => "arguments_too_large",
+            ToolError::TooManyCalls { .. } => "too_many_calls",
         }
     }
 }

@@ -14,11 +14,39 @@ use super::write::{EditFileTool, WriteFileTool};
 use super::{Capability, PermissionPolicy, ProtectedPaths, SharedTool, ToolError, schema};
 use crate::provider::ToolDefinition;
 
-/// Tools by name, with the permission policy that guards them.
+/// Bounds on what a model may ask of the tools in one step (`[tools]
+/// max_calls_per_step`, `max_argument_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// Calls run per step; the ones past it are answered with an error.
+    pub max_calls_per_step: usize,
+    /// Bytes of one call's arguments, as the model sent them.
+    pub max_argument_bytes: usize,
+}
+
+impl ToolLimits {
+    /// Default `max_calls_per_step`.
+    pub const DEFAULT_MAX_CALLS_PER_STEP: usize = 64;
+    /// Default `max_argument_bytes`: 1 MiB.
+    pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            max_calls_per_step: Self::DEFAULT_MAX_CALLS_PER_STEP,
+            max_argument_bytes: Self::DEFAULT_MAX_ARGUMENT_BYTES,
+        }
+    }
+}
+
+/// Tools by name, with the permission policy that guards them and the
+/// limits on a step's calls.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, SharedTool>,
     policy: PermissionPolicy,
+    limits: ToolLimits,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -26,6 +54,7 @@ impl std::fmt::Debug for ToolRegistry {
         f.debug_struct("ToolRegistry")
             .field("tools", &self.names())
             .field("policy", &self.policy)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -81,6 +110,17 @@ impl ToolRegistry {
         &self.policy
     }
 
+    /// This registry with `limits`.
+    pub fn with_limits(mut self, limits: ToolLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits on a step's calls.
+    pub fn limits(&self) -> ToolLimits {
+        self.limits
+    }
+
     /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<SharedTool> {
         self.tools.get(name).cloned()
@@ -125,6 +165,7 @@ impl ToolRegistry {
                 .map(|(name, tool)| (name.clone(), tool.clone()))
                 .collect(),
             policy: self.policy.clone(),
+            limits: self.limits,
         }
     }
 
@@ -132,8 +173,16 @@ impl ToolRegistry {
     /// ([`ToolError::InvalidJson`]; empty text counts as `{}`, which some
     /// providers send for a call with no arguments) and checks it against
     /// the tool's schema ([`ToolError::Schema`], naming the field).
+    /// Arguments over the limits' `max_argument_bytes` are refused
+    /// ([`ToolError::ArgumentsTooLarge`]) before they are parsed.
     pub fn validate(&self, name: &str, args_text: &str) -> Result<(SharedTool, Value), ToolError> {
         let tool = self.lookup(name)?;
+        if args_text.len() > self.limits.max_argument_bytes {
+            return Err(ToolError::ArgumentsTooLarge {
+                bytes: args_text.len(),
+                max: self.limits.max_argument_bytes,
+            });
+        }
         let text = if args_text.trim().is_empty() {
             "{}"
         } else {

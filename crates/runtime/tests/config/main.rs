@@ -6,4 +6,5 @@ mod common;
 mod docs;
 mod errors;
 mod hooks;
+mod limits;
 mod load;

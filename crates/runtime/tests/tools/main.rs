@@ -10,6 +10,7 @@ mod protected;
 mod read;
 mod registry;
 mod schema;
+mod spool_cap;
 mod write;
 
 use std::path::{Path, PathBuf};

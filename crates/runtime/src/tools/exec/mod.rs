@@ -59,7 +59,16 @@ pub struct ExecConfig {
     /// Run every command in this sandbox (`None`: unconfined, the
     /// default). A sandboxed tool declares [`Capability::ReadOnly`].
     pub sandbox: Option<Sandbox>,
+    /// Bytes of spool files (`exec-*.log`) kept in a session's spool
+    /// directory. Once they reach it, a command's output goes to a
+    /// private temp file, is previewed and deleted; a command whose own
+    /// output takes the session past it has its spool file deleted after
+    /// the preview. Either way the result says so.
+    pub max_spool_bytes: u64,
 }
+
+/// The default [`ExecConfig::max_spool_bytes`]: 256 MiB.
+pub const DEFAULT_MAX_SPOOL_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The default [`ExecConfig::env_remove`] globs.
 pub const DEFAULT_ENV_REMOVE: [&str; 4] = ["*API_KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*"];
@@ -74,6 +83,7 @@ impl Default for ExecConfig {
             max_sessions: 16,
             env_remove: DEFAULT_ENV_REMOVE.iter().map(|s| s.to_string()).collect(),
             sandbox: None,
+            max_spool_bytes: DEFAULT_MAX_SPOOL_BYTES,
         }
     }
 }
@@ -127,7 +137,8 @@ impl ExecCommandTool {
         }
         self.make_room()?;
         let id = new_session_id();
-        let (spool, spool_public) = spool_path(ctx, &id)?;
+        let (spool, spool_public, spool_capped) =
+            spool_path(ctx, &id, self.config.max_spool_bytes)?;
         let sandbox = self.prepare_sandbox(&spool)?;
         let sandboxed = sandbox.is_some();
         let session = process::spawn(SpawnRequest {
@@ -136,6 +147,7 @@ impl ExecCommandTool {
             cwd: &cwd,
             spool,
             spool_public,
+            spool_capped,
             ceiling: self.config.ceiling,
             env_remove: &self.config.env_remove,
             cancel: &ctx.cancel,
@@ -284,9 +296,22 @@ impl ExecCommandTool {
             Some(info) => head.push_str(&self.ended_lines(info)),
         }
         head.push_str(&format!("total_bytes: {total}\ntruncated: {truncated}\n"));
-        let spool_path = session
-            .spool_public
-            .then(|| session.spool.to_string_lossy().into_owned());
+        let max = self.config.max_spool_bytes;
+        // The output that took the session past the cap is not kept either.
+        let over = session.spool_public
+            && ended.is_some()
+            && session.spool.parent().is_some_and(|d| spool_bytes(d) > max);
+        if over {
+            let _ = std::fs::remove_file(&session.spool);
+        }
+        if session.spool_capped || over {
+            head.push_str(&format!(
+                "spool: not kept, this session's spool files reached {max} bytes \
+                 (`[tools] max_spool_bytes`); only this preview of the output exists\n"
+            ));
+        }
+        let spool_path =
+            (session.spool_public && !over).then(|| session.spool.to_string_lossy().into_owned());
         if let Some(path) = &spool_path {
             head.push_str(&format!(
                 "spool_path: {path}\nspool_complete: {}\n",
@@ -369,17 +394,41 @@ fn new_session_id() -> String {
 }
 
 /// The spool file for session `id`: under the session's `derived/` when
-/// there is one (reported, kept), else a private temp file.
-fn spool_path(ctx: &ToolContext, id: &str) -> Result<(PathBuf, bool), ToolError> {
+/// there is one (reported, kept) and its spool files are under `max`
+/// bytes, else a private temp file. Also says whether the cap was the
+/// reason.
+fn spool_path(ctx: &ToolContext, id: &str, max: u64) -> Result<(PathBuf, bool, bool), ToolError> {
+    let private = std::env::temp_dir().join(format!("troupe-{id}.log"));
     match &ctx.spool_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| {
                 ToolError::Failed(format!("cannot create the spool directory: {e}"))
             })?;
-            Ok((dir.join(format!("{id}.log")), true))
+            if spool_bytes(dir) >= max {
+                return Ok((private, false, true));
+            }
+            Ok((dir.join(format!("{id}.log")), true, false))
         }
-        None => Ok((std::env::temp_dir().join(format!("troupe-{id}.log")), false)),
+        None => Ok((private, false, false)),
     }
+}
+
+/// Total size of the spool files (`exec-*.log`) in `dir`.
+fn spool_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("exec-") && name.ends_with(".log")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// What the model reads about a sandboxed `exec_command`.

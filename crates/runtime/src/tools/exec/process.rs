@@ -71,6 +71,9 @@ pub struct ProcSession {
     /// Whether the spool is under the session's `derived/` (reported to
     /// the model, kept) or a private temp file (deleted when reported).
     pub spool_public: bool,
+    /// The spool is private because the session's spool files reached
+    /// [`super::ExecConfig::max_spool_bytes`].
+    pub spool_capped: bool,
     /// When it started.
     pub started: Instant,
     /// Published by the supervisor.
@@ -121,6 +124,8 @@ pub struct SpawnRequest<'a> {
     pub spool: PathBuf,
     /// See [`ProcSession::spool_public`].
     pub spool_public: bool,
+    /// See [`ProcSession::spool_capped`].
+    pub spool_capped: bool,
     /// The long-running ceiling.
     pub ceiling: Duration,
     /// Globs of environment variable names to remove.
@@ -172,6 +177,7 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
         start_time,
         spool: req.spool,
         spool_public: req.spool_public,
+        spool_capped: req.spool_capped,
         started: Instant::now(),
         state: rx,
         kill,
