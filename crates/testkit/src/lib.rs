@@ -30,19 +30,23 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod bounds;
 mod error;
 mod normalize;
 mod plan;
 pub mod request;
+mod retry;
 pub mod rule;
 pub mod script;
 mod server;
 mod wire;
 
+pub use bounds::Limits;
 pub use error::{InvariantViolation, TestkitError, Violation};
 pub use request::{
     RecordedMessage, RecordedRequest, RecordedToolCall, RecordedToolResult, Role, WireFormat,
 };
+pub use retry::RETRY_HEADER;
 pub use rule::Rule;
 pub use script::{CursorMode, MessageReply, Reply, Route, Script, ToolCallSpec, Usage};
 pub use server::ScriptedServer;
