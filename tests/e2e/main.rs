@@ -10,6 +10,7 @@ mod contract;
 mod exec;
 mod pipeline;
 mod resume;
+mod retries;
 mod sessions;
 mod truth;
 mod truth_errors;
