@@ -7,6 +7,7 @@ mod claim;
 mod codex_compat;
 mod context;
 mod contract;
+mod disk;
 mod exec;
 mod pipeline;
 mod resume;
