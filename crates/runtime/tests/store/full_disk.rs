@@ -125,3 +125,21 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     );
     assert!(!text.contains("being written"), "{text}");
 }
+
+#[test]
+fn a_session_directory_on_a_read_only_mount_is_reported_as_not_writable() {
+    let Some(fs) = Tmpfs::mount("64k") else {
+        return;
+    };
+    let dir = fs.path().join("session");
+    std::fs::create_dir(&dir).unwrap();
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(fs.path())
+        .status()
+        .unwrap();
+    assert!(remount.success(), "remount read-only");
+    let err = SessionLock::acquire(&dir).unwrap_err();
+    assert!(matches!(&err, StoreError::NotWritable { .. }), "{err:?}");
+    assert!(err.to_string().contains("read-only mount"), "{err}");
+}
