@@ -39,26 +39,27 @@ impl BodyKey {
     }
 }
 
-/// The replies recently given on one cursor, by request body.
+/// The replies recently given on one cursor, by request body: positions
+/// in the cursor's reply list, not copies.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    recent: VecDeque<(BodyKey, Reply)>,
+    recent: VecDeque<(BodyKey, usize)>,
 }
 
 impl Served {
-    /// Remembers that `key` got `reply`.
-    pub(crate) fn remember(&mut self, key: BodyKey, reply: &Reply) {
+    /// Remembers that `key` got the reply at `position`.
+    pub(crate) fn remember(&mut self, key: BodyKey, position: usize) {
         if self.recent.len() == REMEMBERED {
             self.recent.pop_front();
         }
-        self.recent.push_back((key, reply.clone()));
+        self.recent.push_back((key, position));
     }
 
-    /// The reply a retry of `key` gets, if `key` was answered by a reply
-    /// that has something to replay.
-    pub(crate) fn replay(&self, key: BodyKey) -> Option<Reply> {
-        let (_, reply) = self.recent.iter().rev().find(|(k, _)| *k == key)?;
-        settled(reply)
+    /// The reply a retry of `key` gets, if `key` was answered from
+    /// `replies` by a reply that has something to replay.
+    pub(crate) fn replay(&self, key: BodyKey, replies: &[Reply]) -> Option<Reply> {
+        let (_, position) = self.recent.iter().rev().find(|(k, _)| *k == key)?;
+        settled(replies.get(*position)?)
     }
 }
 
@@ -104,12 +105,13 @@ mod tests {
 
     #[test]
     fn remembers_a_bounded_number_of_bodies() {
+        let replies = vec![Reply::text("r")];
         let mut s = Served::default();
         for i in 0..(REMEMBERED + 4) {
-            s.remember(BodyKey::of(i.to_string().as_bytes()), &Reply::text("r"));
+            s.remember(BodyKey::of(i.to_string().as_bytes()), 0);
         }
         assert_eq!(s.recent.len(), REMEMBERED);
-        assert!(s.replay(BodyKey::of(b"0")).is_none());
-        assert!(s.replay(BodyKey::of(b"19")).is_some());
+        assert!(s.replay(BodyKey::of(b"0"), &replies).is_none());
+        assert!(s.replay(BodyKey::of(b"19"), &replies).is_some());
     }
 }

@@ -416,7 +416,7 @@ impl Shared {
             .entry(key.clone().unwrap_or_default())
             .or_default();
         if seen.retry
-            && let Some(reply) = served.replay(seen.key)
+            && let Some(reply) = served.replay(seen.key, replies)
         {
             tracing::debug!(
                 request = request.index,
@@ -429,8 +429,8 @@ impl Shared {
             None => &mut inner.cursor,
         };
         if let Some(reply) = replies.get(*position) {
+            served.remember(seen.key, *position);
             *position += 1;
-            served.remember(seen.key, reply);
             return Decision::Reply(reply.clone());
         }
         let served = *position;
