@@ -133,6 +133,14 @@ fn a_full_disk_is_recorded_in_the_manifest_and_leaves_no_temp_file() {
         "the manifest records the failure: {manifest}"
     );
     assert_eq!(temp_files(ws), Vec::<PathBuf>::new());
+    // `sessions show` says so.
+    let id = session.file_name().unwrap().to_str().unwrap().to_string();
+    let shown = troupe(ws, &["sessions", "show", &id]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("failed   persistence_failed: write ") && shown.contains("No space left"),
+        "{shown}"
+    );
 }
 
 #[test]

@@ -169,10 +169,11 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     .spawn()
     .unwrap();
     let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
+        // Not the `.creating-*` dot-directory a session is assembled in.
         let e = std::fs::read_dir(ws.path().join(".vtcode/sessions"))
             .ok()?
-            .next()?
-            .ok()?;
+            .filter_map(Result::ok)
+            .find(|e| !e.file_name().to_string_lossy().starts_with('.'))?;
         let ready = e.path().join("writer.pid").exists() && e.path().join("manifest.json").exists();
         ready.then(|| e.path())
     })
