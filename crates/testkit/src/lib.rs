@@ -13,6 +13,9 @@
 //! - [`RecordedRequest`]: every request, normalized into one view, with
 //!   helpers tests read instead of raw JSON; the recorder checks that every
 //!   tool result answers a call and every call got a result.
+//! - Retries and bounds: a retry marked [`RETRY_HEADER`] gets the reply its
+//!   body got, without the fault, instead of the next one; [`Limits`] caps
+//!   request bodies (413) and what the recorder keeps.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), troupe_testkit::TestkitError> {
