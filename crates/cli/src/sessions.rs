@@ -174,6 +174,9 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             } else {
                 writeln!(out, "session  {}", m.session_id)?;
                 writeln!(out, "status   {}", view::status(&m))?;
+                if let Some(error) = &m.persistence_failed {
+                    writeln!(out, "failed   persistence_failed: {error}")?;
+                }
                 writeln!(out, "turns    {}", m.turn_count)?;
                 writeln!(out, "events   {}", m.event_count)?;
                 match cost {

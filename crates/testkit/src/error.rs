@@ -119,6 +119,13 @@ pub enum Violation {
         /// What was wrong.
         error: String,
     },
+    /// A request body over [`crate::Limits::max_body_bytes`], answered 413.
+    BodyTooLarge {
+        /// Index of the request (recorded without its body).
+        request: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -142,6 +149,10 @@ impl fmt::Display for Violation {
             Violation::BadRequest { request, error } => {
                 write!(f, "request #{request}: unreadable request body: {error}")
             }
+            Violation::BodyTooLarge { request, limit } => write!(
+                f,
+                "request #{request}: body over the {limit}-byte limit (answered 413)"
+            ),
         }
     }
 }

@@ -13,6 +13,9 @@
 //! - [`RecordedRequest`]: every request, normalized into one view, with
 //!   helpers tests read instead of raw JSON; the recorder checks that every
 //!   tool result answers a call and every call got a result.
+//! - Retries and bounds: a retry marked [`RETRY_HEADER`] gets the reply its
+//!   body got, without the fault, instead of the next one; [`Limits`] caps
+//!   request bodies (413) and what the recorder keeps.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), troupe_testkit::TestkitError> {
@@ -30,19 +33,23 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod bounds;
 mod error;
 mod normalize;
 mod plan;
 pub mod request;
+mod retry;
 pub mod rule;
 pub mod script;
 mod server;
 mod wire;
 
+pub use bounds::Limits;
 pub use error::{InvariantViolation, TestkitError, Violation};
 pub use request::{
     RecordedMessage, RecordedRequest, RecordedToolCall, RecordedToolResult, Role, WireFormat,
 };
+pub use retry::RETRY_HEADER;
 pub use rule::Rule;
 pub use script::{CursorMode, MessageReply, Reply, Route, Script, ToolCallSpec, Usage};
 pub use server::ScriptedServer;

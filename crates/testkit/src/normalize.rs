@@ -48,6 +48,7 @@ pub(crate) fn normalize(raw: &RawRequest<'_>, body: &[u8]) -> (RecordedRequest, 
         headers,
         has_auth,
         body: Value::Null,
+        trimmed: false,
     };
     let body: Value = match serde_json::from_slice(body) {
         Ok(v) => v,

@@ -126,6 +126,14 @@ pub(crate) fn bad_request_plan(format: WireFormat, error: &str) -> Plan {
     error_plan(400, error_json(format, 400, &msg).to_string(), None)
 }
 
+/// The plan of an HTTP 413 "request body too large" answer.
+pub(crate) fn too_large_plan(format: WireFormat, limit: usize) -> Plan {
+    let msg = format!(
+        "troupe scripted server: request body exceeds the {limit}-byte limit (raise Limits::max_body_bytes, or send less)"
+    );
+    error_plan(413, error_json(format, 413, &msg).to_string(), None)
+}
+
 fn error_json(format: WireFormat, status: u16, message: &str) -> Value {
     match format {
         WireFormat::OpenAi => openai::error_body(status, message),

@@ -105,6 +105,10 @@ pub struct RecordedRequest {
     pub has_auth: bool,
     /// The raw JSON body (`Null` when it was not JSON).
     pub body: Value,
+    /// True when the recorder's budget ([`crate::Limits::max_recorded_bytes`])
+    /// was spent: `body`, `system` and `messages` were not kept (the
+    /// invariants were still checked on the full request).
+    pub trimmed: bool,
 }
 
 impl RecordedRequest {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -16,10 +16,12 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::bounds::{self, BodyError, Limits};
 use crate::error::{InvariantViolation, TestkitError, Violation};
 use crate::normalize::{RawRequest, normalize};
 use crate::plan::{self, Ctx, Plan};
 use crate::request::{RecordedRequest, WireFormat};
+use crate::retry::{BodyKey, RETRY_HEADER, Served};
 use crate::script::{CursorMode, Reply, Script};
 
 /// How long `shutdown` lets open responses (a stall, say) finish.
@@ -46,6 +48,8 @@ pub struct ScriptedServer {
 struct Shared {
     /// The script; never changes after start.
     script: Script,
+    /// Body size and recorder bounds; never change after start.
+    limits: Limits,
     /// Everything that changes per request, behind one short-held lock
     /// (never held across an `.await`).
     inner: Mutex<Inner>,
@@ -61,6 +65,10 @@ struct Inner {
     cursor: usize,
     /// Positions per conversation key (per-conversation mode).
     cursors: HashMap<String, usize>,
+    /// Recent request bodies and their replies, per cursor, for retries.
+    served: HashMap<String, Served>,
+    /// Request body bytes the recorder keeps in full so far.
+    recorded_bytes: usize,
 }
 
 impl ScriptedServer {
@@ -74,6 +82,15 @@ impl ScriptedServer {
         script: Script,
         addr: SocketAddr,
     ) -> Result<ScriptedServer, TestkitError> {
+        ScriptedServer::start_with(script, addr, Limits::default()).await
+    }
+
+    /// Starts the server on `addr` with the given memory bounds.
+    pub async fn start_with(
+        script: Script,
+        addr: SocketAddr,
+        limits: Limits,
+    ) -> Result<ScriptedServer, TestkitError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| TestkitError::Bind { addr, source })?;
@@ -82,6 +99,7 @@ impl ScriptedServer {
             .map_err(|source| TestkitError::Bind { addr, source })?;
         let shared = Arc::new(Shared {
             script,
+            limits,
             inner: Mutex::new(Inner::default()),
         });
         let (stop, stopped) = oneshot::channel::<()>();
@@ -212,18 +230,18 @@ async fn openai_route(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    handle(&shared, WireFormat::OpenAi, None, &uri, &headers, &body).await
+    handle(&shared, WireFormat::OpenAi, None, &uri, &headers, body).await
 }
 
 async fn anthropic_route(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    handle(&shared, WireFormat::Anthropic, None, &uri, &headers, &body).await
+    handle(&shared, WireFormat::Anthropic, None, &uri, &headers, body).await
 }
 
 async fn gemini_route(
@@ -231,7 +249,7 @@ async fn gemini_route(
     Path(target): Path<String>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let Some((model, action)) = target.split_once(':') else {
         return not_found(uri).await;
@@ -242,7 +260,7 @@ async fn gemini_route(
         _ => return not_found(uri).await,
     };
     let target = Some((model.to_string(), stream));
-    handle(&shared, WireFormat::Gemini, target, &uri, &headers, &body).await
+    handle(&shared, WireFormat::Gemini, target, &uri, &headers, body).await
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -260,7 +278,7 @@ async fn handle(
     gemini_target: Option<(String, bool)>,
     uri: &Uri,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Body,
 ) -> Response {
     let raw = RawRequest {
         index: 0,
@@ -270,8 +288,27 @@ async fn handle(
         headers,
         gemini_target,
     };
+    let limit = shared.limits.max_body_bytes;
+    let body = match bounds::read_body(body, limit).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            shared.record_too_large(&raw);
+            return send(plan::too_large_plan(format, limit)).await;
+        }
+        Err(BodyError::Read(e)) => {
+            tracing::warn!(error = %e, "scripted server: request body unreadable");
+            return send(plan::bad_request_plan(format, &e)).await;
+        }
+    };
+    let body = &body[..];
     let (mut request, parse_error) = normalize(&raw, body);
-    let decision = shared.record_and_pick(&mut request, parse_error.as_deref());
+    let retry = headers.contains_key(RETRY_HEADER);
+    let seen = Seen {
+        key: BodyKey::of(body),
+        len: body.len(),
+        retry,
+    };
+    let decision = shared.record_and_pick(&mut request, parse_error.as_deref(), seen);
     let plan = match (decision, parse_error) {
         (_, Some(e)) => plan::bad_request_plan(format, &e),
         (Decision::Reply(reply), None) => {
@@ -302,13 +339,39 @@ enum Decision {
     Exhausted { served: usize },
 }
 
+/// What the cursor needs to know of a request's body.
+struct Seen {
+    key: BodyKey,
+    len: usize,
+    /// The request carries [`RETRY_HEADER`].
+    retry: bool,
+}
+
 impl Shared {
+    /// Records a request whose body was over the limit (without its body).
+    fn record_too_large(&self, raw: &RawRequest<'_>) {
+        let (mut shell, _) = normalize(raw, b"{}");
+        shell.trimmed = true;
+        let mut inner = self.inner.lock();
+        shell.index = inner.requests.len();
+        inner.violations.push(Violation::BodyTooLarge {
+            request: shell.index,
+            limit: self.limits.max_body_bytes,
+        });
+        tracing::warn!(
+            request = shell.index,
+            "scripted server: request body too large"
+        );
+        inner.requests.push(shell);
+    }
+
     /// Numbers and records the request, checks its invariants and picks its
     /// reply, all under one lock so numbering and cursor agree.
     fn record_and_pick(
         &self,
         request: &mut RecordedRequest,
         parse_error: Option<&str>,
+        seen: Seen,
     ) -> Decision {
         let mut inner = self.inner.lock();
         request.index = inner.requests.len();
@@ -320,7 +383,10 @@ impl Shared {
         }
         let found = request.violations();
         inner.violations.extend(found);
-        inner.requests.push(request.clone());
+        let inner = &mut *inner;
+        let copy =
+            bounds::recorded_copy(request, seen.len, &mut inner.recorded_bytes, &self.limits);
+        inner.requests.push(copy);
         let system = request.system.clone().unwrap_or_default();
         let first = request.first_user_text().unwrap_or_default();
         let route = self
@@ -329,7 +395,7 @@ impl Shared {
             .iter()
             .enumerate()
             .find(|(_, r)| system.contains(&r.when) || first.contains(&r.when));
-        let (replies, position) = match (route, self.script.cursor) {
+        let (replies, key) = match (route, self.script.cursor) {
             (Some((i, r)), _) => {
                 // Keyed by the first user message only: an agent whose system
                 // prompt changes between its turns (orientation, resume)
@@ -338,15 +404,32 @@ impl Shared {
                     Some(h) => format!("route {i}\u{0}{h}"),
                     None => format!("route {i}\u{0}{first}"),
                 };
-                (&r.replies, inner.cursors.entry(key).or_insert(0))
+                (&r.replies, Some(key))
             }
-            (None, CursorMode::Shared) => (&self.script.replies, &mut inner.cursor),
-            (None, CursorMode::PerConversation) => (
-                &self.script.replies,
-                inner.cursors.entry(request.conversation_key()).or_insert(0),
-            ),
+            (None, CursorMode::Shared) => (&self.script.replies, None),
+            (None, CursorMode::PerConversation) => {
+                (&self.script.replies, Some(request.conversation_key()))
+            }
+        };
+        let served = inner
+            .served
+            .entry(key.clone().unwrap_or_default())
+            .or_default();
+        if seen.retry
+            && let Some(reply) = served.replay(seen.key, replies)
+        {
+            tracing::debug!(
+                request = request.index,
+                "scripted server: retry replays its reply"
+            );
+            return Decision::Reply(reply);
+        }
+        let position = match key {
+            Some(k) => inner.cursors.entry(k).or_insert(0),
+            None => &mut inner.cursor,
         };
         if let Some(reply) = replies.get(*position) {
+            served.remember(seen.key, *position);
             *position += 1;
             return Decision::Reply(reply.clone());
         }

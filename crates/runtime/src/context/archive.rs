@@ -63,7 +63,11 @@ impl HistoryArchive {
             std::process::id(),
             uuid::Uuid::now_v7().simple()
         ));
-        std::fs::write(&tmp, &buf).map_err(|e| ContextError::io("write", &tmp, e))?;
+        if let Err(e) = std::fs::write(&tmp, &buf) {
+            // A full disk leaves a partial temporary file: never keep it.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ContextError::io("write", &tmp, e));
+        }
         let result = loop {
             let seq = self.next_seq();
             let path = self.dir.join(format!("history-{seq:04}.jsonl"));

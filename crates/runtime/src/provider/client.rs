@@ -256,17 +256,25 @@ impl Run {
     }
 }
 
+/// Set on a retried request, to the attempt number (1 for the first retry).
+pub const RETRY_HEADER: &str = "x-troupe-retry";
+
 /// Sends the request and checks the status; the body is read later.
 async fn open(inner: &Inner, url: &str, body: &Bytes, attempt: u32) -> Result<Conn, ProviderError> {
     let config = &inner.config;
     tracing::debug!(provider = ?config.kind, url = %url, attempt, "model request");
     let deadline = Instant::now() + config.timeouts.first_byte;
-    let send = inner
+    let mut request = inner
         .http
         .post(url)
         .headers(inner.headers.clone())
-        .body(body.clone())
-        .send();
+        .body(body.clone());
+    if attempt > 0 {
+        // The scripted server replays the reply a retried body got instead
+        // of moving its script on (docs/scripted-server.md#retries).
+        request = request.header(RETRY_HEADER, attempt);
+    }
+    let send = request.send();
     let response = match tokio::time::timeout_at(deadline, send).await {
         Err(_) => return Err(first_byte_timeout(config)),
         Ok(Err(e)) => return Err(transport_error(e, inner.key.as_ref())),

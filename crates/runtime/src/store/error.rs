@@ -86,6 +86,16 @@ pub enum StoreError {
         /// The holder's pid, when its lock file names one.
         holder: Option<u32>,
     },
+    /// A session directory (or the sessions directory) refuses writes:
+    /// immutable (`chattr +i`), read-only, or on a read-only filesystem.
+    #[error("{} is not writable ({source}): it may be immutable (`lsattr -d` shows an `i`; `chattr -i` clears it), read-only (`chmod u+w`) or on a read-only mount; make it writable and try again", .dir.display())]
+    NotWritable {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Waiting for durability or for the writer timed out.
     #[error("timed out after {0:?} waiting for the event log")]
     Timeout(std::time::Duration),
@@ -99,6 +109,26 @@ fn holder_text(holder: Option<u32>) -> String {
 }
 
 impl StoreError {
+    /// [`StoreError::NotWritable`] naming `dir` when `source` says writes
+    /// are refused there (EPERM, EACCES, EROFS), else [`StoreError::Io`].
+    pub(crate) fn io_in(
+        op: &'static str,
+        dir: &std::path::Path,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        use std::io::ErrorKind;
+        match source.kind() {
+            ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => {
+                StoreError::NotWritable {
+                    dir: dir.to_path_buf(),
+                    source,
+                }
+            }
+            _ => StoreError::io(op, path, source),
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StoreError::Io {
             op,

@@ -59,7 +59,7 @@ impl SessionLock {
             file.set_len(0)
                 .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
                 .and_then(|()| file.write_all(pid.as_bytes()))
-                .map_err(|e| StoreError::io("write the session lock", &path, e))?;
+                .map_err(|e| StoreError::io_in("write the session lock", dir, &path, e))?;
             return Ok(SessionLock { file, path });
         }
         Err(StoreError::Claimed {
@@ -133,7 +133,10 @@ fn open_lock_file(path: &Path) -> Result<File, StoreError> {
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|e| StoreError::io("open the session lock", path, e))
+        .map_err(|e| {
+            let dir = path.parent().unwrap_or(path);
+            StoreError::io_in("open the session lock", dir, path, e)
+        })
 }
 
 /// Whether `path` still names the open `file` (same device and inode).

@@ -191,7 +191,8 @@ impl SessionLog {
             return Err(StoreError::Exists(session_id.to_string()));
         }
         let staging = parent.join(format!(".creating-{session_id}-{}", std::process::id()));
-        std::fs::create_dir(&staging).map_err(|e| StoreError::io("create", &staging, e))?;
+        std::fs::create_dir(&staging)
+            .map_err(|e| StoreError::io_in("create", parent, &staging, e))?;
         let built = Self::stage(&staging, session_id, root_thread_id);
         let (mut lock, manifest) = match built {
             Ok(parts) => parts,
@@ -433,6 +434,13 @@ impl SessionLog {
                 .unwrap_or_else(|p| Err(StoreError::Writer(panic_message(&p))));
                 if let Err(e) = &result {
                     tracing::error!(error = %e, "event log writer failed; accepted events are held for a restart");
+                    let committed = *inner.committed_len.lock();
+                    inner.manifest.lock().record_writer_failure(
+                        &inner.manifest_path,
+                        &inner.events_path,
+                        committed,
+                        e,
+                    );
                     inner
                         .progress
                         .send_modify(|p| p.writer_error = Some(e.to_string()));
@@ -621,6 +629,8 @@ fn finish_exporters(inner: &LogInner) {
 fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
     let mut m = inner.manifest.lock();
     let before = m.status;
+    // A writer committed again: an earlier failure no longer stands.
+    let recovered = m.persistence_failed.take().is_some();
     m.event_count += batch.len() as u64;
     for r in batch {
         match r.meta {
@@ -643,5 +653,5 @@ fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
             }
         }
     }
-    m.status != before
+    m.status != before || recovered
 }

@@ -1,5 +1,7 @@
 //! manifest.json: what a session is, without reading its log.
 
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Write};
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -56,6 +58,11 @@ pub struct Manifest {
     /// Written by troupe; retention only touches sessions that carry it.
     #[serde(default)]
     pub created_by: String,
+    /// Set when the event log writer failed (a full disk, say) and no
+    /// writer has committed since: `persistence_failed: <the error>`. The
+    /// events accepted after the last commit are not on disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_failed: Option<String>,
 }
 
 /// The marker retention looks for before it deletes anything.
@@ -75,6 +82,7 @@ impl Manifest {
             subtype: None,
             root_thread_id: root_thread_id.to_string(),
             created_by: CREATED_BY.to_string(),
+            persistence_failed: None,
         }
     }
 
@@ -93,6 +101,42 @@ impl Manifest {
         let mut bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| StoreError::Writer(format!("manifest encode: {e}")))?;
         bytes.push(b'\n');
-        write_atomic(path, &bytes).map_err(|e| StoreError::io("write", path, e))
+        match write_atomic(path, &bytes) {
+            // A full disk has no room for the temporary copy; the file in
+            // place has its blocks already (the log stays canonical either
+            // way: reopen rebuilds the counts from it).
+            Err(e) if e.kind() == ErrorKind::StorageFull && path.exists() => {
+                overwrite(path, &bytes).map_err(|e| StoreError::io("write", path, e))
+            }
+            other => other.map_err(|e| StoreError::io("write", path, e)),
+        }
     }
+
+    /// Records that the event log writer failed: cuts the partial write it
+    /// left in `events` (back to `committed` bytes, which frees what it
+    /// took), then writes the manifest with `persistence_failed` set, if
+    /// that can be written at all.
+    pub(crate) fn record_writer_failure(
+        &mut self,
+        path: &Path,
+        events: &Path,
+        committed: u64,
+        error: &StoreError,
+    ) {
+        if let Ok(f) = OpenOptions::new().write(true).open(events) {
+            let _ = f.set_len(committed);
+        }
+        self.persistence_failed = Some(error.to_string());
+        if let Err(e) = self.write(path) {
+            tracing::warn!(error = %e, "cannot record the writer failure in the manifest");
+        }
+    }
+}
+
+/// Rewrites `path` in place (no temporary file).
+fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().write(true).open(path)?;
+    f.write_all(bytes)?;
+    f.set_len(bytes.len() as u64)?;
+    f.sync_all()
 }

@@ -366,13 +366,16 @@ async fn stream_cut_in_the_middle_of_a_tool_call() {
             )
         };
         let at = offset_of(kind, reply(), "CUT-HERE").await + 3;
-        let replies = vec![Reply::cut_after_bytes(reply(), at), Reply::text("retried")];
+        let replies = vec![Reply::cut_after_bytes(reply(), at), Reply::text("next")];
         let (server, o) = run(kind, replies, |c| c).await;
         if kind == ProviderKind::Gemini {
             // Gemini sends a call whole, in one chunk: cut inside it, nothing
-            // was handed over yet, so the request is sent again.
-            assert_eq!(ok(kind, &o).text, "retried");
+            // was handed over yet, so the request is sent again, marked as a
+            // retry, and gets the whole call.
+            let r = ok(kind, &o);
+            assert_eq!(r.tool_calls.len(), 1, "{r:?}");
             assert_eq!(server.request_count(), 2);
+            assert_eq!(server.requests()[1].header("x-troupe-retry"), Some("1"));
             continue;
         }
         assert!(
@@ -404,8 +407,10 @@ async fn cut_before_anything_was_delivered_is_retried() {
             Reply::text("second"),
         ];
         let (server, o) = run(kind, replies, |c| c).await;
-        assert_eq!(ok(kind, &o).text, "second", "{kind:?}");
+        // The retry gets the answer the cut broke, not the next one.
+        assert_eq!(ok(kind, &o).text, "first", "{kind:?}");
         assert_eq!(server.request_count(), 2);
+        assert_eq!(server.requests()[1].header("x-troupe-retry"), Some("1"));
     }
 }
 
@@ -438,8 +443,9 @@ async fn malformed_chunk() {
             assert_eq!(o.response().text, "partial");
             assert_eq!(server.request_count(), 1);
         } else {
-            // The bad chunk came before any event was handed over: retried.
-            assert_eq!(ok(kind, &o).text, "fine", "{kind:?}");
+            // The bad chunk came before any event was handed over: retried,
+            // and the retry gets the same answer well-formed.
+            assert_eq!(ok(kind, &o).text, "partial", "{kind:?}");
             assert_eq!(server.request_count(), 2);
         }
     }

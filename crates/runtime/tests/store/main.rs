@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod crash;
+mod full_disk;
 mod gate;
 mod lock;
 mod recovery;

@@ -130,8 +130,15 @@ pub(crate) fn finish_reason(format: WireFormat, scripted: &str) -> String {
     mapped.to_string()
 }
 
-/// Splits text into small pieces (at char boundaries) to stream as deltas.
+/// At most this many deltas per text or argument string: a long one is
+/// streamed in larger pieces, so the frames of a 50 MB argument cost about
+/// 50 MB, not millions of JSON chunks.
+const MAX_PIECES: usize = 256;
+
+/// Splits text into small pieces (at char boundaries) to stream as deltas:
+/// `max_bytes` each, or larger when that would make over [`MAX_PIECES`].
 pub(crate) fn pieces(text: &str, max_bytes: usize) -> Vec<String> {
+    let max_bytes = max_bytes.max(text.len().div_ceil(MAX_PIECES));
     let mut out = Vec::new();
     let mut cur = String::new();
     for ch in text.chars() {

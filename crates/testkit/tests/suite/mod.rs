@@ -1,3 +1,4 @@
+mod bounds;
 mod common;
 mod faults;
 mod formats;

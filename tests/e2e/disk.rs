@@ -1,0 +1,197 @@
+//! A full disk and an immutable session directory, through the real
+//! binary on real filesystems: a small tmpfs (mounted when this process may
+//! mount, as root in CI; skipped with the reason otherwise) and
+//! `chattr +i` (root bypasses permission bits, so chmod would prove
+//! nothing).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Says why a test did not run (it passes without checking anything).
+#[allow(clippy::print_stderr)]
+fn skip(reason: &str) {
+    eprintln!("skipped: {reason}");
+}
+
+/// A small tmpfs, unmounted on drop.
+struct Tmpfs {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs");
+        std::fs::create_dir(&path).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { _dir: dir, path }),
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                skip(&format!("cannot mount a tmpfs here: {why}"));
+                None
+            }
+            Err(e) => {
+                skip(&format!("cannot run mount: {e}"));
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+/// `chattr FLAG PATH`; false (with the reason printed) when it cannot.
+fn chattr(path: &Path, flag: &str) -> bool {
+    match Command::new("chattr").arg(flag).arg(path).output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+            skip(&format!("chattr {flag} failed: {why}"));
+            false
+        }
+        Err(e) => {
+            skip(&format!("cannot run chattr: {e}"));
+            false
+        }
+    }
+}
+
+fn troupe(ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(args)
+        .current_dir(ws)
+        .env("TROUPE_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+fn write_script(dir: &Path, text_bytes: usize) -> PathBuf {
+    let path = dir.join("script.json");
+    let script =
+        serde_json::json!({"replies": [{"kind": "message", "text": "w".repeat(text_bytes)}]});
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+/// Every file under `dir` whose name marks a temporary copy.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(temp_files(&path));
+        } else {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") || name.contains(".tmp-") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn only_session(ws: &Path) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(ws.join(".vtcode/sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.pop().unwrap()
+}
+
+#[test]
+fn a_full_disk_is_recorded_in_the_manifest_and_leaves_no_temp_file() {
+    let script_dir = tempfile::tempdir().unwrap();
+    // A 400 KB answer does not fit in a 256 KiB filesystem.
+    let script = write_script(script_dir.path(), 400_000);
+    let Some(fs) = Tmpfs::mount("256k") else {
+        return;
+    };
+    let ws = &fs.path;
+    let out = troupe(
+        ws,
+        &["exec", "--json", "--script", script.to_str().unwrap(), "hi"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let session = only_session(ws);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("manifest.json")).unwrap()).unwrap();
+    let failure = manifest["persistence_failed"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("events.jsonl") && failure.contains("No space left on device"),
+        "the manifest records the failure: {manifest}"
+    );
+    assert_eq!(temp_files(ws), Vec::<PathBuf>::new());
+    // `sessions show` says so.
+    let id = session.file_name().unwrap().to_str().unwrap().to_string();
+    let shown = troupe(ws, &["sessions", "show", &id]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("failed   persistence_failed: write ") && shown.contains("No space left"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn an_immutable_session_directory_is_reported_as_not_writable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = write_script(tmp.path(), 5);
+    let s = script.to_str().unwrap();
+    assert_eq!(
+        troupe(&ws, &["exec", "--script", s, "hi"]).status.code(),
+        Some(0)
+    );
+    let session = only_session(&ws);
+    let id = session.file_name().unwrap().to_str().unwrap().to_string();
+    // A new run of the completed thread.
+    if !chattr(&session, "+i") {
+        return;
+    }
+    let continued = troupe(&ws, &["exec", "resume", &id, "more"]);
+    chattr(&session, "-i");
+    // A resume, as a crash leaves the session: not completed.
+    let manifest_path = session.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["status"] = "active".into();
+    manifest.as_object_mut().unwrap().remove("subtype");
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    assert!(chattr(&session, "+i"));
+    let resumed = troupe(&ws, &["sessions", "resume", &id]);
+    chattr(&session, "-i");
+    for out in [resumed, continued] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("{} is not writable", session.display()))
+                && stderr.contains("chattr -i"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("being written") && !stderr.contains("File exists"));
+    }
+    // The sessions directory itself: a new run says so too.
+    let sessions = ws.join(".vtcode/sessions");
+    assert!(chattr(&sessions, "+i"));
+    let out = troupe(&ws, &["exec", "--script", s, "again"]);
+    chattr(&sessions, "-i");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is not writable", sessions.display())),
+        "{stderr}"
+    );
+}
