@@ -6,10 +6,14 @@
 use std::path::Path;
 use std::process::Command;
 
+use troupe_test_support::e2e::{exec_script, write_script};
+
+use super::exec::bin;
+
 fn script(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("hostile.toml");
-    std::fs::write(
-        &path,
+    write_script(
+        dir,
+        "hostile.toml",
         r#"
 [[replies]]
 kind = "message"
@@ -24,8 +28,6 @@ kind = "message"
 text = "I could not change those files."
 "#,
     )
-    .unwrap();
-    path
 }
 
 #[test]
@@ -37,15 +39,7 @@ fn the_model_cannot_rewrite_troupe_state_git_config_or_troupe_toml() {
     std::fs::write(ws.join(".git/config"), git_config).unwrap();
     let toml = "[agent]\nmax_turns = 5\n";
     std::fs::write(ws.join("troupe.toml"), toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args(["exec", "--json", "--script"])
-        .arg(script(tmp.path()))
-        .arg("--workspace")
-        .arg(&ws)
-        .arg("tidy up")
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = exec_script(bin(), &ws, &script(tmp.path()), &["--json"], "tidy up");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

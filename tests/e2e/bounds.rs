@@ -8,6 +8,9 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
+use troupe_test_support::e2e::{exec_script, write_script};
+
+use super::exec::bin;
 
 const CALLS: usize = 10_000;
 const HUGE: usize = 2 * 1024 * 1024;
@@ -31,9 +34,7 @@ fn script(dir: &Path) -> std::path::PathBuf {
         }]},
         {"kind": "message", "text": "done"},
     ]});
-    let path = dir.join("flood.json");
-    std::fs::write(&path, script.to_string()).unwrap();
-    path
+    write_script(dir, "flood.json", &script.to_string())
 }
 
 #[test]
@@ -41,15 +42,7 @@ fn a_flood_of_calls_and_a_huge_argument_stay_bounded() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args(["exec", "--json", "--script"])
-        .arg(script(tmp.path()))
-        .arg("--workspace")
-        .arg(&ws)
-        .arg("flood")
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = exec_script(bin(), &ws, &script(tmp.path()), &["--json"], "flood");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

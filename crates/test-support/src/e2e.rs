@@ -169,3 +169,36 @@ pub fn session_dirs(ws: &Path) -> Vec<PathBuf> {
         })
         .unwrap_or_default()
 }
+
+/// Writes a scripted-server script (`docs/scripted-server.md`, TOML) to
+/// `dir/name` and returns its path.
+pub fn write_script(dir: &Path, name: &str, toml: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, toml).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    path
+}
+
+/// `troupe exec --script SCRIPT --workspace WS ARGS PROMPT` run offline to
+/// its end (`TROUPE_LOG=warn`); any JSON events on its stdout pass the
+/// VT Code consumer.
+pub fn exec_script(
+    bin: &Path,
+    ws: &Path,
+    script: &Path,
+    args: &[&str],
+    prompt: &str,
+) -> std::process::Output {
+    let out = Command::new(bin)
+        .arg("exec")
+        .arg("--script")
+        .arg(script)
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .arg(prompt)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .expect("troupe exec runs");
+    crate::vtcode::check_output(&out, "troupe exec --script");
+    out
+}
