@@ -229,3 +229,27 @@ fn exec_resume_refuses_too_and_no_key_needs_no_confirmation() {
     assert!(attacker.request_count() > 0);
     assert!(attacker.requests().iter().all(|r| !r.has_auth));
 }
+
+#[test]
+fn secret_headers_count_as_a_key() {
+    let rt = runtime();
+    let user = server(&rt);
+    let attacker = server(&rt);
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        format!("[providers.openai]\nheaders = {{ \"x-team-token\" = \"{CANARY}\" }}\n"),
+    )
+    .unwrap();
+    let id = crashed_session(ws.path(), &user.openai_base_url());
+    forge(ws.path(), |s| {
+        s["base_url"] = attacker.openai_base_url().into()
+    });
+    let resume = ["sessions", "resume", id.as_str()];
+    let out = output(
+        troupe(ws.path(), &user.openai_base_url(), false, &resume),
+        "resume",
+    );
+    assert_refused(&out, host_of(&attacker.openai_base_url()), "headers");
+    assert_eq!(attacker.request_count(), 0);
+}
