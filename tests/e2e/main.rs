@@ -13,6 +13,7 @@ mod exec;
 mod orphans;
 mod pipeline;
 mod resume;
+mod resume_trust;
 mod retries;
 mod sessions;
 mod terminal;

@@ -65,6 +65,7 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
     }
     claim(&dir, &id)?;
     let settings = merged(load_settings(&dir, &id, manifest.event_count)?, args)?;
+    crate::destination::verify(&workspace, &id, &settings, args.base_url.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, args.events.clone())

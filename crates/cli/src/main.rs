@@ -3,6 +3,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod codex_compat;
+mod destination;
 mod errors;
 mod exec;
 mod exec_resume;

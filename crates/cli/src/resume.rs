@@ -8,7 +8,7 @@ use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore};
 use crate::Failure;
 use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
 
-pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
+pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Result<u8, Failure> {
     let workspace = canonical_workspace(workspace)?;
     let store = SessionStore::for_workspace(&workspace);
     let dir = store.session_dir(id).map_err(Failure::bad_input)?;
@@ -20,7 +20,12 @@ pub fn run(workspace: &Path, id: &str, json: bool) -> Result<u8, Failure> {
         )));
     }
     claim(&dir, id)?;
-    let settings = load_settings(&dir, id, manifest.event_count)?;
+    let mut settings = load_settings(&dir, id, manifest.event_count)?;
+    if let Some(url) = base_url {
+        settings.script = None;
+        settings.base_url = Some(url.to_owned());
+    }
+    crate::destination::verify(&workspace, id, &settings, base_url)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, None).await?;

@@ -46,6 +46,11 @@ enum SessionsCommand {
     Resume {
         /// The session id.
         id: String,
+        /// Send the model requests to URL. Confirms a custom base URL
+        /// recorded in the session's settings.json, which resume refuses
+        /// to send a key to unconfirmed (docs/security.md).
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
     },
     /// Compact a stored session: archive its full history under
     /// `derived/`, write the compacted history beside it (summary envelope,
@@ -94,8 +99,8 @@ pub(crate) fn store_err(e: StoreError) -> Failure {
 }
 
 pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
-    if let SessionsCommand::Resume { id } = &args.command {
-        return crate::resume::run(&args.workspace, id, args.json);
+    if let SessionsCommand::Resume { id, base_url } = &args.command {
+        return crate::resume::run(&args.workspace, id, base_url.as_deref(), args.json);
     }
     if let SessionsCommand::Compact { id, tail_tokens } = &args.command {
         return context_cmd::compact(&args.workspace, id, *tail_tokens, args.json);
