@@ -40,7 +40,7 @@ fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
     let mut verifier: Vec<Reply> = ATTACKS
         .iter()
         .enumerate()
-        .map(|(i, c)| Reply::tool_call(&format!("v{i}"), "exec_command", json!({"command": c})))
+        .map(|(i, c)| Reply::tool_call(format!("v{i}"), "exec_command", json!({"command": c})))
         .collect();
     verifier.push(Reply::tool_call(
         "vz",
