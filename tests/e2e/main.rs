@@ -20,6 +20,7 @@ mod terminal;
 mod truth;
 mod truth_errors;
 mod turn_failed;
+mod verifier_metadata;
 mod vtcode;
 
 use std::path::Path;

@@ -1,5 +1,5 @@
-//! The read-only verifier's engine: the Landlock sandbox of exec_command
-//! (real processes, real files), the refusal without Landlock, and whole
+//! The read-only verifier's engine: the Landlock and seccomp sandbox of
+//! exec_command (real processes, real files), the refusal without Landlock, and whole
 //! verifier runs against the scripted model server over real HTTP.
 //!
 //! These tests need Linux with Landlock ABI v5 (6.10+), as the
@@ -7,6 +7,7 @@
 //! says so first when it is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod metadata;
 mod refusal;
 mod run;
 mod sandbox;

@@ -13,7 +13,7 @@ use troupe_runtime::verifier::{SubmitVerdictTool, verifier_tools};
 
 use crate::Repo;
 
-fn sandboxed(repo: &Repo) -> ExecCommandTool {
+pub(crate) fn sandboxed(repo: &Repo) -> ExecCommandTool {
     ExecCommandTool::new(ExecConfig {
         sandbox: Some(Sandbox::read_only(&repo.scratch)),
         default_timeout: Duration::from_secs(30),
@@ -21,7 +21,7 @@ fn sandboxed(repo: &Repo) -> ExecCommandTool {
     })
 }
 
-async fn run(tool: &dyn Tool, repo: &Repo, command: &str) -> ToolOutput {
+pub(crate) async fn run(tool: &dyn Tool, repo: &Repo, command: &str) -> ToolOutput {
     tool.call(json!({"command": command}), &ToolContext::new(&repo.root))
         .await
         .unwrap_or_else(|e| panic!("`{command}` did not run: {e}"))

@@ -19,6 +19,7 @@
 mod lifetime;
 mod process;
 mod sandbox;
+mod seccomp;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -372,7 +373,7 @@ fn spawn_error(e: &std::io::Error, sandboxed: bool) -> ToolError {
     if sandboxed && e.raw_os_error() == Some(SANDBOX_ERRNO) {
         return ToolError::Failed(
             "refused, the command did not run: the read-only sandbox could not be applied in \
-             the child process (Landlock restrict_self or no_new_privs failed)"
+             the child process (no_new_privs, Landlock restrict_self or the seccomp filter failed)"
                 .to_string(),
         );
     }

@@ -1,4 +1,4 @@
-//! The read-only sandbox of `exec_command` (Linux Landlock).
+//! The read-only sandbox of `exec_command` (Linux Landlock and seccomp).
 //!
 //! With [`Sandbox::ReadOnly`] every command runs under a Landlock ruleset
 //! that handles all filesystem access (ABI v5), allows reading and
@@ -10,6 +10,12 @@
 //! writable directory: `TMPDIR`, `CARGO_TARGET_DIR`, `HOME`,
 //! `XDG_CACHE_HOME` and friends point inside it ([`Sandbox::env`]).
 //!
+//! Landlock does not cover metadata, so a seccomp filter (see the
+//! `seccomp` module) refuses with `EPERM` the calls that change a file's
+//! mode, owner, times, extended attributes or inode flags, make device
+//! nodes, or touch the mount table, anywhere (the writable directory
+//! included).
+//!
 //! # How it is applied, and why that is sound
 //!
 //! The ruleset is built in the parent, before the fork: building it
@@ -19,10 +25,12 @@
 //! kernel can enforce every requested access right; otherwise the call is
 //! refused in the parent with a clear error and nothing runs.
 //!
-//! The child (a `pre_exec` hook, which runs between `fork` and `exec`
-//! where only async-signal-safe operations are allowed) then makes exactly
-//! two raw system calls through `libc`: `prctl(PR_SET_NO_NEW_PRIVS, 1)`
-//! and `landlock_restrict_self(fd, 0)` on the inherited ruleset fd. It
+//! The seccomp program is built in the parent too. The child (a
+//! `pre_exec` hook, which runs between `fork` and `exec` where only
+//! async-signal-safe operations are allowed) then makes exactly three raw
+//! system calls through `libc`: `prctl(PR_SET_NO_NEW_PRIVS, 1)`,
+//! `landlock_restrict_self(fd, 0)` on the inherited ruleset fd, and
+//! `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program)`. It
 //! allocates nothing, takes no lock, and reports a failure as an errno
 //! ([`SANDBOX_ERRNO`]), which `spawn` returns to the parent; the command is
 //! then never executed. The ruleset fd is close-on-exec, and the parent
@@ -31,13 +39,15 @@
 //! Landlock restricts only the calling thread and its future children, so
 //! the probe ([`Sandbox::probe`]) restricts a throwaway thread with the
 //! same ruleset and checks the [`RestrictionStatus`]
-//! (`FullyEnforced`, `no_new_privs`).
+//! (`FullyEnforced`, `no_new_privs`), then installs the seccomp filter on
+//! that thread.
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::seccomp::Filter;
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, RestrictionStatus,
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
@@ -47,8 +57,8 @@ use landlock::{
 /// right including `truncate` and device `ioctl`).
 pub const LANDLOCK_ABI: ABI = ABI::V5;
 
-/// The errno a sandboxed child reports when `prctl` or
-/// `landlock_restrict_self` failed (`ENOTRECOVERABLE`, which `execve`
+/// The errno a sandboxed child reports when `prctl`,
+/// `landlock_restrict_self` or installing the seccomp filter failed (`ENOTRECOVERABLE`, which `execve`
 /// never returns): the command did not run.
 pub const SANDBOX_ERRNO: i32 = libc::ENOTRECOVERABLE;
 
@@ -104,6 +114,7 @@ pub enum SandboxError {
 #[derive(Debug)]
 pub(super) struct PreparedSandbox {
     ruleset: OwnedFd,
+    filter: Filter,
     env: Vec<(String, OsString)>,
 }
 
@@ -180,8 +191,14 @@ impl Sandbox {
         let ruleset = fd.ok_or_else(|| {
             SandboxError::NotEnforced("Landlock is not supported by this kernel".into())
         })?;
+        let filter = Filter::build().ok_or_else(|| {
+            SandboxError::NotEnforced(
+                "the seccomp filter has no program for this architecture".into(),
+            )
+        })?;
         Ok(PreparedSandbox {
             ruleset,
+            filter,
             env: self.env(),
         })
     }
@@ -196,22 +213,26 @@ impl PreparedSandbox {
             command.env(name, value);
         }
         let fd = self.ruleset;
+        let filter = self.filter;
         // SAFETY: the hook runs in the forked child before `exec`, where
         // only async-signal-safe operations are allowed. It reads an
         // integer fd that the parent owns for the whole spawn (the
         // `OwnedFd` moves into the closure, which the `Command` keeps
-        // until it is dropped after `spawn` returned) and makes two raw
-        // system calls, `prctl` and `landlock_restrict_self`; it allocates
-        // nothing, takes no lock and touches no shared state. Errors are
-        // built from a raw errno, which does not allocate.
+        // until it is dropped after `spawn` returned), and the seccomp
+        // program, built in the parent and moved in the same way; it makes
+        // three raw system calls, `prctl`, `landlock_restrict_self` and
+        // `prctl(PR_SET_SECCOMP)`; it allocates nothing, takes no lock and
+        // touches no shared state. Errors are built from a raw errno,
+        // which does not allocate.
         unsafe {
-            command.pre_exec(move || restrict_in_child(fd.as_raw_fd()));
+            command.pre_exec(move || restrict_in_child(fd.as_raw_fd(), &filter));
         }
     }
 }
 
-/// The child's side: `no_new_privs`, then the ruleset. Async-signal-safe.
-fn restrict_in_child(ruleset_fd: i32) -> std::io::Result<()> {
+/// The child's side: `no_new_privs`, the ruleset, then the seccomp
+/// filter. Async-signal-safe.
+fn restrict_in_child(ruleset_fd: i32, filter: &Filter) -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments; no pointers.
     let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
     if rc != 0 {
@@ -222,7 +243,9 @@ fn restrict_in_child(ruleset_fd: i32) -> std::io::Result<()> {
     if rc != 0 {
         return Err(std::io::Error::from_raw_os_error(SANDBOX_ERRNO));
     }
-    Ok(())
+    filter
+        .install_in_child()
+        .map_err(|_| std::io::Error::from_raw_os_error(SANDBOX_ERRNO))
 }
 
 /// The ruleset: all filesystem access handled; read and execute beneath
@@ -272,9 +295,21 @@ fn probe_uncached() -> SandboxStatus {
     let handle = std::thread::Builder::new()
         .name("troupe-landlock-probe".into())
         .spawn(move || -> Result<RestrictionStatus, String> {
-            build_ruleset(&scratch, None, CompatLevel::BestEffort)?
+            let status = build_ruleset(&scratch, None, CompatLevel::BestEffort)?
                 .restrict_self()
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            if status.no_new_privs {
+                Filter::build()
+                    .ok_or("the seccomp filter has no program for this architecture")?
+                    .install_in_child()
+                    .map_err(|errno| {
+                        format!(
+                            "the seccomp filter cannot be installed: {}",
+                            std::io::Error::from_raw_os_error(errno)
+                        )
+                    })?;
+            }
+            Ok(status)
         });
     let status = match handle {
         Ok(handle) => handle

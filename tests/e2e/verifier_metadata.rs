@@ -1,0 +1,140 @@
+//! A hostile verifier, through `troupe run`: it tries to change file
+//! metadata (setuid bits, the repository's git config, times, inode
+//! flags) from its read-only sandbox. Landlock does not cover metadata;
+//! the seccomp filter refuses every attempt with EPERM and nothing changes.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+use troupe_protocol::{ItemDetails, ThreadEvent};
+use troupe_testkit::{Reply, Script};
+
+use super::exec::session_events;
+
+const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
+
+const ATTACKS: [&str; 5] = [
+    "chmod 4755 calc.sh",
+    "chmod 000 \"$(git rev-parse --path-format=absolute --git-common-dir)/config\"",
+    "chown 1234:1234 calc.sh",
+    "chattr +i calc.sh",
+    "/usr/bin/python3 -c \"import os; os.setxattr('calc.sh', 'user.evil', b'1')\"",
+];
+
+fn stat(path: &Path) -> (u32, u32, i64, i64) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.mode(), m.uid(), m.ctime(), m.ctime_nsec())
+}
+
+#[test]
+fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
+    let ws = tempfile::tempdir().unwrap();
+    let dir = ws.path();
+    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    let config_before = stat(&dir.join(".git/config"));
+
+    let mut verifier: Vec<Reply> = ATTACKS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Reply::tool_call(format!("v{i}"), "exec_command", json!({"command": c})))
+        .collect();
+    verifier.push(Reply::tool_call(
+        "vz",
+        "submit_verdict",
+        json!({"approved": true, "checks": [{"command": "true", "exit_code": 0, "output_excerpt": ""}]}),
+    ));
+    verifier.push(Reply::text("approved"));
+    let handoff = json!({"state_summary": "fixed add (MARK-meta)", "boundary_status": [{"name": "fix add", "status": "done"}], "modified_files": ["calc.sh"]});
+    let script = Script::replies(vec![])
+        .with_route("MARK-meta", verifier)
+        .with_route(
+            "Fix calc.sh",
+            vec![
+                Reply::tool_call("p1", "edit_file", json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"})),
+                Reply::tool_call("p2", "handoff", handoff),
+                Reply::text("fixed"),
+            ],
+        );
+    std::fs::write(
+        dir.join(".vtcode-pipeline.toml"),
+        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join(".vtcode-script.json"),
+        serde_json::to_string(&script).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "run",
+            ".vtcode-pipeline.toml",
+            "--script",
+            ".vtcode-script.json",
+            "--workspace",
+        ])
+        .arg(dir)
+        .current_dir(dir)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    super::vtcode::check_output(&out, "troupe run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Every attempt ran in the sandbox and failed with EPERM.
+    let events = session_events(dir);
+    let commands: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) => match &i.item.details {
+                ItemDetails::CommandExecution(c) => Some(c.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    for attack in ATTACKS {
+        let c = commands
+            .iter()
+            .find(|c| c.command.contains(attack))
+            .unwrap_or_else(|| panic!("`{attack}` did not run: {commands:?}"));
+        assert_ne!(
+            c.exit_code,
+            Some(0),
+            "`{attack}` succeeded: {}",
+            c.aggregated_output
+        );
+        assert!(
+            c.aggregated_output.contains("Operation not permitted"),
+            "`{attack}`: {}",
+            c.aggregated_output
+        );
+    }
+    // The repository's config is untouched and the merged file is a plain,
+    // non-executable file with no setuid bit.
+    assert_eq!(stat(&dir.join(".git/config")), config_before);
+    let mode = std::fs::metadata(dir.join("calc.sh")).unwrap().mode();
+    assert_eq!(mode & 0o7111, 0, "mode {mode:o}");
+    let tree = troupe_worktree::recent_commits(dir, 1).unwrap();
+    assert!(tree[0].contains("fixer"), "{tree:?}");
+    let ls = Command::new("git")
+        .args(["ls-tree", "HEAD", "calc.sh"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ls.stdout).starts_with("100644 "),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
+}
