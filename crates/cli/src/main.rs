@@ -96,7 +96,14 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread or child: only CAP_SYS_PTRACE may read this
+    // process's /proc files (environ, mem, fd), and tool commands never
+    // hold it (docs/security.md).
+    let undumpable = troupe_runtime::tools::make_undumpable();
     init_tracing();
+    if let Err(e) = undumpable {
+        tracing::warn!(error = %e, "could not make troupe non-dumpable");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print as clap renders them; a usage
