@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use serde_json::json;
-use troupe_testkit::{Reply, ToolCallSpec};
+use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use crate::exec::{Server, exec_cmd};
 
@@ -67,23 +67,25 @@ done; ls -l /proc/$$/fd"#;
 /// Every file under the workspace and the temp dir that mentions a key.
 const FILES: &str = r#"timeout 60 grep -rIoh 'sk-canary-[0-9a-z]*' . /tmp /dev/shm 2>/dev/null | sort -u | head -100; echo "grep done""#;
 
-fn script() -> Vec<Reply> {
+/// One reply calling every route, call ids prefixed with `prefix`.
+fn routes(prefix: &str) -> Reply {
     let call = |id: &str, command: &str| {
         ToolCallSpec::new(
-            id,
+            format!("{prefix}{id}"),
             "exec_command",
             json!({ "command": command, "timeout_ms": 90_000 }),
         )
     };
-    vec![
-        Reply::tool_calls(vec![
-            call("environ", ENVIRON),
-            call("mem", MEM),
-            call("fds", FDS),
-            call("files", FILES),
-        ]),
-        Reply::text("nothing found"),
-    ]
+    Reply::tool_calls(vec![
+        call("environ", ENVIRON),
+        call("mem", MEM),
+        call("fds", FDS),
+        call("files", FILES),
+    ])
+}
+
+fn script() -> Vec<Reply> {
+    vec![routes(""), Reply::text("nothing found")]
 }
 
 /// Every file under `dir` whose bytes contain `needle`.
@@ -147,13 +149,16 @@ fn attack(uid: Option<u32>) {
         2,
         "one request for the calls, one for the results"
     );
-    assert!(
-        reqs.iter().all(|r| r.has_auth),
-        "the key was sent as the credential"
-    );
-    // Each route ran, and hit a wall at troupe's /proc files.
-    let results = reqs[1].tool_results();
+    check(&reqs[1], "", &canary);
+    assert_nowhere(&canary, &stdout, &stderr, ws.path(), &s);
+}
+
+/// Each route of `request`'s tool results (ids prefixed with `prefix`)
+/// ran, and hit a wall at troupe's /proc files.
+fn check(request: &troupe_testkit::RecordedRequest, prefix: &str, canary: &str) {
+    let results = request.tool_results();
     let output = |id: &str| {
+        let id = format!("{prefix}{id}");
         results
             .iter()
             .find(|r| r.call_id == id)
@@ -169,15 +174,27 @@ fn attack(uid: Option<u32>) {
     let fds = output("fds");
     assert!(fds.contains("troupe fd link rc=1"), "{fds}");
     assert!(output("files").contains("grep done"));
+    for r in &results {
+        assert!(!r.output.contains(canary), "{}: {}", r.call_id, r.output);
+    }
+}
 
-    assert!(!stdout.contains(&canary), "the key on stdout: {stdout}");
-    assert!(!stderr.contains(&canary), "the key on stderr: {stderr}");
-    let files = files_holding(ws.path(), canary.as_bytes());
+/// The canary is not on stdout or stderr, in no file under `ws`, and in
+/// no request body; every request carried a credential.
+fn assert_nowhere(canary: &str, stdout: &str, stderr: &str, ws: &Path, s: &Server) {
+    assert!(!stdout.contains(canary), "the key on stdout: {stdout}");
+    assert!(!stderr.contains(canary), "the key on stderr: {stderr}");
+    let files = files_holding(ws, canary.as_bytes());
     assert!(files.is_empty(), "the key in {files:?}");
+    let reqs = s.server.requests();
+    assert!(
+        reqs.iter().all(|r| r.has_auth),
+        "the key was sent as the credential"
+    );
     for r in &reqs {
         let body = r.body.to_string();
         assert!(
-            !body.contains(&canary),
+            !body.contains(canary),
             "the key in request {}: {body}",
             r.index
         );
@@ -203,4 +220,70 @@ fn a_tool_of_an_ordinary_user_cannot_read_troupes_key() {
         return;
     }
     attack(Some(65534));
+}
+
+/// The verifier (Landlock-sandboxed, read-only) tries the same routes
+/// from its `exec_command` during `troupe run`.
+#[test]
+fn the_verifier_cannot_read_troupes_key_either() {
+    let canary = format!("sk-canary-{:016x}", fastrand::u64(..));
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("calc.sh"), "echo 5\n").unwrap();
+    std::fs::write(ws.path().join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(ws.path(), "initial").unwrap();
+    std::fs::write(
+        ws.path().join("p.toml"),
+        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
+    )
+    .unwrap();
+    let handoff = json!({"state_summary": "ready for review", "boundary_status": [{"name": "fix", "status": "done"}], "modified_files": ["calc.sh"]});
+    let verdict = json!({"approved": true, "checks": [{"command": "sh calc.sh", "exit_code": 0, "output_excerpt": "4"}]});
+    let script = Script::replies(vec![])
+        .with_route(
+            "ready for review",
+            vec![
+                routes("v-"),
+                Reply::tool_call("v-verdict", "submit_verdict", verdict),
+                Reply::text("approved"),
+            ],
+        )
+        .with_route(
+            "Fix calc.sh",
+            vec![
+                Reply::tool_call(
+                    "p1",
+                    "write_file",
+                    json!({"path": "calc.sh", "content": "echo 4\n"}),
+                ),
+                Reply::tool_call("p2", "handoff", handoff),
+                Reply::text("fixed"),
+            ],
+        );
+    let s = Server::with_script(script);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "run",
+            "p.toml",
+            "--model",
+            "scripted",
+            "--base-url",
+            &s.url(),
+        ])
+        .arg("--workspace")
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env("TROUPE_LOG", "warn")
+        .env("OPENAI_API_KEY", &canary)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let reqs = s.server.requests();
+    let after_routes = reqs
+        .iter()
+        .find(|r| r.tool_results().iter().any(|t| t.call_id == "v-environ"))
+        .expect("the verifier's routes were answered");
+    check(after_routes, "v-", &canary);
+    assert_nowhere(&canary, &stdout, &stderr, ws.path(), &s);
 }
