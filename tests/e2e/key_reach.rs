@@ -287,3 +287,61 @@ fn the_verifier_cannot_read_troupes_key_either() {
     check(after_routes, "v-", &canary);
     assert_nowhere(&canary, &stdout, &stderr, ws.path(), &s);
 }
+
+/// troupe's initial environment (what `/proc/PID/environ` shows, to
+/// anyone allowed to read it) holds no key: troupe re-executed itself
+/// without it, and still sends it to the provider. Read here by the test
+/// itself, as root with `CAP_SYS_PTRACE`, while a tool command runs.
+#[test]
+fn troupes_initial_environment_holds_no_key() {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: needs root to read a non-dumpable process's environ");
+        return;
+    }
+    let canary = format!("sk-canary-{:016x}", fastrand::u64(..));
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![
+        Reply::tool_call("c1", "exec_command", json!({"command": "sleep 2"})),
+        Reply::text("done"),
+    ]);
+    let child = exec_cmd(ws.path(), &s.url(), &["--json"], "wait")
+        .env("OPENAI_API_KEY", &canary)
+        .env("SOME_TOKEN", "tok-canary")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    troupe_test_support::wait_until_blocking(
+        "the first model request",
+        std::time::Duration::from_secs(20),
+        || !s.server.requests().is_empty(),
+    )
+    .unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains("TROUPE_LOG=warn"),
+        "the environment was read"
+    );
+    assert!(!environ.contains(&canary), "the key in troupe's environ");
+    assert!(
+        !environ.contains("tok-canary"),
+        "a token in troupe's environ"
+    );
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&canary));
+    let reqs = s.server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(
+        reqs.iter().all(|r| r.has_auth),
+        "the key still reached the provider"
+    );
+}
