@@ -10,6 +10,7 @@ mod context;
 mod contract;
 mod disk;
 mod exec;
+mod key_reach;
 mod orphans;
 mod pipeline;
 mod resume;

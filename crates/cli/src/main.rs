@@ -7,6 +7,7 @@ mod destination;
 mod errors;
 mod exec;
 mod exec_resume;
+mod keys;
 mod mock_llm;
 mod pipeline_cmd;
 mod render;
@@ -97,7 +98,19 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread: re-exec without the keys in the initial
+    // environment (they stay in memory), then only CAP_SYS_PTRACE may read this
+    // process's /proc files (environ, mem, fd), and tool commands never
+    // hold it (docs/security.md).
+    let hidden = keys::hide();
+    let undumpable = troupe_runtime::tools::make_undumpable();
     init_tracing();
+    if let Some(e) = hidden {
+        tracing::warn!(error = %e, "could not remove the keys from troupe's initial environment");
+    }
+    if let Err(e) = undumpable {
+        tracing::warn!(error = %e, "could not make troupe non-dumpable");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print as clap renders them; a usage

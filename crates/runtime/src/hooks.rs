@@ -260,17 +260,17 @@ impl HookRunner {
             timed_out: false,
             error: None,
         };
-        let mut child = match Command::new("sh")
-            .arg("-c")
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
             .arg(command)
             .current_dir(&self.workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-        {
+            .kill_on_drop(true);
+        crate::tools::drop_privileges(&mut cmd);
+        let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
                 result.error = Some(format!("could not start `sh -c`: {e}"));

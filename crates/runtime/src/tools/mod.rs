@@ -32,7 +32,8 @@ mod write;
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
     DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, SANDBOX_ERRNO,
-    Sandbox, SandboxError, SandboxStatus, kill_recorded_group, start_time,
+    Sandbox, SandboxError, SandboxStatus, drop_privileges, is_dumpable, kill_recorded_group,
+    make_undumpable, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};

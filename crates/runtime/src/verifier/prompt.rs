@@ -73,6 +73,8 @@ async fn diff_stat(worktree: &Path, base: &str, head: &str) -> Option<String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true);
+    // The worktree's git config is the proposer's to write.
+    crate::tools::drop_privileges(&mut command);
     let output = match tokio::time::timeout(DIFF_STAT_TIMEOUT, command.output()).await {
         Ok(Ok(output)) if output.status.success() => output,
         Ok(Ok(output)) => {

@@ -2,6 +2,7 @@
 //! temp dirs, real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod confine;
 mod exec;
 mod lifetime;
 mod paths;

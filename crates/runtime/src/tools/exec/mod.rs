@@ -16,6 +16,7 @@
 //! declares [`Capability::ReadOnly`]; a command that cannot be sandboxed
 //! is refused, never run unconfined.
 
+mod confine;
 mod lifetime;
 mod process;
 mod sandbox;
@@ -30,6 +31,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
 pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;

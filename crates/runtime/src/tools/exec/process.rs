@@ -158,6 +158,7 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
         sandbox.install(&mut command);
     }
     super::lifetime::die_with_troupe(&mut command);
+    super::confine::drop_privileges(&mut command);
     // The parent's copy of the ruleset fd closes with `command`, dropped
     // on the spawner thread right after the spawn.
     let child = super::lifetime::spawn_on_lifetime_thread(command)?;
