@@ -51,8 +51,9 @@ pub fn is_dumpable() -> bool {
     unsafe { libc::prctl(libc::PR_GET_DUMPABLE, ZERO, ZERO, ZERO, ZERO) != 0 }
 }
 
-/// Installs the `pre_exec` hook that drops [`DROPPED`] from the child's
-/// bounding set (and ambient set).
+/// Installs the `pre_exec` hook that drops, from the child's bounding set
+/// (and ambient set), the capabilities that would let it read troupe's
+/// memory or environment (`CAP_SYS_PTRACE`, `CAP_SYS_ADMIN`, ...).
 pub fn drop_privileges(command: &mut tokio::process::Command) {
     // SAFETY: the hook runs in the forked child before `exec`; it makes
     // raw `prctl` calls on integers, allocates nothing and takes no lock.
