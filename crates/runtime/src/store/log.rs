@@ -28,6 +28,10 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const DERIVED_DIR: &str = "derived";
 /// How the session was started (written by the cli, read by resume).
 pub const SETTINGS_FILE: &str = "settings.json";
+/// The name prefix of a session directory being assembled
+/// (`.creating-<id>-<pid>`), renamed to `<id>` once complete.
+pub(crate) const STAGING_PREFIX: &str = ".creating-";
+
 /// The pid of the process writing the session.
 pub const PID_FILE: &str = "writer.pid";
 
@@ -190,7 +194,10 @@ impl SessionLog {
         if dir.exists() {
             return Err(StoreError::Exists(session_id.to_string()));
         }
-        let staging = parent.join(format!(".creating-{session_id}-{}", std::process::id()));
+        let staging = parent.join(format!(
+            "{STAGING_PREFIX}{session_id}-{}",
+            std::process::id()
+        ));
         std::fs::create_dir(&staging)
             .map_err(|e| StoreError::io_in("create", parent, &staging, e))?;
         let built = Self::stage(&staging, session_id, root_thread_id);

@@ -7,6 +7,10 @@
 //! removes the files troupe writes (events.jsonl, settings.json,
 //! writer.pid, the `derived/` tree); anything else (and every symlink) is
 //! left, and then so are the manifest and the directory.
+//!
+//! A session whose creation was cut short (the process died before its
+//! staging directory `.creating-<id>-<pid>` was renamed into place) is
+//! removed the same way once no live process holds its lock.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,7 +19,10 @@ use chrono::Utc;
 
 use super::config::RetentionPolicy;
 use super::error::StoreError;
-use super::log::{DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, PID_FILE, SETTINGS_FILE};
+use super::lock::SessionLock;
+use super::log::{
+    DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, PID_FILE, SETTINGS_FILE, STAGING_PREFIX,
+};
 use super::manifest::{CREATED_BY, Manifest};
 
 /// What a retention pass did.
@@ -46,6 +53,14 @@ pub(crate) fn apply(
         let entry = entry.map_err(|e| StoreError::io("list", root, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
+        if let Some(rest) = name.strip_prefix(STAGING_PREFIX) {
+            match abandoned_staging(&path, rest) {
+                Ok(()) if remove_session(&path)? => report.deleted.push(name),
+                Ok(()) => report.partially_deleted.push(name),
+                Err(why) => report.kept.push((name, why)),
+            }
+            continue;
+        }
         match classify(&path, current, &name) {
             Ok(manifest) => closed.push((manifest, path)),
             Err(why) => report.kept.push((name, why)),
@@ -98,6 +113,27 @@ fn classify(path: &Path, current: Option<&str>, name: &str) -> Result<Manifest, 
         return Err("a live process is still writing it");
     }
     Ok(manifest)
+}
+
+/// A staging directory (`<id>-<pid>` after the prefix) left by a creation
+/// that died: a real directory, no live holder, and a manifest troupe
+/// wrote for that id. Or why it is kept.
+fn abandoned_staging(path: &Path, rest: &str) -> Result<(), &'static str> {
+    let meta = fs::symlink_metadata(path).map_err(|_| "unreadable")?;
+    if !meta.is_dir() || meta.file_type().is_symlink() {
+        return Err("not a session directory");
+    }
+    if SessionLock::is_held(path) {
+        return Err("a live process is still creating it");
+    }
+    let manifest = Manifest::read(&path.join(MANIFEST_FILE)).map_err(|_| "no manifest")?;
+    let named = rest
+        .strip_prefix(manifest.session_id.as_str())
+        .is_some_and(|pid| pid.starts_with('-'));
+    if manifest.created_by != CREATED_BY || !named {
+        return Err("not created by troupe");
+    }
+    Ok(())
 }
 
 /// Removes troupe's files; true when the directory itself went too.

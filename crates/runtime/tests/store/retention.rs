@@ -234,3 +234,35 @@ fn never_deletes_a_session_a_live_process_writes() {
     assert!(report.deleted.is_empty(), "{report:?}");
     assert!(store.root().join("busy/events.jsonl").exists());
 }
+
+#[test]
+fn a_creation_that_died_is_cleaned_once_nobody_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    // What a process killed between staging and the rename leaves behind.
+    session(&store, "s-dead", false, 0);
+    let dead = store.root().join(".creating-s-dead-4242");
+    std::fs::rename(store.root().join("s-dead"), &dead).unwrap();
+    // One still being created by a live process (this one holds its lock).
+    session(&store, "s-live", false, 0);
+    let live = store.root().join(".creating-s-live-4243");
+    std::fs::rename(store.root().join("s-live"), &live).unwrap();
+    let _held = troupe_runtime::store::SessionLock::acquire(&live).unwrap();
+    // And a dot-directory troupe did not make.
+    std::fs::create_dir_all(store.root().join(".creating-mine")).unwrap();
+
+    let report = store
+        .apply_retention(RetentionPolicy::default(), None)
+        .unwrap();
+    assert_eq!(report.deleted, vec![".creating-s-dead-4242"], "{report:?}");
+    assert!(!dead.exists());
+    assert!(live.join("manifest.json").exists(), "{report:?}");
+    assert!(
+        report.kept.contains(&(
+            ".creating-s-live-4243".into(),
+            "a live process is still creating it"
+        )),
+        "{report:?}"
+    );
+    assert!(store.root().join(".creating-mine").exists());
+}
