@@ -26,16 +26,21 @@
 //! - [`hooks`]: lifecycle hooks (commands fed JSON on stdin).
 //! - [`fsutil`]: writes that must not tear.
 //!
+//! [`provider`] is the `troupe-provider` crate and [`store`] (with
+//! [`fsutil`]) the `troupe-store` crate, re-exported here so
+//! `troupe_runtime::provider::…` and `troupe_runtime::store::…` paths work.
+//!
 //! Everything here can be driven from a plain test with no actor system;
 //! `troupe-actors` supervises it.
 
 pub mod agent;
 pub mod config;
 pub mod context;
-pub mod fsutil;
 pub mod hooks;
-pub mod provider;
 pub mod state;
-pub mod store;
 pub mod tools;
 pub mod verifier;
+
+pub use troupe_provider as provider;
+pub use troupe_store as store;
+pub use troupe_store::fsutil;

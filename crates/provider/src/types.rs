@@ -24,7 +24,7 @@ pub struct ModelRequest {
     #[serde(default)]
     pub tools: Vec<ToolDefinition>,
     /// Cap on output tokens. Anthropic requires one; when `None` it gets
-    /// [`DEFAULT_ANTHROPIC_MAX_TOKENS`](crate::provider::DEFAULT_ANTHROPIC_MAX_TOKENS).
+    /// [`DEFAULT_ANTHROPIC_MAX_TOKENS`](crate::DEFAULT_ANTHROPIC_MAX_TOKENS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
     /// Sampling temperature; omitted from the wire when `None`.

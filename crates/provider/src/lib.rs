@@ -18,8 +18,8 @@
 //! - [`ModelCatalog`]: context windows, output caps, prices, cost.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), troupe_runtime::provider::ProviderError> {
-//! use troupe_runtime::provider::*;
+//! # async fn demo() -> Result<(), troupe_provider::ProviderError> {
+//! use troupe_provider::*;
 //! let client = ProviderClient::new(ProviderConfig::anthropic())?;
 //! let request = ModelRequest::new("claude-sonnet-4-5")
 //!     .with_system("Be brief.")

@@ -23,6 +23,7 @@
 mod config;
 mod error;
 mod export;
+pub mod fsutil;
 mod gate;
 mod lock;
 mod log;
