@@ -99,6 +99,18 @@ impl Case {
         commands: &[(&'static str, String)],
         extra: Vec<Reply>,
     ) -> (Option<i32>, String, Vec<(String, CommandExecutionItem)>) {
+        self.run_as(None, args, commands, extra)
+    }
+
+    /// [`Case::run`], troupe started as `uid` (through `setpriv`) when
+    /// given, the whole case directory handed to that user first.
+    fn run_as(
+        &self,
+        uid: Option<u32>,
+        args: &[&str],
+        commands: &[(&'static str, String)],
+        extra: Vec<Reply>,
+    ) -> (Option<i32>, String, Vec<(String, CommandExecutionItem)>) {
         let mut replies: Vec<Reply> = commands
             .iter()
             .map(|(name, c)| Reply::tool_call(*name, "exec_command", json!({"command": c})))
@@ -108,7 +120,29 @@ impl Case {
         let script = self.ws.parent().unwrap().join("script.json");
         let text = serde_json::to_string(&Script::replies(replies)).unwrap();
         std::fs::write(&script, text).unwrap();
-        let out = Command::new(bin())
+        let mut cmd = match uid {
+            Some(uid) => {
+                let base = self.ws.parent().unwrap();
+                let chown = Command::new("chown")
+                    .arg("-R")
+                    .arg(format!("{uid}:{uid}"))
+                    .arg(base)
+                    .status()
+                    .unwrap();
+                assert!(chown.success());
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .arg("--clear-groups")
+                    .arg(bin())
+                    .env("HOME", base)
+                    .env("TMPDIR", base)
+                    .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let out = cmd
             .arg("exec")
             .arg("--script")
             .arg(&script)
@@ -190,6 +224,38 @@ fn workspace_write_is_exec_s_default_and_refuses_every_escape() {
     );
     // Recorded for a resume.
     assert_eq!(settings(&case.ws)["sandbox"], "workspace-write");
+}
+
+/// As an ordinary user (nobody, no `CAP_SYS_ADMIN`): the mount namespace
+/// comes with an unprivileged user namespace. Needs root to switch user.
+#[test]
+fn workspace_write_holds_for_an_ordinary_user_too() {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: needs root to run troupe as another user");
+        return;
+    }
+    let case = Case::new();
+    let mut commands = case.attacks();
+    commands.extend(Case::benign());
+    let (code, stdout, items) = case.run_as(Some(65534), &[], &commands, vec![]);
+    assert_eq!(code, Some(0), "{stdout}");
+    for (name, _) in case.attacks() {
+        assert_ne!(
+            exit_of(&items, name),
+            Some(0),
+            "`{name}` succeeded: {items:?}"
+        );
+    }
+    for (name, _) in Case::benign() {
+        assert_eq!(exit_of(&items, name), Some(0), "`{name}` failed: {items:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(case.ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!case.outside.join("escape.txt").exists());
+    assert_eq!(case.accepted.load(Ordering::SeqCst), 0);
 }
 
 #[test]

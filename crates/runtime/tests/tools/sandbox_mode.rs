@@ -184,3 +184,31 @@ async fn each_agent_gets_its_own_scratch_removed_with_the_tool() {
     drop(fx);
     assert!(dirs.iter().all(|d| !std::path::Path::new(d).exists()));
 }
+
+#[tokio::test]
+async fn git_reads_work_but_commits_fail_in_workspace_write() {
+    let fx = Fixture::new();
+    let (code, out) = run(
+        &fx,
+        SandboxMode::DangerFullAccess,
+        "git init -q . && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m first && echo x > a.txt",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = run(
+        &fx,
+        SandboxMode::WorkspaceWrite,
+        "git status --short && git log --oneline && git diff --stat",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("?? a.txt") && out.contains("first"), "{out}");
+    let (code, out) = run(
+        &fx,
+        SandboxMode::WorkspaceWrite,
+        "git add a.txt && git -c user.name=t -c user.email=t@t commit -q -m second",
+    )
+    .await;
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+}
