@@ -315,7 +315,10 @@ fn bad_codex_input_is_one_line_and_exit_2() {
     let dir = ws_arg(ws.path());
     let cases: [(&[&str], &str); 5] = [
         (&["--config", "no-equals-sign"], "expected KEY=VALUE"),
-        (&["--sandbox", "read-only"], "read-only"),
+        (
+            &["--config", "sandbox_mode=\"full\""],
+            "expected read-only, workspace-write or danger-full-access",
+        ),
         (&["--image", "cat.png"], "text only"),
         (&["resume", "no-such-session"], "no-such-session"),
         (&["--config", "model=3"], "expected a non-empty string"),

@@ -33,7 +33,7 @@ use troupe_runtime::state::{
     LoopStatus, RememberTool,
 };
 use troupe_runtime::store::{EventReader, SessionLog};
-use troupe_runtime::tools::{ToolContext, ToolRegistry};
+use troupe_runtime::tools::{SandboxMode, ToolContext, ToolRegistry, ToolSandbox};
 
 use crate::address::Address;
 use crate::orient::{OrientInput, orientation};
@@ -74,6 +74,10 @@ pub struct AgentSpec {
     /// Shared workspace or its own worktree.
     #[serde(default)]
     pub isolation: Isolation,
+    /// Its `sandbox_mode` (`None`: unconfined). A subagent's is resolved
+    /// from its parent's when it is spawned and never looser than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
 }
 
 /// Limits on the subagent tree.
@@ -137,6 +141,9 @@ pub struct AgentEnv {
     /// Session-wide caps on tokens and steps across the whole tree (the
     /// cost cap is `max_budget_usd`).
     pub caps: CostBudget,
+    /// The session's `sandbox_mode`: the root agent's and the ceiling of
+    /// every agent below it (`None`: unconfined, and subagents too).
+    pub sandbox: Option<SandboxMode>,
 }
 
 /// How an agent ended.
@@ -534,6 +541,10 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         spool_dir: Some(env.log.dir().join("derived")),
         cancel: state.cancel.clone(),
         on_spawn: None,
+        sandbox: args
+            .spec
+            .sandbox
+            .map(|mode| ToolSandbox::new(mode, args.agent_id.clone())),
     };
     let sink = Arc::new(LogSink::new(env.log.clone(), env.call_timeout));
     let mut agent = AgentLoop::new(

@@ -78,6 +78,10 @@ pub struct ProposerSpec {
     /// Turn limit per round.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// Its `sandbox_mode`, never looser than the session's (default
+    /// `workspace-write`, or the session's when that is stricter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
 }
 
 /// Why a pipeline could not run.
@@ -324,6 +328,9 @@ async fn propose(
         turns_so_far,
     } = proposal;
     let env = &run.env;
+    let sandbox =
+        crate::subagent::child_sandbox(env.sandbox, p.sandbox, crate::agent::Isolation::Worktree)
+            .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let store = LoopStateStore::new(&env.workspace);
     let lid = loop_id(&env.session_id, agent_id);
     if let Some(verdict) = rejected {
@@ -355,6 +362,7 @@ async fn propose(
             task: p.task.clone(),
             model: p.model.clone(),
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
+            sandbox,
             ..AgentSpec::default()
         },
         address: address.clone(),

@@ -79,6 +79,7 @@ pub async fn start_root_with(
         &loop_id(&env.session_id, &agent_id),
         budget,
     );
+    let sandbox = env.sandbox;
     let args = AgentArgs {
         workspace: env.workspace.clone(),
         env,
@@ -89,6 +90,7 @@ pub async fn start_root_with(
             name: "root".into(),
             task,
             max_turns,
+            sandbox,
             ..AgentSpec::default()
         },
         address: address.clone(),

@@ -11,7 +11,7 @@ use ractor::Actor;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use troupe_protocol::{AgentRole, BoundaryStatus, HandoffRequest};
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+use troupe_runtime::tools::{Capability, SandboxMode, Tool, ToolContext, ToolError, ToolOutput};
 
 use crate::address::Address;
 use crate::agent::{
@@ -168,10 +168,11 @@ impl SpawnSubagentTool {
 
     fn child_args(
         &self,
-        spec: AgentSpec,
+        mut spec: AgentSpec,
         done: oneshot::Sender<AgentOutcome>,
     ) -> Result<(AgentArgs, Option<Worktree>), ToolError> {
         let p = &self.parent;
+        spec.sandbox = child_sandbox(p.spec.sandbox, spec.sandbox, spec.isolation)?;
         let depth = p.depth + 1;
         if depth > p.env.limits.max_depth {
             return Err(ToolError::Denied(format!(
@@ -238,6 +239,32 @@ impl SpawnSubagentTool {
     }
 }
 
+/// A child's `sandbox_mode`: the one it asks for, which may never be
+/// looser than its parent's; by default its parent's, and at most
+/// `workspace-write` in a worktree of its own. Under an unconfined parent
+/// (`None`, sandboxing off) only what it asks for.
+pub fn child_sandbox(
+    parent: Option<SandboxMode>,
+    asked: Option<SandboxMode>,
+    isolation: Isolation,
+) -> Result<Option<SandboxMode>, ToolError> {
+    let Some(parent) = parent else {
+        return Ok(asked);
+    };
+    match asked {
+        Some(mode) if !mode.within(parent) => Err(ToolError::Denied(format!(
+            "sandbox `{mode}` is looser than this agent's own `{parent}`: a subagent can never \
+             be looser than its parent; ask for `{parent}` or a stricter mode, or leave \
+             `sandbox` out"
+        ))),
+        Some(mode) => Ok(Some(mode)),
+        None if isolation == Isolation::Worktree => {
+            Ok(Some(parent.min(SandboxMode::WorkspaceWrite)))
+        }
+        None => Ok(Some(parent)),
+    }
+}
+
 /// Starts an agent under the session's root supervisor (transient: a
 /// crash restarts it and it resumes from the log).
 pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
@@ -287,7 +314,8 @@ impl Tool for SpawnSubagentTool {
                 "model": {"type": "string"},
                 "max_turns": {"type": "integer", "minimum": 1},
                 "budget_share": {"type": "number", "minimum": 0, "maximum": 1},
-                "isolation": {"type": "string", "enum": ["shared", "worktree"]}
+                "isolation": {"type": "string", "enum": ["shared", "worktree"]},
+                "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."}
             },
             "required": ["name", "task"],
             "additionalProperties": false

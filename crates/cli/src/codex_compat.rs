@@ -23,12 +23,13 @@ pub struct CodexArgs {
     #[arg(long)]
     pub experimental_json: bool,
     /// A Codex configuration override KEY=VALUE (VALUE in TOML; repeatable).
-    /// openai_base_url, model, sandbox_mode and approval_policy="never"
+    /// openai_base_url, model, sandbox_mode,
+    /// sandbox_workspace_write.network_access and approval_policy="never"
     /// are understood; other keys are ignored with one warning.
     #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
     pub config: Vec<String>,
-    /// Codex's sandbox mode. troupe's tools always stay in the workspace;
-    /// read-only is refused (troupe exec has no read-only mode).
+    /// The agents' sandbox_mode (docs/security.md): read-only,
+    /// workspace-write (the default) or danger-full-access.
     #[arg(long, short = 's', value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
     /// Accepted for Codex compatibility (troupe needs no git repository).
@@ -52,15 +53,27 @@ pub struct CodexArgs {
     pub cyber_access_program: Option<String>,
 }
 
-/// Codex's `--sandbox` values.
+/// The `--sandbox` values (Codex's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
-    /// Refused: troupe exec has no read-only mode.
+    /// Commands read everything and write only a scratch directory; the
+    /// write tools are refused.
     ReadOnly,
-    /// troupe's default: tools read and write inside the workspace.
+    /// The default: commands write only in the workspace (never `.git`,
+    /// `.vtcode`, troupe.toml) and a scratch directory; no network.
     WorkspaceWrite,
-    /// Accepted; troupe's tools still stay inside the workspace.
+    /// Commands run unconfined.
     DangerFullAccess,
+}
+
+impl From<SandboxMode> for troupe_runtime::tools::SandboxMode {
+    fn from(mode: SandboxMode) -> Self {
+        match mode {
+            SandboxMode::ReadOnly => Self::ReadOnly,
+            SandboxMode::WorkspaceWrite => Self::WorkspaceWrite,
+            SandboxMode::DangerFullAccess => Self::DangerFullAccess,
+        }
+    }
 }
 
 /// What the Codex flags say, in troupe's terms.
@@ -70,6 +83,10 @@ pub struct CodexSettings {
     pub base_url: Option<String>,
     /// `--config model=...`.
     pub model: Option<String>,
+    /// `--sandbox` (wins) or `--config sandbox_mode=...`.
+    pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
+    /// `--config sandbox_workspace_write.network_access=...`.
+    pub network_access: Option<bool>,
     /// The keys and flags troupe has no setting for, in order.
     pub ignored: Vec<String>,
 }
@@ -95,7 +112,6 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
             image.display()
         )));
     }
-    check_sandbox(args.sandbox, "--sandbox")?;
     for raw in &args.config {
         let (key, value) = parse_override(raw)?;
         match key.as_str() {
@@ -108,12 +124,23 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
                         "--config sandbox_mode=\"{mode}\": expected read-only, workspace-write or danger-full-access"
                     ))
                 })?;
-                check_sandbox(Some(mode), "--config sandbox_mode")?;
+                out.sandbox = Some(mode.into());
             }
+            "sandbox_workspace_write.network_access" => match value {
+                Value::Bool(on) => out.network_access = Some(on),
+                other => {
+                    return Err(bad(format!(
+                        "--config {key}={other}: expected true or false"
+                    )));
+                }
+            },
             // troupe exec never stops to ask for an approval.
             "approval_policy" if value.as_str() == Some("never") => {}
             _ => out.ignored.push(format!("--config {key}")),
         }
+    }
+    if let Some(mode) = args.sandbox {
+        out.sandbox = Some(mode.into());
     }
     if !args.add_dir.is_empty() {
         out.ignored.push("--add-dir".into());
@@ -126,16 +153,6 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
 
 fn bad(message: String) -> Failure {
     Failure::bad_input(anyhow::anyhow!(message))
-}
-
-fn check_sandbox(mode: Option<SandboxMode>, flag: &str) -> Result<(), Failure> {
-    if mode == Some(SandboxMode::ReadOnly) {
-        return Err(bad(format!(
-            "{flag} read-only: troupe exec has no read-only mode (its tools write inside the workspace); \
-             use workspace-write, or deny writes with a [permissions] policy in troupe.toml (docs/tools.md)"
-        )));
-    }
-    Ok(())
 }
 
 /// `KEY=VALUE` with VALUE in TOML; a VALUE that is not TOML is taken as a
@@ -368,22 +385,28 @@ mod tests {
         .unwrap();
         assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
         assert_eq!(s.model.as_deref(), Some("m1"));
-        assert_eq!(
-            s.ignored,
-            [
-                "--config model_reasoning_effort",
-                "--config sandbox_workspace_write.network_access"
-            ]
-        );
+        assert_eq!(s.network_access, Some(true));
+        assert_eq!(s.ignored, ["--config model_reasoning_effort"]);
         assert_eq!(s.warning().unwrap().lines().count(), 1);
     }
 
     #[test]
     fn bad_overrides_are_bad_input() {
-        for bad in ["no-equals", "=1", "model=3", "sandbox_mode=\"read-only\""] {
+        for bad in [
+            "no-equals",
+            "=1",
+            "model=3",
+            "sandbox_mode=\"full\"",
+            "sandbox_workspace_write.network_access=\"yes\"",
+        ] {
             let e = resolve(&args(&[bad])).unwrap_err();
             assert_eq!(e.code, crate::exit::BAD_INPUT, "{bad}");
         }
+        let s = resolve(&args(&["sandbox_mode=\"read-only\""])).unwrap();
+        assert_eq!(
+            s.sandbox,
+            Some(troupe_runtime::tools::SandboxMode::ReadOnly)
+        );
         // Not TOML: a bare string, as in Codex.
         let s = resolve(&args(&["model=gpt-5"])).unwrap();
         assert_eq!(s.model.as_deref(), Some("gpt-5"));

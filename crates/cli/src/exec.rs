@@ -20,7 +20,7 @@ use troupe_runtime::provider::{ModelClient, ProviderClient};
 use troupe_runtime::store::{
     ExportFormat, JsonlFileExporter, SessionLog, SessionStore, WriterExporter,
 };
-use troupe_runtime::tools::ToolRegistry;
+use troupe_runtime::tools::{SandboxMode, ToolRegistry};
 use troupe_testkit::{Script, ScriptedServer};
 
 use crate::codex_compat::{CodexArgs, CodexStream};
@@ -109,6 +109,13 @@ pub struct SessionSettings {
     pub script: Option<PathBuf>,
     /// The task.
     pub task: String,
+    /// The `sandbox_mode` the run asked for (flags over troupe.toml), so
+    /// a resume re-applies it; `None` (older sessions): troupe.toml's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
+    /// `sandbox_workspace_write.network_access` given by flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_access: Option<bool>,
 }
 
 pub use troupe_runtime::store::SETTINGS_FILE;
@@ -138,7 +145,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
-    let settings = SessionSettings {
+    let mut settings = SessionSettings {
         kind: exec_kind(),
         provider: args.provider.clone(),
         model: args.model.clone(),
@@ -148,12 +155,15 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
         max_budget_usd: args.max_budget_usd,
         script,
         task: prompt,
+        sandbox: codex.sandbox,
+        network_access: codex.network_access,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json);
+        settings.sandbox = Some(session.config.sandbox_mode());
         let store = SessionStore::for_workspace(&workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session.config.log_config())?;
@@ -300,6 +310,8 @@ pub struct Session {
     /// The root agent's turn limit, when not the configured one (a new
     /// run of a thread counts the turns of its earlier runs).
     root_max_turns: Option<u32>,
+    /// The agents' sandbox mode, as it will be enforced.
+    sandbox: SandboxMode,
 }
 
 impl Session {
@@ -339,8 +351,12 @@ impl Session {
                 max_budget_usd: s.max_budget_usd,
                 events_path: events.clone(),
                 auto_upgrade: None,
+                sandbox_mode: s.sandbox,
+                network_access: s.network_access,
             })
             .map_err(Failure::bad_input)?;
+        let sandbox =
+            crate::sandbox_mode::resolve(config.sandbox_mode(), config.allow_unsandboxed)?;
         // Refuse bad provider settings before a session exists.
         let provider = config.provider_config().map_err(Failure::bad_input)?;
         config
@@ -367,6 +383,7 @@ impl Session {
             label_agents: false,
             codex_stream: false,
             root_max_turns: None,
+            sandbox,
         })
     }
 
@@ -473,6 +490,7 @@ impl Session {
                 &self.workspace,
                 Some(log.dir().join("derived")),
             ),
+            sandbox: Some(self.sandbox),
         })
     }
 

@@ -135,6 +135,9 @@ fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Fa
     }
     s.max_turns = args.max_turns.or(s.max_turns);
     s.max_budget_usd = args.max_budget_usd.or(s.max_budget_usd);
+    let codex = crate::codex_compat::resolve(&args.codex)?;
+    s.sandbox = codex.sandbox.or(s.sandbox);
+    s.network_access = codex.network_access.or(s.network_access);
     Ok(s)
 }
 

@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// Run offline against this script (docs/scripted-server.md).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
     script: Option<PathBuf>,
+    /// The session's sandbox_mode, the ceiling of every proposer
+    /// (docs/security.md; default troupe.toml's, else workspace-write).
+    #[arg(long, short = 's', value_enum, value_name = "MODE")]
+    sandbox: Option<crate::codex_compat::SandboxMode>,
 }
 
 /// Arguments of `troupe demo`.
@@ -91,6 +95,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         max_budget_usd: None,
         script,
         task: format!("pipeline {}", spec.pipeline.name),
+        sandbox: args.sandbox.map(Into::into),
+        network_access: None,
     };
     execute(&workspace, &settings, &spec, args.json, false)
 }
@@ -136,6 +142,8 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         max_budget_usd: None,
         script: Some(script),
         task: "troupe demo".into(),
+        sandbox: None,
+        network_access: None,
     };
     if !args.json {
         writeln!(

@@ -128,6 +128,7 @@ fn shared() -> Shared {
             spool_dir: None,
             cancel: tokio_util::sync::CancellationToken::new(),
             on_spawn: None,
+            sandbox: None,
         },
     }
 }

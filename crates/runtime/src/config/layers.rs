@@ -45,6 +45,10 @@ pub struct ConfigOverrides {
     pub events_path: Option<PathBuf>,
     /// `--auto-upgrade`: `context.auto_upgrade`.
     pub auto_upgrade: Option<bool>,
+    /// `--sandbox` / `--config sandbox_mode=...`: `sandbox_mode`.
+    pub sandbox_mode: Option<crate::tools::SandboxMode>,
+    /// `--config sandbox_workspace_write.network_access=...`.
+    pub network_access: Option<bool>,
 }
 
 /// Which layer a [`ConfigOverrides`] comes from, to name it in errors.
@@ -140,6 +144,8 @@ impl ConfigOverrides {
             max_budget_usd,
             events_path: None,
             auto_upgrade,
+            sandbox_mode: None,
+            network_access: None,
         })
     }
 }
@@ -204,6 +210,12 @@ impl Config {
         }
         if let Some(on) = o.auto_upgrade {
             self.context.auto_upgrade = on;
+        }
+        if let Some(mode) = o.sandbox_mode {
+            self.sandbox_mode = Some(mode);
+        }
+        if let Some(on) = o.network_access {
+            self.sandbox_workspace_write.network_access = on;
         }
         Ok(())
     }

@@ -46,8 +46,8 @@ pub use layers::{
 };
 pub use sections::{
     AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
-    LifecycleHooks, PermissionsConfig, ProviderSettings, SessionConfig, ToolsConfig,
-    VerifierConfig, default_model,
+    LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
+    ToolsConfig, VerifierConfig, default_model,
 };
 
 use crate::hooks::HookConfig;
@@ -55,7 +55,7 @@ use crate::provider::{
     ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, RetryPolicy, Timeouts,
 };
 use crate::store::{LogConfig, RetentionPolicy};
-use crate::tools::{ExecConfig, PermissionPolicy};
+use crate::tools::{ExecConfig, PermissionPolicy, SandboxMode};
 use layers::Origin;
 use locate::Locator;
 use sections::parse_kind;
@@ -90,6 +90,15 @@ pub struct Config {
     pub session: SessionConfig,
     /// `[verifier]`.
     pub verifier: VerifierConfig,
+    /// `sandbox_mode` (top level, Codex's name): how far the agents'
+    /// commands and write tools reach; `None` is `workspace-write`.
+    pub sandbox_mode: Option<SandboxMode>,
+    /// `[sandbox_workspace_write]` (Codex's table): `network_access`.
+    pub sandbox_workspace_write: SandboxWorkspaceWrite,
+    /// `allow_unsandboxed` (top level): where the kernel cannot enforce
+    /// `read-only` or `workspace-write`, warn once and run unconfined
+    /// instead of refusing to start.
+    pub allow_unsandboxed: bool,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]
@@ -262,6 +271,7 @@ impl Config {
         if let Some(max) = self.tools.max_spool_bytes {
             exec.max_spool_bytes = max;
         }
+        exec.network_access = self.sandbox_workspace_write.network_access;
         // Keys named by `api_key_env` never reach a command's environment,
         // whatever their name.
         for var in self
@@ -274,6 +284,12 @@ impl Config {
             }
         }
         exec
+    }
+
+    /// The agents' sandbox mode: `sandbox_mode` (after `--sandbox`), by
+    /// default `workspace-write`.
+    pub fn sandbox_mode(&self) -> SandboxMode {
+        self.sandbox_mode.unwrap_or_default()
     }
 
     /// The paths the write and edit tools refuse: `[tools]

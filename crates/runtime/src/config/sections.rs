@@ -237,6 +237,15 @@ pub struct VerifierConfig {
     pub allow_unsandboxed: bool,
 }
 
+/// `[sandbox_workspace_write]`: the confined modes' network (Codex's
+/// table name; it applies to `read-only` too).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxWorkspaceWrite {
+    /// Let commands open TCP connections and listen (default `false`).
+    pub network_access: bool,
+}
+
 /// `[permissions]`: tool allow and deny rules (deny wins), as patterns
 /// like `read_file`, `exec_command(git push*)` or `*`. The rules are
 /// interpreted by the tools' permission policy.

@@ -31,9 +31,10 @@ mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
-    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, SANDBOX_ERRNO,
-    Sandbox, SandboxError, SandboxStatus, drop_privileges, is_dumpable, kill_recorded_group,
-    make_undumpable, start_time,
+    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, PROTECTED_ENTRIES,
+    SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus, ToolSandbox,
+    UnknownSandboxMode, drop_privileges, is_dumpable, kill_recorded_group, make_undumpable,
+    start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
@@ -76,6 +77,10 @@ pub struct ToolContext {
     /// Told when `exec_command` started a process group, so the caller
     /// can journal it (resume kills a group still running).
     pub on_spawn: Option<SpawnHook>,
+    /// The calling agent's `sandbox_mode` (`None`: unconfined, as
+    /// `danger-full-access`): `exec_command` confines its commands, and
+    /// the write tools refuse in `read-only`.
+    pub sandbox: Option<ToolSandbox>,
 }
 
 /// A process group a tool started.
@@ -118,7 +123,14 @@ impl ToolContext {
             spool_dir: None,
             cancel: tokio_util::sync::CancellationToken::new(),
             on_spawn: None,
+            sandbox: None,
         }
+    }
+
+    /// This context with the agent's sandbox.
+    pub fn with_sandbox(mut self, sandbox: ToolSandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
     }
 
     /// This context with `dir` as the spool directory.

@@ -78,6 +78,7 @@ impl Tool for WriteFileTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
+            refuse_read_only(ctx, "write_file")?;
             let user_path = required_str(&args, "path")?.to_string();
             let content = required_str(&args, "content")?.to_string();
             let root = paths::canonical_workspace(&ctx.workspace)?;
@@ -166,6 +167,7 @@ impl Tool for EditFileTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
+            refuse_read_only(ctx, "edit_file")?;
             let edit = Edit {
                 shown: required_str(&args, "path")?.to_string(),
                 old: required_str(&args, "old_string")?.to_string(),
@@ -237,5 +239,16 @@ impl Edit {
             }],
             ..ToolOutput::default()
         })
+    }
+}
+
+/// The write tools refuse every call of an agent in `read-only` mode.
+fn refuse_read_only(ctx: &ToolContext, tool: &str) -> Result<(), ToolError> {
+    match &ctx.sandbox {
+        Some(s) if s.mode == super::SandboxMode::ReadOnly => Err(ToolError::Denied(format!(
+            "{tool} refused: this agent runs with sandbox_mode read-only, so no file can be \
+             written; report the change you would make instead"
+        ))),
+        _ => Ok(()),
     }
 }

@@ -241,6 +241,7 @@ pub async fn run_verifier(
         spool_dir: settings.spool_dir.clone(),
         cancel: settings.cancel.clone(),
         on_spawn: None,
+        sandbox: None,
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);

@@ -401,3 +401,16 @@ fn credentials_in_a_base_url_are_refused_without_echoing_them() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_bad_sandbox_mode_names_the_key_its_line_and_the_modes() {
+    let text = load_err("sandbox_mode = \"full\"\n").to_string();
+    assert!(
+        text.contains("troupe.toml:1") && text.contains("sandbox_mode"),
+        "{text}"
+    );
+    for mode in ["read-only", "workspace-write", "danger-full-access"] {
+        assert!(text.contains(mode), "{text}");
+    }
+    assert_eq!(text.lines().count(), 1, "{text}");
+}

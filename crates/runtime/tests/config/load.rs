@@ -343,3 +343,26 @@ fn config_parse_matches_load() {
     parsed.source = Some(dir.path().join("troupe.toml"));
     assert_eq!(parsed, load(dir.path(), &[]).unwrap());
 }
+
+#[test]
+fn sandbox_mode_and_network_access_come_from_the_file_and_the_flags() {
+    use troupe_runtime::tools::SandboxMode;
+    let dir = workspace(None);
+    let c = load(dir.path(), &[]).unwrap();
+    assert_eq!(c.sandbox_mode(), SandboxMode::WorkspaceWrite);
+    assert!(!c.exec_config().network_access && !c.allow_unsandboxed);
+    let dir = workspace(Some(
+        "sandbox_mode = \"read-only\"\nallow_unsandboxed = true\n\n[sandbox_workspace_write]\nnetwork_access = true\n",
+    ));
+    let mut c = load(dir.path(), &[]).unwrap();
+    assert_eq!(c.sandbox_mode(), SandboxMode::ReadOnly);
+    assert!(c.exec_config().network_access && c.allow_unsandboxed);
+    c.apply(&ConfigOverrides {
+        sandbox_mode: Some(SandboxMode::DangerFullAccess),
+        network_access: Some(false),
+        ..ConfigOverrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.sandbox_mode(), SandboxMode::DangerFullAccess);
+    assert!(!c.exec_config().network_access);
+}

@@ -10,6 +10,7 @@ mod policy;
 mod protected;
 mod read;
 mod registry;
+mod sandbox_mode;
 mod schema;
 mod spool_cap;
 mod write;

@@ -14,10 +14,17 @@
 //! With [`ExecConfig::sandbox`] set, every command runs under the
 //! read-only Landlock sandbox ([`Sandbox`], `sandbox.rs`) and the tool
 //! declares [`Capability::ReadOnly`]; a command that cannot be sandboxed
-//! is refused, never run unconfined.
+//! is refused, never run unconfined. Otherwise the calling agent's
+//! [`ToolContext::sandbox`] (its `sandbox_mode`, `mode.rs`) decides:
+//! `read-only` and `workspace-write` confine each command to the agent's
+//! workspace and a per-agent scratch directory (`namespace.rs` keeps the
+//! workspace's `.git`, `.vtcode` and `troupe.toml` read-only), with TCP
+//! refused unless [`ExecConfig::network_access`].
 
 mod confine;
 mod lifetime;
+mod mode;
+mod namespace;
 mod process;
 mod sandbox;
 mod seccomp;
@@ -33,6 +40,8 @@ use serde_json::{Value, json};
 
 pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
 pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
+pub use self::mode::{SandboxMode, ToolSandbox, UnknownSandboxMode};
+pub use self::namespace::PROTECTED_ENTRIES;
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
 pub use self::sandbox::{LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxStatus};
@@ -68,6 +77,14 @@ pub struct ExecConfig {
     /// output takes the session past it has its spool file deleted after
     /// the preview. Either way the result says so.
     pub max_spool_bytes: u64,
+    /// In the agents' `read-only` and `workspace-write` modes, let
+    /// commands open TCP connections and listen (`[sandbox_workspace_write]
+    /// network_access`; default `false`: Landlock refuses `connect` and
+    /// `bind`). The verifier's [`ExecConfig::sandbox`] is not affected.
+    pub network_access: bool,
+    /// Where the agents' scratch directories are made (`None`: the
+    /// system temp directory). One per agent, removed with the tool.
+    pub scratch_root: Option<PathBuf>,
 }
 
 /// The default [`ExecConfig::max_spool_bytes`]: 256 MiB.
@@ -87,6 +104,8 @@ impl Default for ExecConfig {
             env_remove: DEFAULT_ENV_REMOVE.iter().map(|s| s.to_string()).collect(),
             sandbox: None,
             max_spool_bytes: DEFAULT_MAX_SPOOL_BYTES,
+            network_access: false,
+            scratch_root: None,
         }
     }
 }
@@ -100,6 +119,8 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 pub struct ExecCommandTool {
     config: ExecConfig,
     sessions: Mutex<HashMap<String, Arc<ProcSession>>>,
+    /// Each agent's scratch directory, by [`ToolSandbox::agent`].
+    scratch: Mutex<HashMap<String, PathBuf>>,
 }
 
 impl ExecCommandTool {
@@ -108,6 +129,7 @@ impl ExecCommandTool {
         Self {
             config,
             sessions: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(HashMap::new()),
         }
     }
 
@@ -142,7 +164,7 @@ impl ExecCommandTool {
         let id = new_session_id();
         let (spool, spool_public, spool_capped) =
             spool_path(ctx, &id, self.config.max_spool_bytes)?;
-        let sandbox = self.prepare_sandbox(&spool)?;
+        let sandbox = self.prepare_sandbox(&spool, ctx)?;
         let sandboxed = sandbox.is_some();
         let session = process::spawn(SpawnRequest {
             id: id.clone(),
@@ -169,19 +191,54 @@ impl ExecCommandTool {
     }
 
     /// Builds the sandbox for one run, with `spool` (created here, empty)
-    /// writable; `None` when the tool is not sandboxed.
-    fn prepare_sandbox(&self, spool: &Path) -> Result<Option<PreparedSandbox>, ToolError> {
-        let Some(sandbox) = &self.config.sandbox else {
-            return Ok(None);
-        };
+    /// writable; `None` when the command runs unconfined.
+    fn prepare_sandbox(
+        &self,
+        spool: &Path,
+        ctx: &ToolContext,
+    ) -> Result<Option<PreparedSandbox>, ToolError> {
         let refused =
             |e: String| ToolError::Failed(format!("refused, the command did not run: {e}"));
+        let sandbox = match (&self.config.sandbox, &ctx.sandbox) {
+            (Some(sandbox), _) => sandbox.clone(),
+            (None, Some(agent)) if agent.mode.is_confined() => {
+                let scratch = self.scratch_dir(&agent.agent).map_err(|e| {
+                    refused(format!("cannot create the agent's scratch directory: {e}"))
+                })?;
+                let sandbox = match agent.mode {
+                    SandboxMode::ReadOnly => Sandbox::read_only(scratch),
+                    _ => Sandbox::workspace_write(&ctx.workspace, scratch),
+                };
+                sandbox.with_network_denied(!self.config.network_access)
+            }
+            (None, _) => return Ok(None),
+        };
         std::fs::File::create(spool)
             .map_err(|e| refused(format!("cannot create the spool file: {e}")))?;
         sandbox.prepare(Some(spool)).map(Some).map_err(|e| {
             let _ = std::fs::remove_file(spool);
             refused(e.to_string())
         })
+    }
+
+    /// The scratch directory of `agent`, made on first use (mode 0700, a
+    /// fresh random name, so nobody else can have prepared it).
+    fn scratch_dir(&self, agent: &str) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut dirs = self.scratch.lock();
+        if let Some(dir) = dirs.get(agent) {
+            return Ok(dir.clone());
+        }
+        let root = self
+            .config
+            .scratch_root
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = root.join(format!("troupe-scratch-{}", &id[..16]));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        dirs.insert(agent.to_string(), dir.clone());
+        Ok(dir)
     }
 
     async fn wait(&self, args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -367,6 +424,9 @@ impl Drop for ExecCommandTool {
             }
             session.discard_private_spool();
         }
+        for dir in self.scratch.get_mut().values() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -374,8 +434,9 @@ impl Drop for ExecCommandTool {
 fn spawn_error(e: &std::io::Error, sandboxed: bool) -> ToolError {
     if sandboxed && e.raw_os_error() == Some(SANDBOX_ERRNO) {
         return ToolError::Failed(
-            "refused, the command did not run: the read-only sandbox could not be applied in \
-             the child process (no_new_privs, Landlock restrict_self or the seccomp filter failed)"
+            "refused, the command did not run: the sandbox could not be applied in the child \
+             process (the mount namespace, no_new_privs, Landlock restrict_self or the seccomp \
+             filter failed)"
                 .to_string(),
         );
     }

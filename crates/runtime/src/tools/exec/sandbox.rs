@@ -47,10 +47,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::namespace::Protect;
 use super::seccomp::Filter;
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, RestrictionStatus,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd,
+    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
 };
 
 /// The Landlock ABI the sandbox requires (Linux 6.10+: every filesystem
@@ -70,6 +71,19 @@ pub enum Sandbox {
     ReadOnly {
         /// The one writable directory (build outputs, caches, temp files).
         writable: PathBuf,
+        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        deny_network: bool,
+    },
+    /// Like [`Sandbox::ReadOnly`], and `workspace` is writable too, but
+    /// for its control entries (`.git`, `.vtcode`, `troupe.toml`), which
+    /// a private mount namespace makes read-only (`namespace.rs`).
+    WorkspaceWrite {
+        /// The agent's workspace or worktree.
+        workspace: PathBuf,
+        /// The scratch directory (TMPDIR, HOME, caches).
+        writable: PathBuf,
+        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        deny_network: bool,
     },
 }
 
@@ -115,21 +129,60 @@ pub enum SandboxError {
 pub(super) struct PreparedSandbox {
     ruleset: OwnedFd,
     filter: Filter,
+    protect: Option<Protect>,
     env: Vec<(String, OsString)>,
 }
 
 impl Sandbox {
-    /// [`Sandbox::ReadOnly`] with `writable` as the writable directory.
+    /// [`Sandbox::ReadOnly`] with `writable` as the writable directory
+    /// and the network open (the verifier's).
     pub fn read_only(writable: impl Into<PathBuf>) -> Self {
         Sandbox::ReadOnly {
             writable: writable.into(),
+            deny_network: false,
         }
+    }
+
+    /// [`Sandbox::WorkspaceWrite`] for `workspace`, with `writable` as
+    /// the scratch directory and the network open.
+    pub fn workspace_write(workspace: impl Into<PathBuf>, writable: impl Into<PathBuf>) -> Self {
+        Sandbox::WorkspaceWrite {
+            workspace: workspace.into(),
+            writable: writable.into(),
+            deny_network: false,
+        }
+    }
+
+    /// This sandbox with TCP `connect`/`bind` refused (`deny`) or not.
+    pub fn with_network_denied(mut self, deny: bool) -> Self {
+        match &mut self {
+            Sandbox::ReadOnly { deny_network, .. }
+            | Sandbox::WorkspaceWrite { deny_network, .. } => *deny_network = deny,
+        }
+        self
     }
 
     /// The writable directory.
     pub fn writable(&self) -> &Path {
         match self {
-            Sandbox::ReadOnly { writable } => writable,
+            Sandbox::ReadOnly { writable, .. } | Sandbox::WorkspaceWrite { writable, .. } => {
+                writable
+            }
+        }
+    }
+
+    /// The writable workspace, for [`Sandbox::WorkspaceWrite`].
+    pub fn workspace(&self) -> Option<&Path> {
+        match self {
+            Sandbox::ReadOnly { .. } => None,
+            Sandbox::WorkspaceWrite { workspace, .. } => Some(workspace),
+        }
+    }
+
+    fn denies_network(&self) -> bool {
+        match self {
+            Sandbox::ReadOnly { deny_network, .. }
+            | Sandbox::WorkspaceWrite { deny_network, .. } => *deny_network,
         }
     }
 
@@ -138,6 +191,24 @@ impl Sandbox {
     pub fn probe() -> SandboxStatus {
         static PROBE: OnceLock<SandboxStatus> = OnceLock::new();
         PROBE.get_or_init(probe_uncached).clone()
+    }
+
+    /// Whether the sandbox of `mode` is fully enforced here: Landlock
+    /// ([`Sandbox::probe`]) and, for `workspace-write`, the private mount
+    /// namespace that keeps `.git`, `.vtcode` and `troupe.toml`
+    /// read-only. `danger-full-access` needs nothing.
+    pub fn probe_mode(mode: super::SandboxMode) -> SandboxStatus {
+        if !mode.is_confined() {
+            return SandboxStatus::FullyEnforced;
+        }
+        let landlock = Self::probe();
+        if !landlock.is_enforced() || mode != super::SandboxMode::WorkspaceWrite {
+            return landlock;
+        }
+        match super::namespace::probe() {
+            Ok(()) => SandboxStatus::FullyEnforced,
+            Err(e) => SandboxStatus::NotEnforced(e),
+        }
     }
 
     /// The variables a sandboxed command gets, all pointing inside the
@@ -185,7 +256,18 @@ impl Sandbox {
                 source,
             })?;
         }
-        let ruleset = build_ruleset(writable, output, CompatLevel::HardRequirement)
+        let rules = Rules {
+            writable,
+            workspace: self.workspace(),
+            output,
+            deny_network: self.denies_network(),
+        };
+        let ruleset = build_ruleset(&rules, CompatLevel::HardRequirement)
+            .map_err(SandboxError::NotEnforced)?;
+        let protect = self
+            .workspace()
+            .map(Protect::prepare)
+            .transpose()
             .map_err(SandboxError::NotEnforced)?;
         let fd: Option<OwnedFd> = ruleset.into();
         let ruleset = fd.ok_or_else(|| {
@@ -199,6 +281,7 @@ impl Sandbox {
         Ok(PreparedSandbox {
             ruleset,
             filter,
+            protect,
             env: self.env(),
         })
     }
@@ -214,6 +297,7 @@ impl PreparedSandbox {
         }
         let fd = self.ruleset;
         let filter = self.filter;
+        let protect = self.protect;
         // SAFETY: the hook runs in the forked child before `exec`, where
         // only async-signal-safe operations are allowed. It reads an
         // integer fd that the parent owns for the whole spawn (the
@@ -225,7 +309,14 @@ impl PreparedSandbox {
         // touches no shared state. Errors are built from a raw errno,
         // which does not allocate.
         unsafe {
-            command.pre_exec(move || restrict_in_child(fd.as_raw_fd(), &filter));
+            command.pre_exec(move || {
+                if let Some(protect) = &protect {
+                    protect
+                        .apply_in_child()
+                        .map_err(|_| std::io::Error::from_raw_os_error(SANDBOX_ERRNO))?;
+                }
+                restrict_in_child(fd.as_raw_fd(), &filter)
+            });
         }
     }
 }
@@ -248,14 +339,19 @@ fn restrict_in_child(ruleset_fd: i32, filter: &Filter) -> std::io::Result<()> {
         .map_err(|_| std::io::Error::from_raw_os_error(SANDBOX_ERRNO))
 }
 
+/// What a ruleset allows.
+struct Rules<'a> {
+    writable: &'a Path,
+    workspace: Option<&'a Path>,
+    output: Option<&'a Path>,
+    deny_network: bool,
+}
+
 /// The ruleset: all filesystem access handled; read and execute beneath
-/// `/`; everything beneath `writable`; read and write `/dev/null` and
-/// `output`.
-fn build_ruleset(
-    writable: &Path,
-    output: Option<&Path>,
-    level: CompatLevel,
-) -> Result<RulesetCreated, String> {
+/// `/`; everything beneath `writable` (and `workspace`); read and write
+/// `/dev/null` and `output`; with `deny_network`, TCP bind and connect
+/// handled and never allowed.
+fn build_ruleset(rules: &Rules<'_>, level: CompatLevel) -> Result<RulesetCreated, String> {
     let abi = LANDLOCK_ABI;
     let fd = |path: &Path| {
         PathFd::new(path).map_err(|e| format!("cannot open `{}`: {e}", path.display()))
@@ -263,23 +359,32 @@ fn build_ruleset(
     let mut ruleset = Ruleset::default()
         .set_compatibility(level)
         .handle_access(AccessFs::from_all(abi))
-        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if rules.deny_network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(|e| e.to_string())?;
+    }
+    let mut ruleset = ruleset
         .create()
         .map_err(|e| e.to_string())?
         .add_rule(PathBeneath::new(
             fd(Path::new("/"))?,
             AccessFs::from_read(abi),
         ))
-        .map_err(|e| e.to_string())?
-        .add_rule(PathBeneath::new(fd(writable)?, AccessFs::from_all(abi)))
         .map_err(|e| e.to_string())?;
+    for dir in std::iter::once(rules.writable).chain(rules.workspace) {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd(dir)?, AccessFs::from_all(abi)))
+            .map_err(|e| e.to_string())?;
+    }
     let file_access = AccessFs::from_file(abi) & !AccessFs::Execute;
     let dev_null = Path::new("/dev/null");
     let files = dev_null
         .exists()
         .then_some(dev_null)
         .into_iter()
-        .chain(output);
+        .chain(rules.output);
     for file in files {
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd(file)?, file_access))
@@ -295,7 +400,13 @@ fn probe_uncached() -> SandboxStatus {
     let handle = std::thread::Builder::new()
         .name("troupe-landlock-probe".into())
         .spawn(move || -> Result<RestrictionStatus, String> {
-            let status = build_ruleset(&scratch, None, CompatLevel::BestEffort)?
+            let rules = Rules {
+                writable: &scratch,
+                workspace: None,
+                output: None,
+                deny_network: true,
+            };
+            let status = build_ruleset(&rules, CompatLevel::BestEffort)?
                 .restrict_self()
                 .map_err(|e| e.to_string())?;
             if status.no_new_privs {

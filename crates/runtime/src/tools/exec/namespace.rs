@@ -1,0 +1,204 @@
+//! The mount-namespace half of the `workspace-write` sandbox: the
+//! workspace's control entries (`.git`, `.vtcode`, `troupe.toml`) made
+//! read-only for one command.
+//!
+//! Landlock is an allow-list: it can make the whole workspace writable,
+//! but not the workspace minus `.git/`. So the command's shell, between
+//! `fork` and `exec`, enters a mount namespace of its own (with
+//! `CAP_SYS_ADMIN`, as root usually has, `unshare(CLONE_NEWNS)`;
+//! without it, an unprivileged user namespace too,
+//! `unshare(CLONE_NEWUSER | CLONE_NEWNS)`, with no id mapped: the
+//! command keeps its real uid and gid for every file access, and shows
+//! as the overflow id, `nobody`, to itself; no `/proc/self/uid_map` is
+//! written, which a non-dumpable process could not do), makes every mount private (nothing propagates back to the
+//! machine), and bind-mounts each control entry read-only over itself.
+//! Writing, creating, removing or renaming in them then fails with
+//! `EROFS` (the entry itself, a mount point, cannot be removed or
+//! replaced: `EBUSY`), in this command and its children only. The
+//! seccomp filter and Landlock, applied after, refuse `mount`/`umount`,
+//! so the command cannot take the mounts off.
+//!
+//! Everything is computed in the parent ([`Protect::prepare`]): the
+//! paths as C strings, the flags each read-only remount must keep (a
+//! user namespace may not clear `nosuid`, `nodev`, `noexec` or the atime
+//! flags of a mount it inherited). The child
+//! ([`Protect::apply_in_child`]) makes only raw system calls.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The entries of a workspace that stay read-only in `workspace-write`.
+pub const PROTECTED_ENTRIES: [&str; 3] = [".git", ".vtcode", "troupe.toml"];
+
+/// What the child does, prepared in the parent.
+#[derive(Debug)]
+pub(super) struct Protect {
+    /// Each entry, with the flags its read-only remount keeps.
+    mounts: Vec<(CString, libc::c_ulong)>,
+    /// A user namespace is needed (no `CAP_SYS_ADMIN`).
+    userns: bool,
+}
+
+impl Protect {
+    /// The entries of `workspace` that exist now (a symlinked one
+    /// protects its target), and how to enter the namespace.
+    pub(super) fn prepare(workspace: &Path) -> Result<Protect, String> {
+        let mut mounts = Vec::new();
+        for name in PROTECTED_ENTRIES {
+            let path = workspace.join(name);
+            if path.symlink_metadata().is_err() || !path.exists() {
+                continue;
+            }
+            let c = CString::new(path.as_os_str().as_bytes())
+                .map_err(|_| format!("`{}` holds a NUL byte", path.display()))?;
+            let flags = kept_flags(&c)?;
+            mounts.push((c, flags));
+        }
+        Ok(Protect {
+            mounts,
+            userns: !has_sys_admin(),
+        })
+    }
+
+    /// The child's side, before Landlock and seccomp: unshare, make the
+    /// mounts private, bind each entry read-only. Async-signal-safe (raw
+    /// system calls on data built in the parent). Returns the errno.
+    pub(super) fn apply_in_child(&self) -> Result<(), i32> {
+        let errno = || {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EPERM)
+        };
+        let flags = if self.userns {
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+        } else {
+            libc::CLONE_NEWNS
+        };
+        // SAFETY: unshare takes an integer.
+        if unsafe { libc::unshare(flags) } != 0 {
+            return Err(errno());
+        }
+        let null = std::ptr::null::<libc::c_char>();
+        // SAFETY: mount(2) with a NUL-terminated literal path and null
+        // pointers where the call takes none.
+        let rc = unsafe {
+            libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(errno());
+        }
+        for (path, kept) in &self.mounts {
+            // SAFETY: `path` is a NUL-terminated string the parent built
+            // and the closure owns; the other pointers are null.
+            let rc = unsafe {
+                libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    null,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            if rc != 0 {
+                return Err(errno());
+            }
+            let remount = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | kept;
+            // SAFETY: as above.
+            let rc = unsafe { libc::mount(null, path.as_ptr(), null, remount, std::ptr::null()) };
+            if rc != 0 {
+                return Err(errno());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The mount flags of `path`'s mount that a remount must keep.
+fn kept_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong, String> {
+    // SAFETY: statvfs fills the zeroed struct it is given.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live, writable struct.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "cannot stat the file system of `{}`: {}",
+            path.to_string_lossy(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let pairs = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    Ok(pairs
+        .iter()
+        .filter(|(st_flag, _)| st.f_flag & st_flag != 0)
+        .fold(0, |acc, (_, ms)| acc | ms))
+}
+
+/// Whether this process holds `CAP_SYS_ADMIN` (then a mount namespace
+/// needs no user namespace). Read once from `/proc/self/status`.
+fn has_sys_admin() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << 21) != 0)
+    })
+}
+
+/// Whether a command can enter the `workspace-write` mount namespace
+/// here: runs `sh -c :` with [`Protect`] on a throwaway workspace, once.
+/// `Err` says why not (e.g. user namespaces disabled, or a container's
+/// seccomp profile refusing `unshare`).
+pub(super) fn probe() -> Result<(), String> {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBE.get_or_init(probe_uncached).clone()
+}
+
+fn probe_uncached() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!(
+        "troupe-ns-probe-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    ));
+    let result = (|| {
+        std::fs::create_dir_all(dir.join(".git")).map_err(|e| e.to_string())?;
+        let protect = Protect::prepare(&dir)?;
+        let mut command = std::process::Command::new("sh");
+        command.arg("-c").arg(":");
+        // SAFETY: the hook makes raw system calls only (`apply_in_child`).
+        unsafe {
+            command.pre_exec(move || {
+                protect
+                    .apply_in_child()
+                    .map_err(std::io::Error::from_raw_os_error)
+            });
+        }
+        let status = command
+            .status()
+            .map_err(|e| format!("a private mount namespace cannot be made: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the namespace probe exited with {status}"))
+        }
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    tracing::debug!(?result, "mount namespace probe");
+    result
+}
