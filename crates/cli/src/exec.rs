@@ -156,7 +156,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
             .codex_stream(args.codex.experimental_json);
         let store = SessionStore::for_workspace(&workspace);
         let id = SessionStore::new_session_id();
-        let log = store.create(&id, &id, session.config.log_config())?;
+        let log = store.create(&id, session.config.log_config())?;
         troupe_runtime::fsutil::write_atomic(
             &log.dir().join(SETTINGS_FILE),
             &serde_json::to_vec_pretty(&settings)?,

@@ -202,7 +202,7 @@ fn execute(
             .label_agents();
         let store = SessionStore::for_workspace(workspace);
         let id = SessionStore::new_session_id();
-        let log = store.create(&id, &id, session_log_config(workspace)?)?;
+        let log = store.create(&id, session_log_config(workspace)?)?;
         troupe_runtime::fsutil::write_atomic(
             &log.dir().join(SETTINGS_FILE),
             &serde_json::to_vec_pretty(settings)?,
