@@ -48,7 +48,9 @@ pub use address::{Address, AddressError};
 pub use agent::{
     AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
 };
-pub use builder::{AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings};
+pub use builder::{
+    AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
+};
 pub use drain::{DrainActor, DrainArgs, DrainMsg};
 pub use env::Builtins;
 pub use run::{RootRun, RunEnd, start_root, start_root_with};

@@ -127,11 +127,8 @@ impl SessionBuilder {
             max_cost_usd: None,
             max_steps: config.agent.harness.max_steps,
         };
-        env.context = ContextSettings::from_config(
-            config,
-            &self.workspace,
-            Some(log.dir().join("derived")),
-        );
+        env.context =
+            ContextSettings::from_config(config, &self.workspace, Some(log.dir().join("derived")));
         env
     }
 }

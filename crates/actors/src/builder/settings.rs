@@ -82,12 +82,14 @@ impl SessionSettings {
     pub fn read(dir: &Path) -> Result<Option<SessionSettings>, SessionError> {
         let path = dir.join(SETTINGS_FILE);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| SessionError::Settings {
-                    path,
-                    reason: e.to_string(),
-                }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| SessionError::Settings {
+                        path,
+                        reason: e.to_string(),
+                    })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(SessionError::Settings {
                 path,
