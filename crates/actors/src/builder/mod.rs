@@ -37,6 +37,9 @@ use crate::agent::SubagentLimits;
 use crate::env::Builtins;
 use crate::supervisor::SupervisorConfig;
 
+/// Makes an exporter for the session of the given id.
+pub(crate) type ExporterFn = Box<dyn FnOnce(&str) -> Box<dyn Exporter> + Send>;
+
 /// How a resumed session must have ended for [`SessionBuilder::resume`]
 /// to continue it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +60,7 @@ pub struct SessionBuilder {
     pub(crate) builtins: Builtins,
     pub(crate) limits: SubagentLimits,
     pub(crate) system_prompt: Option<String>,
-    pub(crate) exporters: Vec<Box<dyn Exporter>>,
+    pub(crate) exporters: Vec<ExporterFn>,
     pub(crate) settings: Option<SessionSettings>,
     pub(crate) resume: Option<(String, ResumeMode)>,
     pub(crate) root_agent: Option<String>,
@@ -194,7 +197,17 @@ impl SessionBuilder {
     /// Adds an exporter of the event stream (stdout, a file), attached
     /// before the first event.
     pub fn exporter(mut self, exporter: Box<dyn Exporter>) -> Self {
-        self.exporters.push(exporter);
+        self.exporters.push(Box::new(move |_| exporter));
+        self
+    }
+
+    /// Adds an exporter made from the session id once it is known (as
+    /// [`SessionBuilder::exporter`]).
+    pub fn exporter_for(
+        mut self,
+        make: impl FnOnce(&str) -> Box<dyn Exporter> + Send + 'static,
+    ) -> Self {
+        self.exporters.push(Box::new(make));
         self
     }
 

@@ -135,8 +135,8 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
             (id, log, Some(report))
         }
     };
-    for exporter in b.exporters.drain(..) {
-        log.add_exporter(exporter);
+    for make in b.exporters.drain(..) {
+        log.add_exporter(make(&id));
     }
     // The envelope: the root thread starts (or, resumed, starts another
     // run) before the actor tree does, so `thread.started` is the first
