@@ -109,7 +109,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
         Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json)
-            .start(json, "root", Target::New(settings))
+            .start(json, Some("root"), Target::New(settings))
             .await?
             .run_root(task, false, None, json)
             .await
@@ -236,6 +236,8 @@ pub struct Launch {
     label_agents: bool,
     /// `--experimental-json`: stdout in Codex's turn granularity.
     codex_stream: bool,
+    /// stdout carries something else (`troupe batch`'s results).
+    quiet_stdout: bool,
 }
 
 /// Which session a run opens.
@@ -317,6 +319,7 @@ impl Launch {
             server,
             label_agents: false,
             codex_stream: false,
+            quiet_stdout: false,
         })
     }
 
@@ -333,6 +336,12 @@ impl Launch {
         self
     }
 
+    /// No events on stdout (`--events PATH` still gets them).
+    pub fn quiet_stdout(mut self) -> Self {
+        self.quiet_stdout = true;
+        self
+    }
+
     /// The configured turn limit.
     pub fn max_turns(&self) -> u32 {
         self.config.agent.max_turns
@@ -340,8 +349,13 @@ impl Launch {
 
     /// The session builder for this run: the configuration, every
     /// built-in on (workspace tools, subagents, memory, orientation), the
-    /// output exporters; the root thread owned by `root_agent`.
-    fn builder(mut self, json: bool, root_agent: &str) -> (SessionBuilder, Option<ScriptedServer>) {
+    /// output exporters; the root thread owned by `root_agent` (`None`:
+    /// by the session, which ends it at close).
+    fn builder(
+        mut self,
+        json: bool,
+        root_agent: Option<&str>,
+    ) -> (SessionBuilder, Option<ScriptedServer>) {
         let offline = self.server.is_some();
         let key_env = self
             .config
@@ -355,13 +369,16 @@ impl Launch {
             .subagents(SubagentLimits::default())
             .memory(true)
             .orientation(true)
-            .offline(offline)
-            .root_agent(root_agent);
+            .offline(offline);
+        if let Some(name) = root_agent {
+            b = b.root_agent(name);
+        }
         if let Some(var) = key_env {
             b = b.key_env(var);
         }
         let (codex, labelled) = (self.codex_stream, self.label_agents);
-        b = b.exporter_for(move |id| -> Box<dyn troupe_runtime::store::Exporter> {
+        if !self.quiet_stdout {
+            b = b.exporter_for(move |id| -> Box<dyn troupe_runtime::store::Exporter> {
             if json && codex {
                 Box::new(CodexStream::new(std::io::stdout(), id))
             } else if json {
@@ -379,6 +396,7 @@ impl Launch {
                 })
             }
         });
+        }
         if let Some(exporter) = self.events.take() {
             b = b.exporter(Box::new(exporter));
         }
@@ -386,11 +404,11 @@ impl Launch {
     }
 
     /// Creates or reopens the session (the library's one sequence) with
-    /// its root thread owned by `root_agent`.
+    /// its root thread owned by `root_agent` (`None`: by the session).
     pub async fn start(
         self,
         json: bool,
-        root_agent: &str,
+        root_agent: Option<&str>,
         target: Target,
     ) -> Result<Started, Failure> {
         let (mut b, server) = self.builder(json, root_agent);
@@ -473,6 +491,12 @@ impl Started {
                 exit::ERROR
             }
         })
+    }
+
+    /// The session and the offline server (to stop after the session
+    /// closed).
+    pub fn into_parts(self) -> (Session, Option<ScriptedServer>) {
+        (self.session, self.server)
     }
 
     /// Shuts the tree down (the log drains and syncs) and stops the

@@ -81,7 +81,7 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
             mode: ResumeMode::Completed,
             settings: Some(settings),
         };
-        let started = launch.start(json, "root", target).await?;
+        let started = launch.start(json, Some("root"), target).await?;
         // Under the claim, and only once the log is known to have ended:
         // the message becomes the root agent's next steering intent.
         if let Err(e) = queue_message(&workspace, &id, &agent, prompt) {

@@ -200,7 +200,7 @@ fn execute(
         let started = Launch::prepare(workspace, settings, None)
             .await?
             .label_agents()
-            .start(json, "pipeline", Target::New(settings.clone()))
+            .start(json, Some("pipeline"), Target::New(settings.clone()))
             .await?;
         let id = started.session.id().to_string();
         // Whatever happens while the pipeline runs, the session is closed:

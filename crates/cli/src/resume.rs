@@ -42,7 +42,7 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
         };
         let started = Launch::prepare(&workspace, &settings, None)
             .await?
-            .start(json, "root", target)
+            .start(json, Some("root"), target)
             .await?;
         if let Some(report) = started.session.recovery()
             && report.torn_bytes > 0
