@@ -40,7 +40,15 @@ fn a_thousand_tasks_run_in_one_session_each_reported_once() {
     let tmp = tempfile::tempdir().unwrap();
     let (script, tasks) = (script(tmp.path()), tasks(tmp.path(), 1000));
     let out = troupe(
-        &["batch", &tasks, "--concurrency", "100", "--script", &script, "--json"],
+        &[
+            "batch",
+            &tasks,
+            "--concurrency",
+            "100",
+            "--script",
+            &script,
+            "--json",
+        ],
         tmp.path(),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -76,12 +84,30 @@ fn a_thousand_tasks_run_in_one_session_each_reported_once() {
         .filter(|e| e["type"] == "agent.started" && e["role"] == "supervisor")
         .count();
     assert_eq!(supervisors, 1, "one supervisor");
+    // At most C agents at once: in log order, threads open at a time.
+    let (mut open, mut most) = (0i32, 0i32);
+    for e in &events {
+        if e["thread_id"] == id {
+            continue;
+        }
+        match e["type"].as_str() {
+            Some("thread.started") => open += 1,
+            Some("thread.completed") => open -= 1,
+            _ => {}
+        }
+        most = most.max(open);
+    }
+    assert!((2..=100).contains(&most), "{most} agents at once");
     assert_eq!(events[0]["type"], "thread.started");
     let last = events.last().unwrap();
     assert_eq!(last["type"], "thread.completed");
     assert_eq!(last["thread_id"], id);
     assert_eq!(last["num_turns"], 1000);
-    assert!(stderr(&out).contains("1000 tasks: 1000 succeeded"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("1000 tasks: 1000 succeeded"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -98,7 +124,10 @@ fn a_bad_line_is_refused_by_number_before_anything_starts() {
             "{\"id\": \"a\", \"prompt\": \"x\"}\n\n{\"id\": \"a\", \"prompt\": \"y\"}\n",
             "line 3: id `a` is already used on line 1",
         ),
-        ("{\"id\": \"a/b\", \"prompt\": \"x\"}\n", "line 1: id `a/b` is not valid"),
+        (
+            "{\"id\": \"a/b\", \"prompt\": \"x\"}\n",
+            "line 1: id `a/b` is not valid",
+        ),
         ("\n", "has no task"),
     ];
     for (text, expected) in cases {
@@ -110,7 +139,12 @@ fn a_bad_line_is_refused_by_number_before_anything_starts() {
         );
         assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
         assert!(stderr(&out).contains(expected), "{text}: {}", stderr(&out));
-        assert_eq!(stderr(&out).lines().count(), 1, "one line: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).lines().count(),
+            1,
+            "one line: {}",
+            stderr(&out)
+        );
         assert!(sessions(tmp.path()).is_empty(), "nothing started");
     }
 }
@@ -146,5 +180,9 @@ fn a_task_that_fails_makes_the_exit_code_nonzero() {
     let text = stdout(&out);
     assert!(text.contains("good\tsuccess\tdone"), "{text}");
     assert!(text.contains("bad\terror_max_turns"), "{text}");
-    assert!(stderr(&out).contains("2 tasks: 1 succeeded, 1 did not"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("2 tasks: 1 succeeded, 1 did not"),
+        "{}",
+        stderr(&out)
+    );
 }

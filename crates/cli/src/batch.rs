@@ -82,8 +82,12 @@ struct TaskResult<'a> {
 /// Reads and checks every line before anything starts.
 fn read_tasks(path: &Path) -> Result<Vec<Task>, Failure> {
     let bad = |msg: String| Failure::bad_input(anyhow::anyhow!(msg));
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(format!("cannot read the tasks file {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        bad(format!(
+            "cannot read the tasks file {}: {e}",
+            path.display()
+        ))
+    })?;
     let mut tasks = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {

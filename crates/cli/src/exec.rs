@@ -379,23 +379,23 @@ impl Launch {
         let (codex, labelled) = (self.codex_stream, self.label_agents);
         if !self.quiet_stdout {
             b = b.exporter_for(move |id| -> Box<dyn troupe_runtime::store::Exporter> {
-            if json && codex {
-                Box::new(CodexStream::new(std::io::stdout(), id))
-            } else if json {
-                Box::new(WriterExporter::new(
-                    "stdout",
-                    PipeWriter::new(std::io::stdout()),
-                    ExportFormat::Bare,
-                ))
-            } else {
-                let out = Escaping::new(PipeWriter::new(std::io::stdout()));
-                Box::new(if labelled {
-                    HumanRenderer::labelled(out)
+                if json && codex {
+                    Box::new(CodexStream::new(std::io::stdout(), id))
+                } else if json {
+                    Box::new(WriterExporter::new(
+                        "stdout",
+                        PipeWriter::new(std::io::stdout()),
+                        ExportFormat::Bare,
+                    ))
                 } else {
-                    HumanRenderer::new(out)
-                })
-            }
-        });
+                    let out = Escaping::new(PipeWriter::new(std::io::stdout()));
+                    Box::new(if labelled {
+                        HumanRenderer::labelled(out)
+                    } else {
+                        HumanRenderer::new(out)
+                    })
+                }
+            });
         }
         if let Some(exporter) = self.events.take() {
             b = b.exporter(Box::new(exporter));
@@ -484,10 +484,7 @@ impl Started {
                     SessionError::Stopped(_) => "the root agent stopped without a result".into(),
                     other => other.to_string(),
                 };
-                eprintln!(
-                    "troupe: session failed: {}",
-                    crate::safe_text::escape(&why)
-                );
+                eprintln!("troupe: session failed: {}", crate::safe_text::escape(&why));
                 exit::ERROR
             }
         })
