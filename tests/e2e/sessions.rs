@@ -10,7 +10,9 @@ use super::*;
 
 fn write_session(ws: &Path, id: &str, complete: bool) {
     let store = SessionStore::for_workspace(ws);
-    let log = store.create(id, "t", LogConfig::default()).unwrap();
+    let log = store
+        .create_with_thread(id, "t", LogConfig::default())
+        .unwrap();
     let w = log.start_writer(|_| {}).unwrap();
     let tx = log.sender();
     let item = |id: &str, details| {

@@ -92,7 +92,7 @@ async fn main() {
     // Idle agent actors.
     let id = SessionStore::new_session_id();
     let log = SessionStore::for_workspace(ws.path())
-        .create(&id, &id, LogConfig::default())
+        .create(&id, LogConfig::default())
         .unwrap();
     let tree = SessionTree::start(log.clone(), SupervisorConfig::default())
         .await
@@ -120,6 +120,7 @@ async fn main() {
         context: troupe_runtime::context::ContextSettings::default(),
         caps: troupe_runtime::state::CostBudget::unlimited(),
         sandbox: None,
+        builtins: troupe_actors::Builtins::ALL,
     });
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());

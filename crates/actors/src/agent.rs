@@ -144,6 +144,9 @@ pub struct AgentEnv {
     /// The session's `sandbox_mode`: the root agent's and the ceiling of
     /// every agent below it (`None`: unconfined, and subagents too).
     pub sandbox: Option<SandboxMode>,
+    /// Which optional built-ins every agent gets (subagents, memory,
+    /// orientation).
+    pub builtins: crate::env::Builtins,
 }
 
 /// How an agent ended.
@@ -463,8 +466,11 @@ impl Actor for AgentActor {
     }
 }
 
-fn thread_id(args: &AgentArgs) -> String {
-    if args.depth == 0 {
+/// The root agent (depth 0, no parent) owns the session's root thread;
+/// every other agent, a top-level agent of a library session (depth 0,
+/// its parent the supervisor) included, has a thread of its own.
+pub(crate) fn thread_id(args: &AgentArgs) -> String {
+    if args.depth == 0 && args.parent_id.is_none() {
         args.env.session_id.clone()
     } else {
         format!("{}:{}", args.env.session_id, args.agent_id)
@@ -502,30 +508,38 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
             r
         }
     };
-    tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+    if env.builtins.subagents {
+        tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+    }
     if args.depth > 0 {
         tools.register(Arc::new(HandoffTool::new(args.shared.handoff.clone())));
     }
-    tools.register(Arc::new(RememberTool::new(
-        LoopMemory::for_workspace(&env.workspace),
-        args.agent_id.clone(),
-    )));
+    if env.builtins.memory {
+        tools.register(Arc::new(RememberTool::new(
+            LoopMemory::for_workspace(&env.workspace),
+            args.agent_id.clone(),
+        )));
+    }
     let config = AgentConfig {
         thread_id: thread_id(args),
         session_id: env.session_id.clone(),
         agent_id: Some(args.agent_id.clone()),
         model: args.spec.model.clone().unwrap_or_else(|| env.model.clone()),
         provider_label: env.provider_label.clone(),
-        system_prompt: Some(format!(
-            "{}\n\n{}",
-            env.system_prompt,
-            orientation(&OrientInput {
-                workspace: &env.workspace,
-                agent_id: &args.agent_id,
-                parent_id: args.parent_id.as_deref(),
-                loop_state: Some(&args.shared.loop_state.lock()),
-            })
-        )),
+        system_prompt: Some(if env.builtins.orientation {
+            format!(
+                "{}\n\n{}",
+                env.system_prompt,
+                orientation(&OrientInput {
+                    workspace: &env.workspace,
+                    agent_id: &args.agent_id,
+                    parent_id: args.parent_id.as_deref(),
+                    loop_state: Some(&args.shared.loop_state.lock()),
+                })
+            )
+        } else {
+            env.system_prompt.clone()
+        }),
         max_turns: args.spec.max_turns.unwrap_or(env.max_turns),
         max_parallel_tools: env.max_parallel_tools,
         max_budget_usd: if args.depth == 0 {
@@ -560,7 +574,10 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     }
     let mut context = env.context.clone();
     context.workspace = Some(args.workspace.clone());
-    context.recent_commits = troupe_worktree::recent_commits(&env.workspace, 5).unwrap_or_default();
+    if env.builtins.orientation {
+        context.recent_commits =
+            troupe_worktree::recent_commits(&env.workspace, 5).unwrap_or_default();
+    }
     agent
         .with_context(context)
         .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))

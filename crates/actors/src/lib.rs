@@ -23,13 +23,18 @@
 //!   restarted and resumes from the log); [`subagent`]: the
 //!   `spawn_subagent` and `handoff` tools; [`run`]: running the root agent
 //!   to its end.
+//! - [`builder`]: [`Session::builder`], the library's entry: a session
+//!   assembled once (log, settings, retention, tree, environment), any
+//!   number of agents spawned into it ([`AgentHandle`]), closed once.
 //!
 //! Every call between actors has a timeout; nothing here spawns a task
 //! without an owner that ends it.
 
 pub mod address;
 pub mod agent;
+pub mod builder;
 pub mod drain;
+pub mod env;
 pub mod orient;
 pub mod pipeline;
 pub mod run;
@@ -43,7 +48,11 @@ pub use address::{Address, AddressError};
 pub use agent::{
     AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
 };
+pub use builder::{
+    AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
+};
 pub use drain::{DrainActor, DrainArgs, DrainMsg};
+pub use env::Builtins;
 pub use run::{RootRun, RunEnd, start_root, start_root_with};
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{

@@ -36,7 +36,7 @@ impl RunEnd {
 pub struct RootRun {
     /// Its logical address (Abort, Steer, Status).
     pub address: Address<AgentMsg>,
-    done: oneshot::Receiver<AgentOutcome>,
+    pub(crate) done: oneshot::Receiver<AgentOutcome>,
 }
 
 /// Starts the root agent (`session/root`) on `task` under the tree's

@@ -149,6 +149,11 @@ impl SessionTree {
         self.escalation.lock().clone()
     }
 
+    /// A watch of the escalation: `Some(reason)` once the tree gave up.
+    pub fn escalation_watch(&self) -> watch::Receiver<Option<String>> {
+        self.escalated.clone()
+    }
+
     /// Resolves with the reason once the tree escalated (never otherwise).
     pub async fn escalated(&self) -> String {
         let mut rx = self.escalated.clone();

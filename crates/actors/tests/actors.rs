@@ -35,7 +35,7 @@ fn completed() -> ThreadEvent {
 
 fn new_log(dir: &std::path::Path) -> SessionLog {
     SessionStore::for_workspace(dir)
-        .create(
+        .create_with_thread(
             "s",
             ROOT,
             LogConfig {

@@ -26,7 +26,7 @@ fn completed() -> ThreadEvent {
 
 fn new_log(dir: &std::path::Path) -> SessionLog {
     SessionStore::for_workspace(dir)
-        .create("s", ROOT, LogConfig::default())
+        .create_with_thread("s", ROOT, LogConfig::default())
         .unwrap()
 }
 

@@ -3,24 +3,14 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde::{Deserialize, Serialize};
-use troupe_actors::agent::{AgentEnv, SubagentLimits};
-use troupe_actors::{RootRun, RunEnd, SessionTree, SupervisorConfig, start_root_with};
-use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent};
-use troupe_runtime::agent::Fallback;
+use troupe_actors::{ResumeMode, RootRun, Session, SessionBuilder, SessionError, SubagentLimits};
+use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
 use troupe_runtime::config::{Config, ConfigOverrides};
-use troupe_runtime::context::ContextSettings;
-use troupe_runtime::hooks::HookRunner;
-use troupe_runtime::provider::{ModelClient, ProviderClient};
-use troupe_runtime::store::{
-    ExportFormat, JsonlFileExporter, SessionLog, SessionStore, WriterExporter,
-};
-use troupe_runtime::tools::{SandboxMode, ToolRegistry};
+use troupe_runtime::store::{ExportFormat, JsonlFileExporter, WriterExporter};
 use troupe_testkit::{Script, ScriptedServer};
 
 use crate::codex_compat::{CodexArgs, CodexStream};
@@ -81,48 +71,8 @@ pub enum ExecCommand {
     Resume(crate::exec_resume::ResumeArgs),
 }
 
-const SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
-Use the tools to read files, search, edit and run commands; verify your changes by running the \
-tests. You may split self-contained parts of a long task across subagents with spawn_subagent. \
-When the task is done, answer with a short summary and call no tool.";
-
-/// What a session records about how it was started, so
-/// `troupe sessions resume` continues with the same settings (never a key).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SessionSettings {
-    /// What ran: `exec` (resumable) or `pipeline`.
-    #[serde(default = "exec_kind")]
-    pub kind: String,
-    /// Provider kind or table name.
-    pub provider: Option<String>,
-    /// The model.
-    pub model: Option<String>,
-    /// The model was pinned by a flag.
-    pub model_pinned: bool,
-    /// Base URL given by flag (or the offline server's).
-    pub base_url: Option<String>,
-    /// Turn limit given by flag.
-    pub max_turns: Option<u32>,
-    /// Budget given by flag.
-    pub max_budget_usd: Option<f64>,
-    /// The offline script, if the run was offline.
-    pub script: Option<PathBuf>,
-    /// The task.
-    pub task: String,
-    /// The `sandbox_mode` the run asked for (flags over troupe.toml), so
-    /// a resume re-applies it; `None` (older sessions): troupe.toml's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<SandboxMode>,
-    /// `sandbox_workspace_write.network_access` given by flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_access: Option<bool>,
-}
-
+pub use troupe_actors::SessionSettings;
 pub use troupe_runtime::store::SETTINGS_FILE;
-
-fn exec_kind() -> String {
-    "exec".into()
-}
 
 pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let codex = crate::codex_compat::resolve(&args.codex)?;
@@ -145,37 +95,27 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
-    let mut settings = SessionSettings {
-        kind: exec_kind(),
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-        model_pinned: args.model.is_some(),
-        base_url: args.base_url.clone(),
-        max_turns: args.max_turns,
-        max_budget_usd: args.max_budget_usd,
-        script,
-        task: prompt,
-        sandbox: codex.sandbox,
-        network_access: codex.network_access,
-    };
+    let mut settings = SessionSettings::new(troupe_actors::builder::KIND_EXEC, prompt);
+    settings.provider = args.provider.clone();
+    settings.model = args.model.clone();
+    settings.model_pinned = args.model.is_some();
+    settings.base_url = args.base_url.clone();
+    settings.max_turns = args.max_turns;
+    settings.max_budget_usd = args.max_budget_usd;
+    settings.script = script;
+    settings.sandbox = codex.sandbox;
+    settings.network_access = codex.network_access;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, args.events.clone())
+        let task = settings.task.clone();
+        let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json);
-        settings.sandbox = Some(session.config.sandbox_mode());
-        let store = SessionStore::for_workspace(&workspace);
-        let id = SessionStore::new_session_id();
-        let log = store.create(&id, &id, session.config.log_config())?;
-        troupe_runtime::fsutil::write_atomic(
-            &log.dir().join(SETTINGS_FILE),
-            &serde_json::to_vec_pretty(&settings)?,
-        )?;
-        if let Err(e) = store.apply_retention(session.config.retention(), Some(&id)) {
-            tracing::warn!(error = %e, "session retention failed");
-        }
-        session
-            .run(log, &id, settings.task.clone(), false, json)
+        settings.sandbox = Some(launch.config.sandbox_mode());
+        launch
+            .start(json, Some("root"), Target::New(settings))
+            .await?
+            .run_root(task, false, None, json)
             .await
     })
 }
@@ -287,41 +227,49 @@ fn codex_key(provider: &troupe_runtime::provider::ProviderConfig) -> Option<&'st
     (set && provider.kind == troupe_runtime::provider::ProviderKind::OpenAi).then_some(VAR)
 }
 
-fn client(
-    config: troupe_runtime::provider::ProviderConfig,
-) -> Result<Arc<dyn ModelClient>, Failure> {
-    let c = ProviderClient::new(config).map_err(Failure::bad_input)?;
-    Ok(Arc::new(c))
-}
-
-/// Everything a run needs before its session exists.
-pub struct Session {
+/// Everything a run needs before its session exists: the configuration
+/// with the flags applied, the offline server, the `--events` export.
+pub struct Launch {
     config: Config,
     workspace: PathBuf,
     /// The `--events` / `event_log_path` export, opened before the session
     /// exists so a bad path leaves nothing behind.
     events: Option<JsonlFileExporter>,
     server: Option<ScriptedServer>,
-    offline: bool,
     /// Label every human output line with its agent.
     label_agents: bool,
     /// `--experimental-json`: stdout in Codex's turn granularity.
     codex_stream: bool,
-    /// The root agent's turn limit, when not the configured one (a new
-    /// run of a thread counts the turns of its earlier runs).
-    root_max_turns: Option<u32>,
+    /// stdout carries something else (`troupe batch`'s results).
+    quiet_stdout: bool,
     /// The agents' sandbox mode, as it will be enforced.
-    sandbox: SandboxMode,
+    sandbox: troupe_runtime::tools::SandboxMode,
 }
 
-impl Session {
+/// Which session a run opens.
+pub enum Target {
+    /// A new session recording these settings.
+    New(SessionSettings),
+    /// Session `id`, reopened; it must have ended as `mode` says; with
+    /// `settings`, its settings.json is rewritten.
+    Resume {
+        /// The session.
+        id: String,
+        /// How it must have ended.
+        mode: ResumeMode,
+        /// New settings to record.
+        settings: Option<SessionSettings>,
+    },
+}
+
+impl Launch {
     /// Loads the configuration and applies the settings (starting the
     /// scripted server for an offline run).
     pub async fn prepare(
         workspace: &Path,
         s: &SessionSettings,
         events: Option<PathBuf>,
-    ) -> Result<Session, Failure> {
+    ) -> Result<Launch, Failure> {
         let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
         let server = match &s.script {
             Some(path) => {
@@ -374,15 +322,14 @@ impl Session {
             })?),
             None => None,
         };
-        Ok(Session {
+        Ok(Launch {
             config,
             workspace: workspace.to_path_buf(),
             events,
-            offline: server.is_some(),
             server,
             label_agents: false,
             codex_stream: false,
-            root_max_turns: None,
+            quiet_stdout: false,
             sandbox,
         })
     }
@@ -400,218 +347,172 @@ impl Session {
         self
     }
 
+    /// No events on stdout (`--events PATH` still gets them).
+    pub fn quiet_stdout(mut self) -> Self {
+        self.quiet_stdout = true;
+        self
+    }
+
     /// The configured turn limit.
     pub fn max_turns(&self) -> u32 {
         self.config.agent.max_turns
     }
 
-    /// Gives the root agent `limit` turns in all instead of the
-    /// configured limit.
-    pub fn root_max_turns(mut self, limit: u32) -> Self {
-        self.root_max_turns = Some(limit);
-        self
-    }
-
-    fn env(&self, log: &SessionLog, id: &str, tree: &SessionTree) -> Result<AgentEnv, Failure> {
-        let config = &self.config;
-        let mut primary = config.provider_config().map_err(Failure::bad_input)?;
-        // The catalog's prices are the hosted providers' at their official
-        // URLs; a local or custom server, or a script, costs what only the
-        // user can say (`[models.<name>]` prices), else it is unknown.
-        let catalog = if self.offline || primary.base_url != primary.kind.default_base_url() {
-            troupe_runtime::provider::ModelCatalog::builtin()
-                .without_pricing()
-                .with_overrides(config.models.iter().map(|(k, v)| (k.clone(), *v)))
-        } else {
-            config.model_catalog()
-        };
-        if self.offline {
-            // The scripted server never gets a hosted provider's key.
-            primary = primary.without_key();
-        } else if let Some(var) = codex_key(&primary) {
-            primary = primary.with_key_env(var);
-        }
-        let fallback = match (
-            config
-                .fallback_provider_config()
-                .map_err(Failure::bad_input)?,
-            config.fallback_model(),
-        ) {
-            (Some(fb), Some(model)) => {
-                let kind = config
-                    .agent
-                    .fallback
-                    .as_ref()
-                    .map_or("fallback", |f| f.provider.as_str());
-                Some(Fallback {
-                    client: client(fb)?,
-                    label: format!("{kind}/{model}"),
-                    model,
-                })
-            }
-            _ => None,
-        };
-        let mut tools =
-            ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths())
-                .with_limits(config.tool_limits());
-        tools.set_policy(config.permission_policy());
-        let hooks = HookRunner::new(config.hooks(), &self.workspace)
-            .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
-        Ok(AgentEnv {
-            log: log.clone(),
-            session_id: id.to_string(),
-            workspace: self.workspace.clone(),
-            client: client(primary)?,
-            fallback,
-            model: config.model(),
-            model_pinned: config.model_pinned,
-            provider_label: format!("{}/{}", config.agent.provider, config.model()),
-            system_prompt: config
-                .agent
-                .system_prompt
-                .clone()
-                .unwrap_or_else(|| SYSTEM_PROMPT.into()),
-            max_turns: config.agent.max_turns,
-            max_parallel_tools: config.agent.max_parallel_tools,
-            max_budget_usd: config.agent.harness.max_budget_usd,
-            catalog: Arc::new(catalog),
-            tools,
-            hooks: Some(Arc::new(hooks)),
-            limits: SubagentLimits::default(),
-            call_timeout: Duration::from_secs(30),
-            supervisor: tree.supervisor_address().clone(),
-            caps: troupe_runtime::state::CostBudget {
-                max_tokens: config.agent.harness.max_tokens,
-                max_cost_usd: None,
-                max_steps: config.agent.harness.max_steps,
-            },
-            context: ContextSettings::from_config(
-                config,
-                &self.workspace,
-                Some(log.dir().join("derived")),
-            ),
-            sandbox: Some(self.sandbox),
-        })
-    }
-
-    /// Opens session `id` for running: exporters (stdout human or JSON,
-    /// `--events`), the root `thread.started` (`root_agent` owns the
-    /// thread), the supervised tree with its drain, and the agents'
-    /// environment.
-    pub async fn open(
+    /// The session builder for this run: the configuration, every
+    /// built-in on (workspace tools, subagents, memory, orientation), the
+    /// output exporters; the root thread owned by `root_agent` (`None`:
+    /// by the session, which ends it at close).
+    fn builder(
         mut self,
-        log: SessionLog,
-        id: &str,
-        root_agent: &str,
         json: bool,
-    ) -> Result<Open, Failure> {
-        if json && self.codex_stream {
-            log.add_exporter(Box::new(CodexStream::new(std::io::stdout(), id)));
-        } else if json {
-            log.add_exporter(Box::new(WriterExporter::new(
-                "stdout",
-                PipeWriter::new(std::io::stdout()),
-                ExportFormat::Bare,
-            )));
-        } else {
-            let out = Escaping::new(PipeWriter::new(std::io::stdout()));
-            log.add_exporter(Box::new(if self.label_agents {
-                HumanRenderer::labelled(out)
-            } else {
-                HumanRenderer::new(out)
-            }));
+        root_agent: Option<&str>,
+    ) -> (SessionBuilder, Option<ScriptedServer>) {
+        let offline = self.server.is_some();
+        let key_env = self
+            .config
+            .provider_config()
+            .ok()
+            .and_then(|p| codex_key(&p))
+            .filter(|_| !offline);
+        let mut b = Session::builder(&self.workspace)
+            .config(self.config)
+            .builtin_tools(true)
+            .subagents(SubagentLimits::default())
+            .memory(true)
+            .orientation(true)
+            .offline(offline)
+            .sandbox(self.sandbox);
+        if let Some(name) = root_agent {
+            b = b.root_agent(name);
+        }
+        if let Some(var) = key_env {
+            b = b.key_env(var);
+        }
+        let (codex, labelled) = (self.codex_stream, self.label_agents);
+        if !self.quiet_stdout {
+            b = b.exporter_for(move |id| -> Box<dyn troupe_runtime::store::Exporter> {
+                if json && codex {
+                    Box::new(CodexStream::new(std::io::stdout(), id))
+                } else if json {
+                    Box::new(WriterExporter::new(
+                        "stdout",
+                        PipeWriter::new(std::io::stdout()),
+                        ExportFormat::Bare,
+                    ))
+                } else {
+                    let out = Escaping::new(PipeWriter::new(std::io::stdout()));
+                    Box::new(if labelled {
+                        HumanRenderer::labelled(out)
+                    } else {
+                        HumanRenderer::new(out)
+                    })
+                }
+            });
         }
         if let Some(exporter) = self.events.take() {
-            log.add_exporter(Box::new(exporter));
+            b = b.exporter(Box::new(exporter));
         }
-        // The envelope: the root thread starts (or, resumed, starts another
-        // run) before the actor tree does, so `thread.started` is the first
-        // line of every run, on stdout and in the log.
-        let supervisor = SupervisorConfig::default();
-        log.sender()
-            .emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
-                thread_id: id.to_string(),
-                session_id: Some(id.to_string()),
-                agent_id: Some(format!("{}/{root_agent}", supervisor.id)),
-            }))?;
-        let tree = SessionTree::start(log.clone(), supervisor).await?;
-        let env = Arc::new(self.env(&log, id, &tree)?);
-        Ok(Open {
-            tree,
-            env,
-            log,
-            server: self.server,
-            config: self.config,
-        })
+        (b, self.server)
     }
 
-    /// Runs the root agent of session `id` (fresh, or resumed from its
-    /// log) under a supervised tree, drains the log, prints the summary and
-    /// returns the exit code.
-    pub async fn run(
+    /// Creates or reopens the session (the library's one sequence) with
+    /// its root thread owned by `root_agent` (`None`: by the session).
+    pub async fn start(
         self,
-        log: SessionLog,
-        id: &str,
+        json: bool,
+        root_agent: Option<&str>,
+        target: Target,
+    ) -> Result<Started, Failure> {
+        let (mut b, server) = self.builder(json, root_agent);
+        let resuming = matches!(target, Target::Resume { .. });
+        match target {
+            Target::New(settings) => b = b.settings(settings),
+            Target::Resume { id, mode, settings } => {
+                b = b.resume(&id, mode);
+                if let Some(s) = settings {
+                    b = b.settings(s);
+                }
+            }
+        }
+        let session = b.build().await.map_err(|e| session_failure(e, resuming))?;
+        Ok(Started { session, server })
+    }
+}
+
+/// The session's errors as the CLI reports them: what the user can fix
+/// is bad input (exit 2).
+pub fn session_failure(e: SessionError, resuming: bool) -> Failure {
+    match e {
+        SessionError::Store(e) if resuming => crate::sessions::store_err(e),
+        SessionError::Config(_)
+        | SessionError::Provider(_)
+        | SessionError::AlreadyCompleted { .. }
+        | SessionError::NotCompleted { .. }
+        | SessionError::InvalidName(_)
+        | SessionError::DuplicateAgent(_) => Failure::bad_input(e),
+        e => Failure::from(e),
+    }
+}
+
+/// A session open for running.
+pub struct Started {
+    /// The session.
+    pub session: Session,
+    server: Option<ScriptedServer>,
+}
+
+impl Started {
+    /// Runs the root agent (fresh, or resumed from its log) to its end,
+    /// drains the log, prints the summary and returns the exit code.
+    pub async fn run_root(
+        self,
         task: String,
         resume: bool,
+        max_turns: Option<u32>,
         json: bool,
     ) -> Result<u8, Failure> {
-        let self_max_turns = self.root_max_turns;
-        let open = self.open(log, id, "root", json).await?;
-        let timeout = open.env.call_timeout;
-        let root = start_root_with(
-            &open.tree,
-            Arc::clone(&open.env),
-            task,
-            resume,
-            self_max_turns,
-        )
-        .await?;
-        watch_ctrl_c(root.address.clone(), timeout);
-        let end = root.wait(&open.tree).await;
-        let dir = open.log.dir().display().to_string();
+        let root = self
+            .session
+            .spawn_root(task, resume, max_turns)
+            .await
+            .map_err(Failure::from)?;
+        watch_ctrl_c(root.address().clone(), self.session.env().call_timeout);
+        let end = root.wait().await;
+        let dir = self.session.dir().display().to_string();
         // thread.completed is emitted; now the exporters finish and the log
         // drains and syncs. Only then is the outcome reported.
-        let shutdown = open.close().await;
-        let code = match &end {
-            RunEnd::Finished(o) => {
+        let shutdown = self.close().await;
+        Ok(match end {
+            Ok(o) => {
                 shutdown?;
                 if !json {
                     crate::render::unless_pipe_closed(summary(&o.completed, &dir))?;
                 }
                 exit_code(o.completed.subtype)
             }
-            RunEnd::Escalated(why) => {
-                eprintln!(
-                    "troupe: session failed: {}",
-                    crate::safe_text::escape(&why.to_string())
-                );
+            Err(e) => {
+                let why = match e {
+                    SessionError::Escalated(why) => why,
+                    SessionError::Stopped(_) => "the root agent stopped without a result".into(),
+                    other => other.to_string(),
+                };
+                eprintln!("troupe: session failed: {}", crate::safe_text::escape(&why));
                 exit::ERROR
             }
-        };
-        Ok(code)
+        })
     }
-}
 
-/// A session open for running.
-pub struct Open {
-    /// The supervised tree.
-    pub tree: SessionTree,
-    /// The agents' environment.
-    pub env: Arc<AgentEnv>,
-    /// The session log.
-    pub log: SessionLog,
-    server: Option<ScriptedServer>,
-    /// The configuration in force.
-    pub config: Config,
-}
+    /// The session and the offline server (to stop after the session
+    /// closed).
+    pub fn into_parts(self) -> (Session, Option<ScriptedServer>) {
+        (self.session, self.server)
+    }
 
-impl Open {
     /// Shuts the tree down (the log drains and syncs) and stops the
     /// offline server. The session's writer lock goes with the last log
     /// handle.
-    pub async fn close(self) -> Result<(), troupe_actors::SessionTreeError> {
-        let shutdown = self.tree.shutdown().await;
+    pub async fn close(self) -> Result<(), SessionError> {
+        let shutdown = self.session.shutdown().await;
         if let Some(server) = self.server {
             server.shutdown().await;
         }

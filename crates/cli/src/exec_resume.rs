@@ -18,8 +18,10 @@ use troupe_runtime::state::{LoopState, LoopStateStore};
 use troupe_runtime::store::{SessionStatus, SessionStore};
 
 use crate::Failure;
-use crate::exec::{ExecArgs, SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
-use crate::resume::{claim, load_settings, session_log_config};
+use troupe_actors::ResumeMode;
+
+use crate::exec::{ExecArgs, Launch, SessionSettings, Target, canonical_workspace};
+use crate::resume::{claim, load_settings};
 
 /// Arguments of `troupe exec resume`.
 #[derive(Debug, Args)]
@@ -68,28 +70,25 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
     crate::destination::verify(&workspace, &id, &settings, args.base_url.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, args.events.clone())
+        let (agent, turns) = root_turns(&store, &id, &manifest.root_thread_id)?;
+        let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json);
-        let (log, report) = store
-            .reopen(&id, session_log_config(&workspace)?)
-            .map_err(crate::sessions::store_err)?;
-        if report.completed.is_none() {
-            return Err(bad(format!(
-                "session {id}'s log does not end with its thread.completed; continue it with `troupe sessions resume {id}`"
-            )));
+        let limit = turns.saturating_add(launch.max_turns());
+        let task = settings.task.clone();
+        let target = Target::Resume {
+            id: id.clone(),
+            mode: ResumeMode::Completed,
+            settings: Some(settings),
+        };
+        let started = launch.start(json, Some("root"), target).await?;
+        // Under the claim, and only once the log is known to have ended:
+        // the message becomes the root agent's next steering intent.
+        if let Err(e) = queue_message(&workspace, &id, &agent, prompt) {
+            let _ = started.close().await;
+            return Err(e);
         }
-        troupe_runtime::fsutil::write_atomic(
-            &dir.join(SETTINGS_FILE),
-            &serde_json::to_vec_pretty(&settings)?,
-        )?;
-        let (agent, turns) = root_turns(&store, &id, &manifest.root_thread_id)?;
-        let limit = turns.saturating_add(session.max_turns());
-        queue_message(&workspace, &id, &agent, prompt)?;
-        session
-            .root_max_turns(limit)
-            .run(log, &id, settings.task.clone(), true, json)
-            .await
+        started.run_root(task, true, Some(limit), json).await
     })
 }
 

@@ -2,6 +2,7 @@
 //! library crates. See docs/cli.md for every command and exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod batch;
 mod codex_compat;
 mod destination;
 mod errors;
@@ -56,6 +57,9 @@ enum Command {
     /// The main job, offline: a supervised proposer fixes a failing test in
     /// its own worktree, a read-only verifier approves, the change merges.
     Demo(pipeline_cmd::DemoArgs),
+    /// Run one agent per line of a JSONL tasks file in one session, at
+    /// most --concurrency at a time; one result line per task on stdout.
+    Batch(batch::BatchArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -146,6 +150,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Exec(args) => exec::run(*args),
         Command::Run(args) => pipeline_cmd::run(args),
         Command::Demo(args) => pipeline_cmd::demo(args),
+        Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
         Command::Schema => {
             use std::io::Write as _;

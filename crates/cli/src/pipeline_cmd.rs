@@ -10,10 +10,10 @@ use troupe_actors::pipeline::{
 use troupe_protocol::{
     CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage, UserMessageEvent,
 };
-use troupe_runtime::store::{AgentRow, EventReader, SessionStore, agent_tree};
+use troupe_runtime::store::{AgentRow, EventReader, agent_tree};
 use troupe_runtime::verifier::VerifierSettings;
 
-use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
+use crate::exec::{Launch, SessionSettings, Target, canonical_workspace};
 use crate::{Failure, exit};
 
 /// Arguments of `troupe run`.
@@ -205,22 +205,17 @@ fn execute(
 ) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(workspace, settings, None)
+        let started = Launch::prepare(workspace, settings, None)
             .await?
-            .label_agents();
-        let store = SessionStore::for_workspace(workspace);
-        let id = SessionStore::new_session_id();
-        let log = store.create(&id, &id, session_log_config(workspace)?)?;
-        troupe_runtime::fsutil::write_atomic(
-            &log.dir().join(SETTINGS_FILE),
-            &serde_json::to_vec_pretty(settings)?,
-        )?;
-        let open = session.open(log, &id, "pipeline", json).await?;
+            .label_agents()
+            .start(json, Some("pipeline"), Target::New(settings.clone()))
+            .await?;
+        let id = started.session.id().to_string();
         // Whatever happens while the pipeline runs, the session is closed:
         // the tree shut down and the log drained.
-        let driven = drive(&open, &id, spec).await;
-        let dir = open.log.dir().to_path_buf();
-        let closed = open.close().await;
+        let driven = drive(&started.session, &id, spec).await;
+        let dir = started.session.dir().to_path_buf();
+        let closed = started.close().await;
         let (reports, tree, done) = driven?;
         closed?;
         if !json {
@@ -245,12 +240,12 @@ fn execute(
 
 /// Runs the pipeline in an open session and records its end.
 async fn drive(
-    open: &crate::exec::Open,
+    open: &troupe_actors::Session,
     id: &str,
     spec: &PipelineSpec,
 ) -> Result<(Vec<ProposalReport>, Vec<AgentRow>, ThreadCompletedEvent), Failure> {
-    let tx = open.log.sender();
-    let pipeline_agent = format!("{}/pipeline", open.tree.supervisor_address().name());
+    let tx = open.log().sender();
+    let pipeline_agent = format!("{}/pipeline", open.tree().supervisor_address().name());
     // The pipeline's thread.started opened the log (Session::open).
     tx.emit(&ThreadEvent::UserMessage(UserMessageEvent {
         id: "pipeline-spec".into(),
@@ -258,13 +253,13 @@ async fn drive(
         intent_id: None,
         agent_id: Some(pipeline_agent),
     }))?;
-    let verifier = VerifierSettings::default().with_config(&open.config);
+    let verifier = VerifierSettings::default().with_config(open.config());
     let cancel = tokio_util::sync::CancellationToken::new();
     watch_ctrl_c(cancel.clone());
     let reports = run_pipeline(
         &PipelineRun {
-            tree: &open.tree,
-            env: std::sync::Arc::clone(&open.env),
+            tree: open.tree(),
+            env: std::sync::Arc::clone(open.env()),
             verifier,
             cancel: cancel.clone(),
         },
@@ -272,8 +267,8 @@ async fn drive(
     )
     .await
     .map_err(Failure::bad_input)?;
-    open.log.flush(std::time::Duration::from_secs(30)).await?;
-    let tree = agent_tree(read_events(open.log.events_path()).into_iter());
+    open.log().flush(std::time::Duration::from_secs(30)).await?;
+    let tree = agent_tree(read_events(open.log().events_path()).into_iter());
     let mut done = completion(id, &reports, &tree);
     if cancel.is_cancelled() {
         done.subtype = CompletionSubtype::Cancelled;
@@ -282,11 +277,6 @@ async fn drive(
     }
     tx.emit(&ThreadEvent::ThreadCompleted(done.clone()))?;
     Ok((reports, tree, done))
-}
-
-fn session_log_config(workspace: &Path) -> Result<troupe_runtime::store::LogConfig, Failure> {
-    let config = troupe_runtime::config::Config::load(workspace).map_err(Failure::bad_input)?;
-    Ok(config.log_config())
 }
 
 fn read_events(path: &Path) -> Vec<ThreadEvent> {

@@ -6,7 +6,9 @@ use troupe_protocol::ThreadEvent;
 use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore};
 
 use crate::Failure;
-use crate::exec::{SETTINGS_FILE, Session, SessionSettings, canonical_workspace};
+use troupe_actors::ResumeMode;
+
+use crate::exec::{Launch, SETTINGS_FILE, SessionSettings, Target, canonical_workspace};
 
 pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Result<u8, Failure> {
     let workspace = canonical_workspace(workspace)?;
@@ -28,29 +30,31 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
     crate::destination::verify(&workspace, id, &settings, base_url)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, None).await?;
         // Reopening claims the session (an OS lock held while this process
         // writes it): of any number of resumes started at once, one gets
-        // it and the others are refused here, naming the holder. Whether
-        // the session had completed is decided only under the claim.
-        let (log, report) = store
-            .reopen(id, session_log_config(&workspace)?)
-            .map_err(crate::sessions::store_err)?;
-        // The log is the truth: a manifest can lag behind it after a crash.
-        if let Some(subtype) = report.completed {
-            return Err(Failure::bad_input(anyhow::anyhow!(
-                "session {id} already completed ({subtype}); nothing to resume"
-            )));
-        }
-        if report.torn_bytes > 0 {
+        // it and the others are refused, naming the holder. Whether the
+        // session had completed is decided only under the claim, from the
+        // log (a manifest can lag behind it after a crash).
+        let target = Target::Resume {
+            id: id.to_string(),
+            mode: ResumeMode::Interrupted,
+            settings: None,
+        };
+        let started = Launch::prepare(&workspace, &settings, None)
+            .await?
+            .start(json, Some("root"), target)
+            .await?;
+        if let Some(report) = started.session.recovery()
+            && report.torn_bytes > 0
+        {
             eprintln!(
                 "troupe: cut a torn last line ({} bytes) from {}",
                 report.torn_bytes,
-                log.events_path().display()
+                started.session.log().events_path().display()
             );
         }
         let task = first_task(&store, id).unwrap_or(settings.task.clone());
-        session.run(log, id, task, true, json).await
+        started.run_root(task, true, None, json).await
     })
 }
 
@@ -95,13 +99,6 @@ pub(crate) fn load_settings(
         )));
     }
     Ok(settings)
-}
-
-pub(crate) fn session_log_config(
-    workspace: &Path,
-) -> Result<troupe_runtime::store::LogConfig, Failure> {
-    let config = troupe_runtime::config::Config::load(workspace).map_err(Failure::bad_input)?;
-    Ok(config.log_config())
 }
 
 /// The root agent's task: the first user message in the log.

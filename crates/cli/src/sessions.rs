@@ -381,7 +381,7 @@ mod context_cmd {
         let artifact = ForkArtifact::build(id, &messages, read_memory(ws).as_deref());
         let new_id = SessionStore::new_session_id();
         let log = store
-            .create(&new_id, &new_id, config.log_config())
+            .create(&new_id, config.log_config())
             .map_err(store_err)?;
         let artifact_path = log.dir().join("derived").join("fork.json");
         troupe_runtime::fsutil::write_atomic(

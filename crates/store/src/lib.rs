@@ -93,8 +93,16 @@ impl SessionStore {
         uuid::Uuid::now_v7().to_string()
     }
 
-    /// Creates session `id` whose root thread is `root_thread_id`.
-    pub fn create(
+    /// Creates session `id`. Its root thread has the session's id (the
+    /// design's rule), so the id is given once.
+    pub fn create(&self, id: &str, config: LogConfig) -> Result<SessionLog, StoreError> {
+        self.create_with_thread(id, id, config)
+    }
+
+    /// Creates session `id` whose root thread is named apart, for tests of
+    /// the log itself; sessions are made with [`SessionStore::create`].
+    #[doc(hidden)]
+    pub fn create_with_thread(
         &self,
         id: &str,
         root_thread_id: &str,

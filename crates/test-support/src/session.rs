@@ -20,7 +20,7 @@ use crate::wait::{WaitTimeout, poll_for, wait_until};
 /// A new session log under workspace `ws`, with session and root thread
 /// id `id`.
 pub fn new_log(ws: &Path, id: &str, config: LogConfig) -> Result<SessionLog, SupportError> {
-    Ok(SessionStore::for_workspace(ws).create(id, id, config)?)
+    Ok(SessionStore::for_workspace(ws).create(id, config)?)
 }
 
 /// A successful root `thread.completed` for thread `thread_id` (what a
@@ -155,6 +155,7 @@ impl SessionFixture {
             context: troupe_runtime::context::ContextSettings::default(),
             caps: troupe_runtime::state::CostBudget::unlimited(),
             sandbox: None,
+            builtins: troupe_actors::Builtins::ALL,
         };
         tweak(&mut env);
         Ok(SessionFixture {

@@ -8,6 +8,9 @@
 //!   [`PermissionPolicy`] (deny wins).
 //! - Built-in tools: `read_file`, `list_files`, `grep`, `write_file`,
 //!   `edit_file`, `exec_command` (with the `wait` action).
+//! - [`TypedTool`] and [`tool_fn`]: tools with typed arguments (serde +
+//!   schemars), the schema built once per type; [`args`]: typed reads
+//!   of an argument object.
 //! - [`paths`]: every path resolves inside the workspace root; `..`,
 //!   absolute paths outside it and symlinks that lead out are refused.
 //! - [`schema`]: the small JSON Schema validator for the subset the tool
@@ -16,7 +19,7 @@
 //! The model-facing reference (schemas, bounds, the wait action, the
 //! policy syntax) is `docs/tools.md`.
 
-mod args;
+pub mod args;
 mod bound;
 mod exec;
 mod grep;
@@ -27,6 +30,7 @@ mod protect;
 mod read;
 mod registry;
 pub mod schema;
+mod typed;
 mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
@@ -42,6 +46,7 @@ pub use policy::{PermissionPolicy, glob};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
 pub use registry::{ToolLimits, ToolRegistry};
+pub use typed::{FnTool, TypedTool, schema_of, tool_fn};
 pub use write::{EditFileTool, WriteFileTool};
 
 use std::path::PathBuf;

@@ -11,7 +11,9 @@ use super::ROOT;
 fn a_second_claim_is_refused_naming_the_holder_until_the_first_is_released() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    let log = store.create("s1", ROOT, LogConfig::default()).unwrap();
+    let log = store
+        .create_with_thread("s1", ROOT, LogConfig::default())
+        .unwrap();
     let dir = log.dir().to_path_buf();
     assert!(SessionLock::is_held(&dir));
     assert_eq!(

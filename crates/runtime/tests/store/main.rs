@@ -70,7 +70,7 @@ pub fn msg_id(ev: &VersionedThreadEvent) -> Option<String> {
 
 pub fn new_log(dir: &Path, config: LogConfig) -> SessionLog {
     SessionStore::for_workspace(dir)
-        .create("s1", ROOT, config)
+        .create_with_thread("s1", ROOT, config)
         .unwrap()
 }
 

@@ -11,7 +11,9 @@ use super::*;
 fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    let log = store.create("s1", ROOT, LogConfig::default()).unwrap();
+    let log = store
+        .create_with_thread("s1", ROOT, LogConfig::default())
+        .unwrap();
     let w = log.start_writer(|_| {}).unwrap();
     log.sender().emit(&started()).unwrap();
     log.sender().emit(&turn()).unwrap();
@@ -75,7 +77,9 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
 fn reader_skips_unknown_types_and_reports_bad_lines() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    let log = store.create("s1", ROOT, LogConfig::default()).unwrap();
+    let log = store
+        .create_with_thread("s1", ROOT, LogConfig::default())
+        .unwrap();
     let w = log.start_writer(|_| {}).unwrap();
     log.sender().emit(&msg("one")).unwrap();
     log.close();
@@ -194,6 +198,12 @@ fn invalid_and_missing_session_ids_are_refused_clearly() {
     assert!(err.to_string().contains("invalid session id"), "{err}");
     let err = store.events("nope").err().unwrap();
     assert!(err.to_string().contains("troupe sessions list"), "{err}");
-    store.create("dup", ROOT, LogConfig::default()).unwrap();
-    assert!(store.create("dup", ROOT, LogConfig::default()).is_err());
+    store
+        .create_with_thread("dup", ROOT, LogConfig::default())
+        .unwrap();
+    assert!(
+        store
+            .create_with_thread("dup", ROOT, LogConfig::default())
+            .is_err()
+    );
 }

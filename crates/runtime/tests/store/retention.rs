@@ -16,7 +16,9 @@ fn session(store: &SessionStore, id: &str, closed: bool, age_days: i64) {
 }
 
 fn session_aged(store: &SessionStore, id: &str, closed: bool, age: chrono::Duration) {
-    let log = store.create(id, ROOT, LogConfig::default()).unwrap();
+    let log = store
+        .create_with_thread(id, ROOT, LogConfig::default())
+        .unwrap();
     let w = log.start_writer(|_| {}).unwrap();
     log.sender().emit(&started()).unwrap();
     if closed {

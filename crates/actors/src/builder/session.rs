@@ -1,0 +1,369 @@
+//! A running library session: its tree, its agents, its end.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use troupe_protocol::{
+    CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
+};
+use troupe_runtime::config::Config;
+use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
+use troupe_runtime::store::{RecoveryReport, SessionLog, SessionStore};
+
+use super::{ResumeMode, SessionBuilder, SessionError, SessionSettings};
+use crate::address::Address;
+use crate::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id};
+use crate::builder::AgentHandle;
+use crate::session::SessionTree;
+use crate::subagent::agent_child_spec;
+
+/// What the top-level agents of a session did, counted as each ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    /// Agents that ended.
+    pub ended: u32,
+    /// Of them, ended in `success`.
+    pub succeeded: u32,
+    /// Ended cancelled.
+    pub cancelled: u32,
+    /// Tokens of all of them.
+    pub usage: Usage,
+    /// Their cost, when every one was priced.
+    pub cost_usd: Option<f64>,
+    /// Their turns.
+    pub turns: u32,
+    finished: HashSet<String>,
+}
+
+impl Tally {
+    fn record(&mut self, name: &str, done: &ThreadCompletedEvent) {
+        self.finished.insert(name.to_string());
+        self.ended += 1;
+        match done.subtype {
+            CompletionSubtype::Success => self.succeeded += 1,
+            CompletionSubtype::Cancelled => self.cancelled += 1,
+            _ => {}
+        }
+        self.usage.add(&done.usage);
+        self.turns = self.turns.saturating_add(done.num_turns);
+        self.cost_usd = match (self.ended, self.cost_usd, done.total_cost_usd) {
+            (1, _, c) => c,
+            (_, Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+
+    /// The session's root `thread.completed` for this tally: `success`
+    /// when every agent succeeded (or none ran), `cancelled` when the
+    /// others were cancelled, else `error_during_execution`.
+    fn completed(&self, id: &str) -> ThreadCompletedEvent {
+        let failed = self.ended - self.succeeded - self.cancelled;
+        let (subtype, code) = if failed > 0 {
+            (CompletionSubtype::ErrorDuringExecution, "agents_failed")
+        } else if self.cancelled > 0 {
+            (CompletionSubtype::Cancelled, "cancelled")
+        } else {
+            (CompletionSubtype::Success, "success")
+        };
+        ThreadCompletedEvent {
+            thread_id: id.to_string(),
+            session_id: id.to_string(),
+            subtype,
+            outcome_code: code.into(),
+            result: Some(format!(
+                "{} agents: {} succeeded, {} cancelled, {failed} failed",
+                self.ended, self.succeeded, self.cancelled
+            )),
+            stop_reason: None,
+            usage: self.usage,
+            total_cost_usd: self.cost_usd,
+            num_turns: self.turns,
+        }
+    }
+}
+
+/// A session: one log, one supervisor, any number of agents.
+pub struct Session {
+    id: String,
+    log: SessionLog,
+    tree: SessionTree,
+    env: Arc<AgentEnv>,
+    config: Config,
+    recovery: Option<RecoveryReport>,
+    root_agent: Option<String>,
+    budget: Arc<BudgetNode>,
+    agents: Mutex<HashMap<String, Address<AgentMsg>>>,
+    tally: Arc<Mutex<Tally>>,
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError> {
+    // Everything that can be refused is checked before a session exists.
+    let clients = b.clients()?;
+    let store = SessionStore::for_workspace(&b.workspace);
+    let log_config = b.config.log_config();
+    let (id, log, recovery) = match b.resume.clone() {
+        None => {
+            let id = SessionStore::new_session_id();
+            let log = store.create(&id, log_config)?;
+            let settings = b.settings.take().unwrap_or_else(|| library_settings(&b));
+            settings.write(log.dir())?;
+            if let Err(e) = store.apply_retention(b.config.retention(), Some(&id)) {
+                tracing::warn!(error = %e, "session retention failed");
+            }
+            (id, log, None)
+        }
+        Some((id, mode)) => {
+            let (log, report) = store.reopen(&id, log_config)?;
+            match (mode, report.completed) {
+                (ResumeMode::Interrupted, Some(subtype)) => {
+                    return Err(SessionError::AlreadyCompleted {
+                        id,
+                        subtype: subtype.to_string(),
+                    });
+                }
+                (ResumeMode::Completed, None) => return Err(SessionError::NotCompleted { id }),
+                _ => {}
+            }
+            if let Some(settings) = b.settings.take() {
+                settings.write(log.dir())?;
+            }
+            (id, log, Some(report))
+        }
+    };
+    for make in b.exporters.drain(..) {
+        log.add_exporter(make(&id));
+    }
+    // The envelope: the root thread starts (or, resumed, starts another
+    // run) before the actor tree does, so `thread.started` is the first
+    // line of every run, on every exporter and in the log.
+    let supervisor = b.supervisor.id.clone();
+    let owner = match &b.root_agent {
+        Some(name) => format!("{supervisor}/{name}"),
+        None => supervisor.clone(),
+    };
+    log.sender()
+        .emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: id.clone(),
+            session_id: Some(id.clone()),
+            agent_id: Some(owner),
+        }))?;
+    let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
+    let env = Arc::new(b.env(clients, &log, &id, &tree));
+    let budget = BudgetNode::root_named(
+        supervisor,
+        CostBudget {
+            max_cost_usd: None,
+            ..env.caps
+        },
+    );
+    Ok(Session {
+        id,
+        log,
+        tree,
+        env,
+        config: b.config,
+        recovery,
+        root_agent: b.root_agent,
+        budget,
+        agents: Mutex::new(HashMap::new()),
+        tally: Arc::new(Mutex::new(Tally::default())),
+        watchers: Mutex::new(Vec::new()),
+    })
+}
+
+fn library_settings(b: &SessionBuilder) -> SessionSettings {
+    let mut s = SessionSettings::new("library", "");
+    s.provider = Some(b.config.agent.provider.clone());
+    s.model = Some(b.config.model());
+    s.model_pinned = b.config.model_pinned;
+    s.max_turns = Some(b.config.agent.max_turns);
+    s.max_budget_usd = b.config.agent.harness.max_budget_usd;
+    s
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name != "drain"
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl Session {
+    /// The session id (also its root thread's id).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The session directory (`events.jsonl`, `manifest.json`,
+    /// `settings.json`).
+    pub fn dir(&self) -> &Path {
+        self.log.dir()
+    }
+
+    /// The canonical log.
+    pub fn log(&self) -> &SessionLog {
+        &self.log
+    }
+
+    /// The supervised tree.
+    pub fn tree(&self) -> &SessionTree {
+        &self.tree
+    }
+
+    /// The agents' environment.
+    pub fn env(&self) -> &Arc<AgentEnv> {
+        &self.env
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What reopening a resumed session's log found.
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.recovery.as_ref()
+    }
+
+    /// What the agents that ended so far did.
+    pub fn tally(&self) -> Tally {
+        self.tally.lock().clone()
+    }
+
+    /// Starts an agent on `spec` as a child of the session's supervisor:
+    /// id `session/<name>`, its own thread (`<session>:session/<name>`),
+    /// restarted (and resumed from the log) if it crashes. Names are
+    /// unique in a session.
+    pub async fn spawn_agent(&self, spec: AgentSpec) -> Result<AgentHandle, SessionError> {
+        let name = spec.name.clone();
+        if !valid_name(&name) || self.root_agent.as_deref() == Some(name.as_str()) {
+            return Err(SessionError::InvalidName(name));
+        }
+        let supervisor = self.tree.supervisor_address().name().to_string();
+        let agent_id = format!("{supervisor}/{name}");
+        let address = Address::new(agent_id.clone());
+        {
+            let mut agents = self.agents.lock();
+            if agents.contains_key(&name) {
+                return Err(SessionError::DuplicateAgent(name));
+            }
+            agents.insert(name.clone(), address.clone());
+        }
+        let env = &self.env;
+        let budget = self.budget.child(
+            agent_id.clone(),
+            spec.budget_share.unwrap_or(1.0),
+            CostBudget::unlimited(),
+        );
+        let (tx, rx) = oneshot::channel();
+        let shared = AgentShared::new(
+            tx,
+            false,
+            &LoopStateStore::new(&env.workspace),
+            &loop_id(&env.session_id, &agent_id),
+            budget,
+        );
+        let args = AgentArgs {
+            env: Arc::clone(env),
+            agent_id: agent_id.clone(),
+            parent_id: Some(supervisor),
+            depth: 0,
+            spec,
+            address: address.clone(),
+            shared,
+            workspace: env.workspace.clone(),
+            autostart: true,
+        };
+        let thread_id = crate::agent::thread_id(&args);
+        if let Err(e) = self.tree.start_child(agent_child_spec(args)).await {
+            self.agents.lock().remove(&name);
+            return Err(e.into());
+        }
+        let (handle_tx, done) = oneshot::channel();
+        let tally = Arc::clone(&self.tally);
+        self.watchers.lock().push(tokio::spawn(async move {
+            if let Ok(outcome) = rx.await {
+                tally.lock().record(&name, &outcome.completed);
+                let _ = handle_tx.send(outcome);
+            }
+        }));
+        Ok(self.handle(agent_id, thread_id, address, done))
+    }
+
+    /// Starts the agent that owns the root thread (`troupe exec`: the
+    /// builder's [`SessionBuilder::root_agent`], `root`) on `task`; with
+    /// `resume` it rebuilds its history from the log. `max_turns`: its
+    /// own turn limit (a new run of a thread counts the earlier runs').
+    pub async fn spawn_root(
+        &self,
+        task: String,
+        resume: bool,
+        max_turns: Option<u32>,
+    ) -> Result<AgentHandle, SessionError> {
+        let run =
+            crate::run::start_root_with(&self.tree, Arc::clone(&self.env), task, resume, max_turns)
+                .await?;
+        let id = run.address.name().to_string();
+        Ok(self.handle(id, self.id.clone(), run.address, run.done))
+    }
+
+    fn handle(
+        &self,
+        id: String,
+        thread_id: String,
+        address: Address<AgentMsg>,
+        done: oneshot::Receiver<AgentOutcome>,
+    ) -> AgentHandle {
+        AgentHandle {
+            id,
+            thread_id,
+            address,
+            done,
+            escalated: self.tree.escalation_watch(),
+            timeout: self.env.call_timeout,
+        }
+    }
+
+    /// Ends the session: aborts the agents still running, waits for their
+    /// ends, emits the root `thread.completed` (last; unless an agent or
+    /// pipeline owns the root thread, or the tree escalated, which
+    /// recorded its own), shuts the tree down and drains the log. Returns
+    /// what the agents did.
+    pub async fn close(self) -> Result<Tally, SessionError> {
+        let timeout = self.env.call_timeout;
+        let running: Vec<Address<AgentMsg>> = {
+            let tally = self.tally.lock();
+            self.agents
+                .lock()
+                .iter()
+                .filter(|(name, _)| !tally.finished.contains(*name))
+                .map(|(_, a)| a.clone())
+                .collect()
+        };
+        futures::future::join_all(running.iter().map(|a| a.call(AgentMsg::Abort, timeout))).await;
+        let watchers = std::mem::take(&mut *self.watchers.lock());
+        for w in watchers {
+            let _ = tokio::time::timeout(timeout, w).await;
+        }
+        let tally = self.tally.lock().clone();
+        if self.root_agent.is_none() && self.tree.escalation().is_none() {
+            self.log
+                .sender()
+                .emit(&ThreadEvent::ThreadCompleted(tally.completed(&self.id)))?;
+        }
+        self.tree.shutdown().await?;
+        Ok(tally)
+    }
+
+    /// [`Session::close`] for a session whose root thread's owner already
+    /// ended it: shuts the tree down and drains the log.
+    pub async fn shutdown(self) -> Result<(), SessionError> {
+        Ok(self.tree.shutdown().await?)
+    }
+}

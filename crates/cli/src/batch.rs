@@ -1,0 +1,285 @@
+//! `troupe batch TASKS.jsonl`: one session, one supervisor, one agent per
+//! task line, at most `--concurrency` at a time, one result line per task
+//! on stdout as each finishes.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc};
+use troupe_actors::{AgentSpec, Session, SessionError, SessionSettings};
+use troupe_protocol::{CompletionSubtype, Usage};
+
+use crate::exec::{Launch, Target, canonical_workspace};
+use crate::{Failure, exit};
+
+/// Arguments of `troupe batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The tasks, one JSON object a line: `{"id": …, "prompt": …,
+    /// "model": …}` (`model` optional).
+    #[arg(value_name = "TASKS.jsonl")]
+    pub tasks: PathBuf,
+    /// Most agents running at once.
+    #[arg(long, default_value = "8", allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
+    pub concurrency: u32,
+    /// One JSON object per result line (default: tab-separated id,
+    /// outcome and final text).
+    #[arg(long)]
+    pub json: bool,
+    /// Provider kind (openai, anthropic, gemini) or a [providers.NAME] table.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model of every task that names none; choosing it pins it.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Base URL of the provider (OpenAI's includes /v1).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Turn limit of each task (default 15).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
+    pub max_turns: Option<u32>,
+    /// The workspace root (default: the current directory).
+    #[arg(long, short = 'C', default_value = ".")]
+    pub workspace: PathBuf,
+    /// Also write the events, one bare event a line, to this file.
+    #[arg(long)]
+    pub events: Option<PathBuf>,
+    /// Run offline against this script (docs/scripted-server.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
+    pub script: Option<PathBuf>,
+}
+
+/// One line of TASKS.jsonl.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Task {
+    id: String,
+    prompt: String,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// One result line.
+#[derive(Debug, Serialize)]
+struct TaskResult<'a> {
+    id: &'a str,
+    agent_id: &'a str,
+    /// `success`, `error_max_turns`, `error_max_budget_usd`, `cancelled`,
+    /// `error_during_execution`, or `error` (the session failed).
+    outcome: String,
+    text: Option<String>,
+    usage: Usage,
+    cost_usd: Option<f64>,
+    turns: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Reads and checks every line before anything starts.
+fn read_tasks(path: &Path) -> Result<Vec<Task>, Failure> {
+    let bad = |msg: String| Failure::bad_input(anyhow::anyhow!(msg));
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        bad(format!(
+            "cannot read the tasks file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let mut tasks = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let task: Task = serde_json::from_str(line).map_err(|e| {
+            bad(format!(
+                "{} line {n}: {e}; each line is one JSON object {{\"id\": \"…\", \"prompt\": \"…\", \"model\": \"…\"}} (model optional)",
+                path.display()
+            ))
+        })?;
+        if !valid_id(&task.id) {
+            return Err(bad(format!(
+                "{} line {n}: id `{}` is not valid: use 1 to 64 letters, digits, `-`, `_` or `.`",
+                path.display(),
+                task.id
+            )));
+        }
+        if task.prompt.trim().is_empty() {
+            return Err(bad(format!(
+                "{} line {n}: the prompt of `{}` is empty",
+                path.display(),
+                task.id
+            )));
+        }
+        if let Some(first) = seen.insert(task.id.clone(), n) {
+            return Err(bad(format!(
+                "{} line {n}: id `{}` is already used on line {first}; give each task its own id",
+                path.display(),
+                task.id
+            )));
+        }
+        tasks.push(task);
+    }
+    if tasks.is_empty() {
+        return Err(bad(format!(
+            "{} has no task: write one JSON object a line, like {{\"id\": \"t1\", \"prompt\": \"…\"}}",
+            path.display()
+        )));
+    }
+    Ok(tasks)
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id != "drain"
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Runs `troupe batch`.
+pub fn run(args: BatchArgs) -> Result<u8, Failure> {
+    let tasks = read_tasks(&args.tasks)?;
+    let workspace = canonical_workspace(&args.workspace)?;
+    let script = args
+        .script
+        .as_deref()
+        .map(crate::exec::script_file)
+        .transpose()?;
+    let mut settings = SessionSettings::new("batch", format!("batch {}", args.tasks.display()));
+    settings.provider = args.provider.clone();
+    settings.model = args.model.clone();
+    settings.model_pinned = args.model.is_some();
+    settings.base_url = args.base_url.clone();
+    settings.max_turns = args.max_turns;
+    settings.script = script;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let started = Launch::prepare(&workspace, &settings, args.events.clone())
+            .await?
+            .quiet_stdout()
+            .start(args.json, None, Target::New(settings))
+            .await?;
+        let (session, server) = started.into_parts();
+        let session = Arc::new(session);
+        let failed = drive(&session, tasks, args.concurrency as usize, args.json).await;
+        let dir = session.dir().display().to_string();
+        let closed = match Arc::try_unwrap(session) {
+            Ok(session) => session.close().await.map_err(Failure::from),
+            Err(_) => Err(Failure::from(anyhow::anyhow!(
+                "batch: the session is still in use"
+            ))),
+        };
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
+        let (ok, total) = failed?;
+        let tally = closed?;
+        eprintln!(
+            "troupe: {total} tasks: {ok} succeeded, {} did not; {} turns, {} input / {} output tokens; session: {dir}",
+            total - ok,
+            tally.turns,
+            tally.usage.input_tokens,
+            tally.usage.output_tokens
+        );
+        Ok(if ok == total { exit::OK } else { exit::ERROR })
+    })
+}
+
+/// Starts the tasks, at most `concurrency` at a time, and prints each
+/// result as it comes. Returns (succeeded, total).
+async fn drive(
+    session: &Arc<Session>,
+    tasks: Vec<Task>,
+    concurrency: usize,
+    json: bool,
+) -> Result<(usize, usize), Failure> {
+    let total = tasks.len();
+    let slots = Arc::new(Semaphore::new(concurrency));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let printer = tokio::spawn(async move {
+        let mut ok = 0;
+        let mut out = std::io::stdout();
+        while let Some(line) = rx.recv().await {
+            let (line, success): (String, bool) = line;
+            ok += usize::from(success);
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                break;
+            }
+        }
+        ok
+    });
+    for task in tasks {
+        let permit = Arc::clone(&slots)
+            .acquire_owned()
+            .await
+            .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?;
+        let mut spec = AgentSpec::new(task.id.clone(), task.prompt.clone());
+        spec.model = task.model.clone();
+        let handle = session.spawn_agent(spec).await;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let agent_id = format!("session/{}", task.id);
+            let result = match handle {
+                Ok(h) => h.wait().await,
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(render(&task.id, &agent_id, result, json));
+            drop(permit);
+        });
+    }
+    drop(tx);
+    let ok = printer
+        .await
+        .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?;
+    Ok((ok, total))
+}
+
+fn render(
+    id: &str,
+    agent_id: &str,
+    result: Result<troupe_actors::AgentOutcome, SessionError>,
+    json: bool,
+) -> (String, bool) {
+    let r = match result {
+        Ok(o) => {
+            let c = o.completed;
+            TaskResult {
+                id,
+                agent_id,
+                outcome: c.subtype.to_string(),
+                text: c.result,
+                usage: c.usage,
+                cost_usd: c.total_cost_usd,
+                turns: c.num_turns,
+                error: (c.subtype != CompletionSubtype::Success).then_some(c.outcome_code),
+            }
+        }
+        Err(e) => TaskResult {
+            id,
+            agent_id,
+            outcome: "error".into(),
+            text: None,
+            usage: Usage::default(),
+            cost_usd: None,
+            turns: 0,
+            error: Some(e.to_string()),
+        },
+    };
+    let success = r.outcome == "success";
+    let line = if json {
+        serde_json::to_string(&r).unwrap_or_default()
+    } else {
+        let text = r.text.as_deref().or(r.error.as_deref()).unwrap_or("");
+        crate::safe_text::escape(&format!(
+            "{id}\t{}\t{}",
+            r.outcome,
+            text.replace(['\n', '\r', '\t'], " ")
+        ))
+    };
+    (line, success)
+}

@@ -1,0 +1,161 @@
+//! The examples run against the scripted model server (real HTTP on
+//! 127.0.0.1), as processes in a temporary workspace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use troupe_testkit::{Reply, Script, ScriptedServer};
+
+/// The built example `name` (cargo test builds examples next to the test
+/// binary's directory); built here when it is missing.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let path = profile_dir.join("examples").join(name);
+    if !path.is_file() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "troupe", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "building example {name} failed");
+    }
+    assert!(
+        path.is_file(),
+        "example {name} not found at {}",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, ws: &Path, server: &ScriptedServer, args: &[&str]) -> Output {
+    let out = Command::new(example(name))
+        .args(args)
+        .current_dir(ws)
+        .env("OPENAI_BASE_URL", server.openai_base_url())
+        .env("OPENAI_API_KEY", "sk-test-not-a-real-key")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Every event of the workspace's only session.
+fn session_events(ws: &Path) -> (PathBuf, Vec<Value>) {
+    let sessions: Vec<PathBuf> = std::fs::read_dir(ws.join(".vtcode/sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("events.jsonl").is_file())
+        .collect();
+    assert_eq!(sessions.len(), 1, "one session dir: {sessions:?}");
+    let text = std::fs::read_to_string(sessions[0].join("events.jsonl")).unwrap();
+    let events = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].clone())
+        .collect();
+    (sessions[0].clone(), events)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quickstart_runs_its_tool_against_the_scripted_server() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![
+        Reply::tool_call("call_add", "add", json!({"a": 2, "b": 40})),
+        Reply::text("2 + 40 is 42."),
+    ]))
+    .await
+    .unwrap();
+    let out = run("quickstart", ws.path(), &server, &[]);
+    // The tool ran in the example and its result went back to the model.
+    assert_eq!(
+        server.function_call_output_text("call_add").as_deref(),
+        Some("42")
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(
+        reqs[0].tools,
+        vec!["add".to_string()],
+        "only the custom tool"
+    );
+    assert!(
+        !reqs[0]
+            .system
+            .clone()
+            .unwrap_or_default()
+            .contains("[Orientation Context]"),
+        "orientation is off by default"
+    );
+    assert_eq!(reqs[0].model, "gpt-4.1-mini");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2 + 40 is 42.");
+    let (dir, events) = session_events(ws.path());
+    let id = dir.file_name().unwrap().to_str().unwrap();
+    assert_eq!(events.first().unwrap()["type"], "thread.started");
+    assert_eq!(events.first().unwrap()["thread_id"], id);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "thread.completed");
+    assert_eq!(last["thread_id"], id, "the session's root thread ends last");
+    assert_eq!(last["subtype"], "success");
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("settings.json")).unwrap()).unwrap();
+    assert_eq!(settings["kind"], "library");
+    server.check_invariants().unwrap();
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_agents_share_one_session_each_on_its_own_thread() {
+    let ws = tempfile::tempdir().unwrap();
+    // One conversation per agent (keyed by its task), each replaying the
+    // replies: an add call, then an answer.
+    let server = ScriptedServer::start(
+        Script::replies(vec![
+            Reply::tool_call("c1", "add", json!({"a": 1, "b": 2})),
+            Reply::text("done"),
+        ])
+        .per_conversation(),
+    )
+    .await
+    .unwrap();
+    let n = 12;
+    let out = run("many_agents", ws.path(), &server, &[&n.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{n} of {n} succeeded")),
+        "{stdout}"
+    );
+    assert_eq!(server.request_count(), 2 * n);
+    let (dir, events) = session_events(ws.path());
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    for i in 0..n {
+        let agent = format!("session/agent-{i}");
+        let thread = format!("{id}:{agent}");
+        let started = events
+            .iter()
+            .filter(|e| e["type"] == "thread.started" && e["thread_id"] == thread.as_str())
+            .count();
+        let done: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "thread.completed" && e["thread_id"] == thread.as_str())
+            .collect();
+        assert_eq!(started, 1, "{agent} started its thread once");
+        assert_eq!(done.len(), 1, "{agent} completed its thread once");
+        assert_eq!(done[0]["subtype"], "success");
+        assert!(
+            stdout.contains(&format!("{agent}\tsuccess\tdone")),
+            "{stdout}"
+        );
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "thread.completed");
+    assert_eq!(last["thread_id"], id.as_str());
+    assert_eq!(last["num_turns"], 2 * n as u64);
+    server.check_invariants().unwrap();
+    server.shutdown().await;
+}
