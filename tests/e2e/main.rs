@@ -16,6 +16,7 @@ mod pipeline;
 mod resume;
 mod resume_trust;
 mod retries;
+mod seed;
 mod sessions;
 mod terminal;
 mod truth;

@@ -345,6 +345,7 @@ impl Actor for AgentActor {
                     // A new run of the thread: thread.started again, then
                     // the intent's user message at the next turn.
                     agent.continue_thread();
+                    agent.session_start_hook("resume").await;
                 }
             }
         } else if state.args.autostart {

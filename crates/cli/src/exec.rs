@@ -322,14 +322,14 @@ impl Session {
             }
             None => None,
         };
-        let (provider, base_url, model) = match &server {
-            Some(server) => (
-                Some("openai".to_string()),
-                Some(server.openai_base_url()),
-                Some(s.model.clone().unwrap_or_else(|| "scripted".into())),
-            ),
-            None => (s.provider.clone(), s.base_url.clone(), s.model.clone()),
+        // Offline, only `--model` pins the model: the script's run can
+        // still fail over to a configured `[agent.fallback]`, which the
+        // same scripted server serves.
+        let (provider, base_url) = match &server {
+            Some(server) => (Some("openai".to_string()), Some(server.openai_base_url())),
+            None => (s.provider.clone(), s.base_url.clone()),
         };
+        let model = s.model.clone();
         config
             .apply(&ConfigOverrides {
                 provider,
@@ -341,6 +341,9 @@ impl Session {
                 auto_upgrade: None,
             })
             .map_err(Failure::bad_input)?;
+        if server.is_some() && config.agent.model.is_none() {
+            config.agent.model = Some("scripted".into());
+        }
         // Refuse bad provider settings before a session exists.
         let provider = config.provider_config().map_err(Failure::bad_input)?;
         config
@@ -417,7 +420,8 @@ impl Session {
         let fallback = match (
             config
                 .fallback_provider_config()
-                .map_err(Failure::bad_input)?,
+                .map_err(Failure::bad_input)?
+                .map(|fb| self.offline_fallback(fb)),
             config.fallback_model(),
         ) {
             (Some(fb), Some(model)) => {
@@ -474,6 +478,24 @@ impl Session {
                 Some(log.dir().join("derived")),
             ),
         })
+    }
+
+    /// Offline, the fallback is served by the same scripted server (in its
+    /// wire format), with no key: nothing leaves the machine.
+    fn offline_fallback(
+        &self,
+        mut fb: troupe_runtime::provider::ProviderConfig,
+    ) -> troupe_runtime::provider::ProviderConfig {
+        use troupe_runtime::provider::ProviderKind;
+        let Some(server) = &self.server else {
+            return fb;
+        };
+        fb.base_url = match fb.kind {
+            ProviderKind::Anthropic => server.anthropic_base_url(),
+            ProviderKind::Gemini => server.gemini_base_url(),
+            ProviderKind::OpenAi => server.openai_base_url(),
+        };
+        fb.without_key()
     }
 
     /// Opens session `id` for running: exporters (stdout human or JSON,

@@ -258,35 +258,48 @@ impl AgentLoop {
         Ok(response)
     }
 
-    /// A model call failed after the client's own retries: fail over, or end.
+    /// A model call failed after the client's own retries: fail over, or
+    /// end with a message that says why troupe did not fail over.
     fn model_failed(&mut self, error: ProviderError) -> StepOutcome {
         let message = format!("model call failed: {error}");
-        let can_fail_over = !error.is_context_overflow() && !self.state.failed_over;
-        match self.config.fallback.clone() {
-            Some(fb) if can_fail_over && !self.config.model_pinned => {
-                self.state.failed_over = true;
-                self.warn(format!(
-                    "{} failed ({error}); failing over to {}",
-                    self.config.provider_label, fb.label
-                ));
-                self.client = fb.client;
-                self.model = fb.model;
-                StepOutcome::Continue
-            }
-            Some(fb) if can_fail_over => {
-                self.turn_failed(&message);
-                self.warn(format!(
-                    "{} failed and the model was chosen explicitly, so troupe does not switch to {}: {error}",
-                    self.config.provider_label, fb.label
-                ));
-                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
-            }
-            _ => {
-                self.turn_failed(&message);
-                self.warn(message);
-                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
-            }
+        let Some(fb) = self.config.fallback.clone() else {
+            self.turn_failed(&message);
+            self.warn(format!(
+                "{message}; no failover: no fallback is configured (set [agent.fallback] in troupe.toml)"
+            ));
+            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
+        };
+        let why_not = if error.is_context_overflow() {
+            Some(format!(
+                "the request is too long for the model, and {} would get the same request",
+                fb.label
+            ))
+        } else if self.state.failed_over {
+            Some(format!("troupe already failed over to {} in this run", fb.label))
+        } else if self.config.model_pinned {
+            Some(format!(
+                "the model was chosen explicitly (--model {}), so troupe does not switch to {}",
+                self.model, fb.label
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            self.turn_failed(&message);
+            self.warn(format!(
+                "{} failed ({error}); no failover: {why}",
+                self.provider_label()
+            ));
+            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
         }
+        self.state.failed_over = true;
+        self.warn(format!(
+            "{} failed ({error}); failing over to {}",
+            self.config.provider_label, fb.label
+        ));
+        self.client = fb.client;
+        self.model = fb.model;
+        StepOutcome::Continue
     }
 
     /// Emits the `turn.failed` of a failure that ends the run (never of

@@ -423,6 +423,13 @@ impl ContextManager {
                     history_artifact_path: outcome.archive_path.clone(),
                 })
                 .await;
+            // The seed keeps session_start with source `compact` for
+            // compatibility: the compacted history is a new start.
+            hooks
+                .run(HookEvent::SessionStart {
+                    source: "compact".into(),
+                })
+                .await;
         }
         step.events
             .push(ThreadEvent::CompactBoundary(CompactBoundaryEvent {
