@@ -155,11 +155,14 @@ impl AgentLoop {
         }
     }
 
-    /// A model call failed. A context overflow right after tool output
-    /// gets one recovery compaction and a retry; a failure of that retry
-    /// blocks. Anything else goes to [`Self::model_failed`].
+    /// A model call failed. A context overflow right after tool output,
+    /// or a transient failure right after successful tool output, gets one
+    /// recovery compaction and a retry; a failure of that retry blocks
+    /// (or fails over, when a fallback may take a transient failure).
+    /// Anything else goes to [`Self::model_failed`].
     async fn call_failed(&mut self, error: ProviderError) -> StepOutcome {
-        if !error.is_context_overflow() && !self.context.recovering() {
+        let transient = error.is_retryable();
+        if !error.is_context_overflow() && !transient && !self.context.recovering() {
             return self.model_failed(error);
         }
         let tools = self.tools.definitions();
@@ -182,25 +185,44 @@ impl AgentLoop {
             registry: &self.tools,
             turns: self.state.turns,
         };
-        let recovery = self.context.recover(&mut messages, input).await;
+        let recovery = self
+            .context
+            .recover(&mut messages, input, !error.is_context_overflow())
+            .await;
         self.state.messages = messages;
         let step = match recovery {
             Recovery::NotApplicable => return self.model_failed(error),
             Recovery::Retry(step) => step,
+            Recovery::Blocked(_) if transient && self.can_fail_over() => {
+                return self.model_failed(error);
+            }
             Recovery::Blocked(why) => {
                 let message = format!("{why}: {error}");
                 self.turn_failed(&message);
-                self.warn(format!("{message}; the run is blocked and can be resumed"));
+                self.warn(format!(
+                    "{message}; the run is blocked and can be resumed with `troupe sessions resume {}`",
+                    self.config.session_id
+                ));
                 return self.done(CompletionSubtype::ErrorDuringExecution, "blocked");
             }
         };
         // Recovered (a compaction and one retry): no turn.failed, which is
         // only for the failure that ends the run; the warning says it.
         self.apply_context(step);
+        let what = if error.is_context_overflow() {
+            "rejected the request as too long"
+        } else {
+            "failed after successful tool output"
+        };
         self.warn(format!(
-            "the provider rejected the request as too long ({error}); compacted the older history and retrying once"
+            "the provider {what} ({error}); compacted the older history and retrying once"
         ));
         StepOutcome::Continue
+    }
+
+    /// Whether a failure could still move to the fallback.
+    fn can_fail_over(&self) -> bool {
+        self.config.fallback.is_some() && !self.state.failed_over && !self.config.model_pinned
     }
 
     pub(super) fn done(&mut self, subtype: CompletionSubtype, code: &str) -> StepOutcome {
