@@ -194,3 +194,176 @@ fn session_start_runs_with_source_resume_when_a_thread_continues() {
     let starts = std::fs::read_to_string(ws.path().join("starts.txt")).unwrap();
     assert_eq!(starts, "startup\nresume\n");
 }
+
+use troupe_test_support::e2e::{Server, exec_run};
+use troupe_testkit::Reply;
+
+fn id_of(ws: &Path) -> String {
+    troupe_test_support::e2e::session_dir(ws)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn the_first_request_carries_the_orientation_from_durable_artifacts() {
+    let repo = troupe_test_support::git::GitRepo::with_files(&[("a.txt", "one\n")]).unwrap();
+    for i in 0..6 {
+        repo.write("a.txt", &format!("v{i}\n")).unwrap();
+        repo.commit_all(&format!("commit number {i}")).unwrap();
+    }
+    let ws = repo.path();
+    std::fs::create_dir_all(ws.join(".vtcode/tasks/sprint")).unwrap();
+    std::fs::write(
+        ws.join(".vtcode/tasks/spec.md"),
+        "\n# Spec: the parser accepts empty input\nlong body\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join(".vtcode/tasks/sprint/contract.md"),
+        "Contract: no new dependencies\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join(".vtcode/tasks/evaluation.md"),
+        format!("{}\n", "x".repeat(1_000)),
+    )
+    .unwrap();
+    // A first run leaves the progress ledger.
+    let first = Server::start(vec![
+        Reply::tool_call("c1", "read_file", serde_json::json!({"path": "a.txt"})),
+        Reply::text("read it"),
+    ]);
+    let run = exec_run(bin(), ws, &first, &[], "Make the parser accept empty input");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let ledger: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.join(".vtcode/state/progress.json")).unwrap())
+            .unwrap();
+    assert_eq!(ledger["goal"], "Make the parser accept empty input");
+    assert_eq!(ledger["turns"], 2);
+    assert_eq!(ledger["confidence"], 1.0);
+    assert_eq!(ledger["stall"]["stalled"], false);
+    assert!(ledger["completion"].is_null(), "no task tracker");
+
+    let second = Server::start(vec![Reply::text("oriented")]);
+    let out = troupe_test_support::e2e::exec_command(bin(), ws, &second.url(), &[], "second task")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let system = second.server.requests()[0].system.clone().unwrap();
+    assert!(system.contains("[Orientation Context]"), "{system}");
+    assert!(
+        system.contains("## Progress ledger (.vtcode/state/progress.json)\n- goal: Make the parser accept empty input"),
+        "{system}"
+    );
+    assert!(system.contains("- turns: 2"), "{system}");
+    assert!(
+        system.contains("- .vtcode/tasks/spec.md (")
+            && system.contains("bytes): # Spec: the parser accepts empty input"),
+        "{system}"
+    );
+    assert!(
+        system.contains(
+            "- .vtcode/tasks/sprint/contract.md (30 bytes): Contract: no new dependencies"
+        ),
+        "{system}"
+    );
+    assert!(!system.contains("long body"), "summaries, not content");
+    assert!(!system.contains(&"x".repeat(161)), "a summary is bounded");
+    assert!(system.contains("commit number 5"), "{system}");
+    assert!(system.contains("commit number 1"), "{system}");
+    assert!(
+        !system.contains("commit number 0"),
+        "the last 5 commits only"
+    );
+}
+
+#[test]
+fn a_blocked_run_hands_off_and_sessions_resume_continues_from_the_handoff() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[providers.openai]\nmax_retries = 0\n",
+    )
+    .unwrap();
+    std::fs::write(ws.path().join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(ws.path().join("b.txt"), "beta\n").unwrap();
+    let overloaded = || Reply::http_error(503, r#"{"error":{"message":"overloaded"}}"#);
+    let first = Server::start(vec![
+        Reply::tool_call("c1", "read_file", serde_json::json!({"path": "a.txt"})),
+        Reply::tool_call("c2", "read_file", serde_json::json!({"path": "b.txt"})),
+        overloaded(),
+        overloaded(),
+    ]);
+    let run = exec_run(bin(), ws.path(), &first, &[], "Summarize a.txt and b.txt");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let done = run.completed();
+    assert_eq!(done.outcome_code, "blocked");
+    let boundaries = run
+        .events
+        .iter()
+        .filter(|e| matches!(e, ThreadEvent::CompactBoundary(_)))
+        .count();
+    assert_eq!(boundaries, 1, "one recovery compaction");
+    assert_eq!(first.server.requests().len(), 4, "one bounded retry");
+    let handoffs: Vec<_> = run
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(h.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handoffs.len(), 1, "a blocked handoff");
+    let id = id_of(ws.path());
+    assert!(
+        handoffs[0].handoff.next_actions[0].contains(&format!("troupe sessions resume {id}")),
+        "{:?}",
+        handoffs[0].handoff
+    );
+
+    let second = Server::start(vec![Reply::text("alpha and beta")]);
+    let out = std::process::Command::new(bin())
+        .args(["sessions", "resume", &id, "--workspace"])
+        .arg(ws.path())
+        .args(["--base-url", &second.url()])
+        .env("TROUPE_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let req = &second.server.requests()[0];
+    let last = req.last_user_text().unwrap();
+    assert!(
+        last.contains("was blocked and handed off") && last.contains("### State summary"),
+        "{last}"
+    );
+    let system = req.system.clone().unwrap();
+    assert!(
+        system.contains("## Handoff from the previous agent"),
+        "{system}"
+    );
+    assert!(
+        request_has(req, "alpha"),
+        "the completed tool output is kept"
+    );
+    let events = session_events(ws.path());
+    let done = completed(&events);
+    assert_eq!(done.subtype, CompletionSubtype::Success);
+    assert_eq!(done.result.as_deref(), Some("alpha and beta"));
+    // Resuming again: the session completed, nothing to resume.
+    let out = std::process::Command::new(bin())
+        .args(["sessions", "resume", &id, "--workspace"])
+        .arg(ws.path())
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+fn request_has(req: &troupe_testkit::RecordedRequest, needle: &str) -> bool {
+    req.messages.iter().any(|m| {
+        m.text.contains(needle) || m.tool_results.iter().any(|r| r.output.contains(needle))
+    })
+}

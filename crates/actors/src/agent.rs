@@ -518,6 +518,9 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
                 agent_id: &args.agent_id,
                 parent_id: args.parent_id.as_deref(),
                 loop_state: Some(&args.shared.loop_state.lock()),
+                handoff: (args.depth == 0)
+                    .then_some(env.context.handoff.as_deref())
+                    .flatten(),
             })
         )),
         max_turns: args.spec.max_turns.unwrap_or(env.max_turns),
@@ -551,6 +554,12 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     let mut context = env.context.clone();
     context.workspace = Some(args.workspace.clone());
     context.recent_commits = troupe_worktree::recent_commits(&env.workspace, 5).unwrap_or_default();
+    // One ledger per workspace: the root's; a subagent's handoff is its
+    // report.
+    context.progress_ledger = args.depth == 0;
+    if args.depth > 0 {
+        context.handoff = None;
+    }
     agent
         .with_context(context)
         .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))
@@ -665,7 +674,9 @@ async fn finish(
         .handoff
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));
-    if args.depth > 0 {
+    // A blocked root hands off too: `troupe sessions resume` continues
+    // from that handoff.
+    if args.depth > 0 || done.outcome_code == "blocked" {
         let event = ThreadEvent::Handoff(HandoffEvent {
             id: format!("handoff-{}", args.agent_id),
             from_agent: args.agent_id.clone(),

@@ -300,6 +300,8 @@ pub struct Session {
     /// The root agent's turn limit, when not the configured one (a new
     /// run of a thread counts the turns of its earlier runs).
     root_max_turns: Option<u32>,
+    /// The previous agent's handoff (markdown) for the root's orientation.
+    handoff: Option<String>,
 }
 
 impl Session {
@@ -370,6 +372,7 @@ impl Session {
             label_agents: false,
             codex_stream: false,
             root_max_turns: None,
+            handoff: None,
         })
     }
 
@@ -395,6 +398,13 @@ impl Session {
     /// configured limit.
     pub fn root_max_turns(mut self, limit: u32) -> Self {
         self.root_max_turns = Some(limit);
+        self
+    }
+
+    /// Gives the root agent the previous agent's handoff (markdown) in its
+    /// orientation (a blocked run resumed, a build after a plan).
+    pub fn handoff(mut self, markdown: String) -> Self {
+        self.handoff = Some(markdown);
         self
     }
 
@@ -472,11 +482,14 @@ impl Session {
                 max_cost_usd: None,
                 max_steps: config.agent.harness.max_steps,
             },
-            context: ContextSettings::from_config(
-                config,
-                &self.workspace,
-                Some(log.dir().join("derived")),
-            ),
+            context: ContextSettings {
+                handoff: self.handoff.clone(),
+                ..ContextSettings::from_config(
+                    config,
+                    &self.workspace,
+                    Some(log.dir().join("derived")),
+                )
+            },
         })
     }
 

@@ -12,6 +12,7 @@ mod mock_llm;
 mod pipeline_cmd;
 mod render;
 mod resume;
+mod resume_blocked;
 mod safe_text;
 mod sessions;
 mod sessions_view;

@@ -25,6 +25,7 @@
 
 mod bounds;
 mod commands;
+mod progress;
 mod resume;
 mod sink;
 mod tools_step;
@@ -393,6 +394,7 @@ impl AgentLoop {
         if let Some(done) = &self.state.completed {
             return done.clone();
         }
+        self.write_progress();
         let done = ThreadCompletedEvent {
             thread_id: self.config.thread_id.clone(),
             session_id: self.config.session_id.clone(),

@@ -102,6 +102,7 @@ impl AgentLoop {
         });
         let outcome = self.run_tools(bounded.calls, bounded.refused).await;
         self.context.after_tools(&self.state.messages, &self.tools);
+        self.write_progress();
         outcome
     }
 
@@ -297,7 +298,10 @@ impl AgentLoop {
                 fb.label
             ))
         } else if self.state.failed_over {
-            Some(format!("troupe already failed over to {} in this run", fb.label))
+            Some(format!(
+                "troupe already failed over to {} in this run",
+                fb.label
+            ))
         } else if self.config.model_pinned {
             Some(format!(
                 "the model was chosen explicitly (--model {}), so troupe does not switch to {}",

@@ -95,9 +95,15 @@ pub fn after_tool_success(messages: &[Message]) -> bool {
         return false;
     };
     g.complete
-        && messages[g.range]
-            .iter()
-            .any(|m| matches!(m, Message::ToolResult { is_error: false, .. }))
+        && messages[g.range].iter().any(|m| {
+            matches!(
+                m,
+                Message::ToolResult {
+                    is_error: false,
+                    ..
+                }
+            )
+        })
 }
 
 #[cfg(test)]

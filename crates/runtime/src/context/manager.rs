@@ -100,6 +100,16 @@ impl ContextManager {
         self.compactions
     }
 
+    /// Consecutive stalled turns so far.
+    pub fn stalled_turns(&self) -> u32 {
+        self.stall.consecutive()
+    }
+
+    /// The task, once the first request was prepared.
+    pub fn task(&self) -> Option<&str> {
+        self.task.as_deref()
+    }
+
     /// Whether a recovery retry is in flight.
     pub fn recovering(&self) -> bool {
         self.recovery_in_flight

@@ -90,7 +90,10 @@ async fn overflow_not_after_tool_output_is_a_stream_error() {
 fn transient(failures: usize) -> Vec<Reply> {
     let mut r: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 2_000)).collect();
     for _ in 0..failures {
-        r.push(Reply::http_error(503, r#"{"error":{"message":"overloaded"}}"#));
+        r.push(Reply::http_error(
+            503,
+            r#"{"error":{"message":"overloaded"}}"#,
+        ));
     }
     r.push(Reply::text("done"));
     r
@@ -100,8 +103,11 @@ fn with_memory() -> Setup {
     Setup {
         before: Some(Box::new(|ws| {
             std::fs::create_dir_all(ws.join(".vtcode")).unwrap();
-            std::fs::write(ws.join(".vtcode/memory.md"), "MEMORY: keep the tests green\n")
-                .unwrap();
+            std::fs::write(
+                ws.join(".vtcode/memory.md"),
+                "MEMORY: keep the tests green\n",
+            )
+            .unwrap();
         })),
         ..setup()
     }
@@ -118,8 +124,14 @@ async fn a_transient_failure_after_tool_output_compacts_the_prefix_and_retries_o
     assert!(!retry.tools.is_empty(), "the retry offers tools");
     let first = retry.first_user_text().unwrap();
     assert!(first.starts_with("[Compacted context]"), "{first}");
-    assert!(first.contains("MEMORY: keep the tests green"), "the memory envelope");
-    assert!(request_text(retry).contains(TASK), "the current request is kept");
+    assert!(
+        first.contains("MEMORY: keep the tests green"),
+        "the memory envelope"
+    );
+    assert!(
+        request_text(retry).contains(TASK),
+        "the current request is kept"
+    );
     assert_eq!(
         retry.function_call_output_text("c3").unwrap().len(),
         2_000,
@@ -154,7 +166,10 @@ async fn a_second_transient_failure_blocks_truthfully() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_failure_before_any_tool_output_is_not_a_recovery() {
     let mut h = harness(
-        vec![Reply::http_error(503, r#"{"error":{"message":"overloaded"}}"#)],
+        vec![Reply::http_error(
+            503,
+            r#"{"error":{"message":"overloaded"}}"#,
+        )],
         setup(),
     )
     .await;
@@ -167,7 +182,9 @@ async fn a_transient_failure_before_any_tool_output_is_not_a_recovery() {
 async fn after_a_failed_recovery_retry_a_fallback_still_takes_over() {
     let mut h = troupe_test_support::AgentBuilder::new(transient(2))
         .no_builtin_tools()
-        .tool(std::sync::Arc::new(Big(std::sync::atomic::AtomicUsize::new(0))))
+        .tool(std::sync::Arc::new(Big(
+            std::sync::atomic::AtomicUsize::new(0),
+        )))
         .system_prompt(SYSTEM)
         .task(TASK)
         .model("scripted")
