@@ -18,6 +18,7 @@ mod resume;
 mod resume_trust;
 mod retries;
 mod sandbox;
+mod seed;
 mod sessions;
 mod terminal;
 mod truth;

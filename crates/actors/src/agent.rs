@@ -355,6 +355,7 @@ impl Actor for AgentActor {
                     // A new run of the thread: thread.started again, then
                     // the intent's user message at the next turn.
                     agent.continue_thread();
+                    agent.session_start_hook("resume").await;
                 }
             }
         } else if state.args.autostart {
@@ -535,6 +536,9 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
                     agent_id: &args.agent_id,
                     parent_id: args.parent_id.as_deref(),
                     loop_state: Some(&args.shared.loop_state.lock()),
+                    handoff: (args.depth == 0)
+                        .then_some(env.context.handoff.as_deref())
+                        .flatten(),
                 })
             )
         } else {
@@ -577,6 +581,12 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     if env.builtins.orientation {
         context.recent_commits =
             troupe_worktree::recent_commits(&env.workspace, 5).unwrap_or_default();
+    }
+    // One ledger per workspace: the root's; a subagent's handoff is its
+    // report.
+    context.progress_ledger = env.builtins.orientation && args.depth == 0;
+    if args.depth > 0 {
+        context.handoff = None;
     }
     agent
         .with_context(context)
@@ -692,7 +702,9 @@ async fn finish(
         .handoff
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));
-    if args.depth > 0 {
+    // A blocked root hands off too: `troupe sessions resume` continues
+    // from that handoff.
+    if args.depth > 0 || done.outcome_code == "blocked" {
         let event = ThreadEvent::Handoff(HandoffEvent {
             id: format!("handoff-{}", args.agent_id),
             from_agent: args.agent_id.clone(),

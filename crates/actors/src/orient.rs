@@ -1,11 +1,13 @@
 //! The orient phase: every agent starts by reading the durable artifacts
-//! (loop state, loop memory, recent commits, its handoff context) into an
-//! `[Orientation Context]` section of its system prompt. Summaries and
-//! references, not full content.
+//! (loop state, the progress ledger, harness artifacts under
+//! `.vtcode/tasks/`, loop memory, recent commits, the previous agent's
+//! handoff) into an `[Orientation Context]` section of its system prompt.
+//! Summaries and references, not full content (bounds: docs/context.md).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+use troupe_runtime::context::orientation::{HANDOFF_LIMIT, durable_artifacts};
 use troupe_runtime::state::{LoopMemory, LoopState};
 
 /// Entries of each loop-memory file shown.
@@ -23,6 +25,9 @@ pub struct OrientInput<'a> {
     pub parent_id: Option<&'a str>,
     /// Its loop state, when one was saved before (a restart or resume).
     pub loop_state: Option<&'a LoopState>,
+    /// The previous agent's handoff (markdown), when one exists: a blocked
+    /// run resumed, the build after a plan.
+    pub handoff: Option<&'a str>,
 }
 
 /// Renders the `[Orientation Context]` section.
@@ -48,6 +53,8 @@ pub fn orientation(input: &OrientInput<'_>) -> String {
             let _ = writeln!(out, "- a fresh start: no step has run yet");
         }
     }
+    out.push_str(&durable_artifacts(input.workspace));
+    out.push('\n');
     let memory = LoopMemory::for_workspace(input.workspace);
     for (title, entries) in [
         ("Notes", memory.notes(MEMORY_ENTRIES)),
@@ -76,6 +83,10 @@ pub fn orientation(input: &OrientInput<'_>) -> String {
     for c in commits {
         let _ = writeln!(out, "- {c}");
     }
+    if let Some(handoff) = input.handoff {
+        let _ = writeln!(out, "\n## Handoff from the previous agent");
+        let _ = writeln!(out, "{}", bounded(handoff, HANDOFF_LIMIT).trim_end());
+    }
     if let Some(parent) = input.parent_id {
         let _ = writeln!(out, "\n## Handoff");
         let _ = writeln!(
@@ -85,4 +96,17 @@ pub fn orientation(input: &OrientInput<'_>) -> String {
         );
     }
     out
+}
+
+/// The first `limit` bytes of `text` (on a character boundary), marked
+/// when cut.
+fn bounded(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
 }

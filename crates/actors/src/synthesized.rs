@@ -29,9 +29,21 @@ pub fn synthesize_handoff(args: &AgentArgs, done: &ThreadCompletedEvent) -> Hand
             status,
             note: Some(note),
         }],
+        next_actions: resume_hint(args, done),
         task_context: args.spec.task.clone(),
         ..HandoffRequest::default()
     }
+}
+
+/// A blocked root run is continued by `troupe sessions resume`.
+fn resume_hint(args: &AgentArgs, done: &ThreadCompletedEvent) -> Vec<String> {
+    if args.depth > 0 || done.outcome_code != "blocked" {
+        return Vec::new();
+    }
+    vec![format!(
+        "Resume the run with `troupe sessions resume {}`: it continues from this handoff.",
+        args.env.session_id
+    )]
 }
 
 /// What is known of a task whose agent did not hand off. Never `done`:

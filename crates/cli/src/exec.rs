@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 use troupe_actors::{ResumeMode, RootRun, Session, SessionBuilder, SessionError, SubagentLimits};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
 use troupe_runtime::config::{Config, ConfigOverrides};
+use troupe_runtime::provider::ProviderConfig;
 use troupe_runtime::store::{ExportFormat, JsonlFileExporter, WriterExporter};
 use troupe_testkit::{Script, ScriptedServer};
 
@@ -244,6 +245,8 @@ pub struct Launch {
     quiet_stdout: bool,
     /// The agents' sandbox mode, as it will be enforced.
     sandbox: troupe_runtime::tools::SandboxMode,
+    /// The previous agent's handoff (markdown) for the root's orientation.
+    handoff: Option<String>,
 }
 
 /// Which session a run opens.
@@ -282,14 +285,14 @@ impl Launch {
             }
             None => None,
         };
-        let (provider, base_url, model) = match &server {
-            Some(server) => (
-                Some("openai".to_string()),
-                Some(server.openai_base_url()),
-                Some(s.model.clone().unwrap_or_else(|| "scripted".into())),
-            ),
-            None => (s.provider.clone(), s.base_url.clone(), s.model.clone()),
+        // Offline, only `--model` pins the model: the script's run can
+        // still fail over to a configured `[agent.fallback]`, which the
+        // same scripted server serves.
+        let (provider, base_url) = match &server {
+            Some(server) => (Some("openai".to_string()), Some(server.openai_base_url())),
+            None => (s.provider.clone(), s.base_url.clone()),
         };
+        let model = s.model.clone();
         config
             .apply(&ConfigOverrides {
                 provider,
@@ -303,6 +306,9 @@ impl Launch {
                 network_access: s.network_access,
             })
             .map_err(Failure::bad_input)?;
+        if server.is_some() && config.agent.model.is_none() {
+            config.agent.model = Some("scripted".into());
+        }
         let sandbox =
             crate::sandbox_mode::resolve(config.sandbox_mode(), config.allow_unsandboxed)?;
         // Refuse bad provider settings before a session exists.
@@ -331,6 +337,7 @@ impl Launch {
             codex_stream: false,
             quiet_stdout: false,
             sandbox,
+            handoff: None,
         })
     }
 
@@ -358,6 +365,33 @@ impl Launch {
         self.config.agent.max_turns
     }
 
+    /// Gives the root agent the previous agent's handoff (markdown) in its
+    /// orientation (a blocked run resumed, a build after a plan).
+    pub fn handoff(mut self, markdown: String) -> Self {
+        self.handoff = Some(markdown);
+        self
+    }
+
+    /// Offline, the fallback is served by the same scripted server (in its
+    /// wire format), with no key: nothing leaves the machine.
+    fn offline_fallback(&self) -> Result<Option<ProviderConfig>, Failure> {
+        use troupe_runtime::provider::ProviderKind;
+        let (Some(server), Some(mut fb)) = (
+            &self.server,
+            self.config
+                .fallback_provider_config()
+                .map_err(Failure::bad_input)?,
+        ) else {
+            return Ok(None);
+        };
+        fb.base_url = match fb.kind {
+            ProviderKind::Anthropic => server.anthropic_base_url(),
+            ProviderKind::Gemini => server.gemini_base_url(),
+            ProviderKind::OpenAi => server.openai_base_url(),
+        };
+        Ok(Some(fb.without_key()))
+    }
+
     /// The session builder for this run: the configuration, every
     /// built-in on (workspace tools, subagents, memory, orientation), the
     /// output exporters; the root thread owned by `root_agent` (`None`:
@@ -366,8 +400,9 @@ impl Launch {
         mut self,
         json: bool,
         root_agent: Option<&str>,
-    ) -> (SessionBuilder, Option<ScriptedServer>) {
+    ) -> Result<(SessionBuilder, Option<ScriptedServer>), Failure> {
         let offline = self.server.is_some();
+        let offline_fallback = self.offline_fallback()?;
         let key_env = self
             .config
             .provider_config()
@@ -382,6 +417,12 @@ impl Launch {
             .orientation(true)
             .offline(offline)
             .sandbox(self.sandbox);
+        if let Some(markdown) = self.handoff.take() {
+            b = b.handoff(markdown);
+        }
+        if let Some(fb) = offline_fallback {
+            b = b.fallback_provider(fb);
+        }
         if let Some(name) = root_agent {
             b = b.root_agent(name);
         }
@@ -412,7 +453,7 @@ impl Launch {
         if let Some(exporter) = self.events.take() {
             b = b.exporter(Box::new(exporter));
         }
-        (b, self.server)
+        Ok((b, self.server))
     }
 
     /// Creates or reopens the session (the library's one sequence) with
@@ -423,7 +464,7 @@ impl Launch {
         root_agent: Option<&str>,
         target: Target,
     ) -> Result<Started, Failure> {
-        let (mut b, server) = self.builder(json, root_agent);
+        let (mut b, server) = self.builder(json, root_agent)?;
         let resuming = matches!(target, Target::Resume { .. });
         match target {
             Target::New(settings) => b = b.settings(settings),

@@ -141,7 +141,11 @@ fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Fa
 }
 
 /// The root agent of the session and the turns it has run.
-fn root_turns(store: &SessionStore, id: &str, root_thread: &str) -> Result<(String, u32), Failure> {
+pub(crate) fn root_turns(
+    store: &SessionStore,
+    id: &str,
+    root_thread: &str,
+) -> Result<(String, u32), Failure> {
     let events: Vec<ThreadEvent> = store
         .events(id)
         .map_err(Failure::from)?
@@ -167,7 +171,7 @@ fn root_turns(store: &SessionStore, id: &str, root_thread: &str) -> Result<(Stri
 }
 
 /// Queues the new user message as a durable steering intent of the root.
-fn queue_message(
+pub(crate) fn queue_message(
     workspace: &std::path::Path,
     id: &str,
     agent: &str,

@@ -13,6 +13,7 @@ mod mock_llm;
 mod pipeline_cmd;
 mod render;
 mod resume;
+mod resume_blocked;
 mod safe_text;
 mod sandbox_mode;
 mod sessions;

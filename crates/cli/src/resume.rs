@@ -16,6 +16,9 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
     let dir = store.session_dir(id).map_err(Failure::bad_input)?;
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
     if manifest.status == SessionStatus::Completed {
+        if let Some(handoff) = crate::resume_blocked::blocked_handoff(&store, id, &manifest)? {
+            return crate::resume_blocked::run(workspace, id, base_url, json, handoff);
+        }
         return Err(Failure::bad_input(anyhow::anyhow!(
             "session {id} already completed ({}); nothing to resume",
             manifest.subtype.map(|s| s.to_string()).unwrap_or_default()

@@ -38,7 +38,10 @@ pub fn recent_commits(dir: &Path, n: usize) -> Result<Vec<String>> {
     if walk.push_head().is_err() {
         return Ok(Vec::new());
     }
-    walk.set_sorting(Sort::TIME).git("sorting the history")?;
+    // Topological first: commits made within one second (equal times)
+    // still come newest first.
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME)
+        .git("sorting the history")?;
     let mut out = Vec::with_capacity(n);
     for oid in walk.take(n) {
         let oid = oid.git("walking the history")?;

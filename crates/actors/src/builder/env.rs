@@ -43,7 +43,11 @@ impl SessionBuilder {
         let config = &self.config;
         let primary_config = self.primary()?;
         let primary: Arc<dyn ModelClient> = Arc::new(ProviderClient::new(primary_config.clone())?);
-        let fallback = match (config.fallback_provider_config()?, config.fallback_model()) {
+        let fallback_provider = match &self.fallback_provider {
+            Some(p) => Some(p.clone()),
+            None => config.fallback_provider_config()?,
+        };
+        let fallback = match (fallback_provider, config.fallback_model()) {
             (Some(fb), Some(model)) => {
                 let kind = config
                     .agent
@@ -130,6 +134,7 @@ impl SessionBuilder {
         };
         env.context =
             ContextSettings::from_config(config, &self.workspace, Some(log.dir().join("derived")));
+        env.context.handoff = self.handoff.clone();
         env
     }
 }

@@ -68,6 +68,8 @@ pub struct SessionBuilder {
     pub(crate) key_env: Option<String>,
     pub(crate) supervisor: SupervisorConfig,
     pub(crate) sandbox: Option<troupe_runtime::tools::SandboxMode>,
+    pub(crate) handoff: Option<String>,
+    pub(crate) fallback_provider: Option<ProviderConfig>,
 }
 
 impl Session {
@@ -93,6 +95,8 @@ impl Session {
             key_env: None,
             supervisor: SupervisorConfig::default(),
             sandbox: None,
+            handoff: None,
+            fallback_provider: None,
         }
     }
 
@@ -187,6 +191,20 @@ impl SessionBuilder {
     /// kernel can enforce it. Default: unconfined.
     pub fn sandbox(mut self, mode: troupe_runtime::tools::SandboxMode) -> Self {
         self.sandbox = Some(mode);
+        self
+    }
+
+    /// The previous agent's handoff (markdown), shown in the top-level
+    /// agents' orientation (a blocked run resumed, a build after a plan).
+    pub fn handoff(mut self, markdown: impl Into<String>) -> Self {
+        self.handoff = Some(markdown.into());
+        self
+    }
+
+    /// The failover provider, instead of the config's `[agent.fallback]`
+    /// one (its model stays the config's).
+    pub fn fallback_provider(mut self, provider: ProviderConfig) -> Self {
+        self.fallback_provider = Some(provider);
         self
     }
 

@@ -25,6 +25,7 @@
 
 mod bounds;
 mod commands;
+mod progress;
 mod resume;
 mod sink;
 mod tools_step;
@@ -129,6 +130,8 @@ struct LoopState {
     pricing_unknown: bool,
     pricing_warned: bool,
     heal: HashMap<String, u32>,
+    /// The calls (`tool\0arguments`) that failed, with their self-heal key.
+    heal_calls: HashMap<String, String>,
     empty_retried: bool,
     failed_over: bool,
     last_stop_reason: Option<String>,
@@ -255,14 +258,23 @@ impl AgentLoop {
             session_id: Some(self.config.session_id.clone()),
             agent_id: self.config.agent_id.clone(),
         }));
-        if let Some(hooks) = self.hooks.clone() {
+        self.session_start_hook("startup").await;
+        self.push_user(prompt, None);
+    }
+
+    /// Runs the session_start hook with `source`: `startup` (from
+    /// [`AgentLoop::start`]), `resume` (a loop rebuilt from the log that
+    /// continues, see [`AgentLoop::resume`]; call it after
+    /// [`AgentLoop::continue_thread`] too), `compact` (run by the context
+    /// manager after a compaction).
+    pub async fn session_start_hook(&self, source: &str) {
+        if let Some(hooks) = &self.hooks {
             hooks
                 .run(HookEvent::SessionStart {
-                    source: "startup".into(),
+                    source: source.into(),
                 })
                 .await;
         }
-        self.push_user(prompt, None);
     }
 
     /// Starts a new run of a thread that had completed (rebuilt by
@@ -382,6 +394,7 @@ impl AgentLoop {
         if let Some(done) = &self.state.completed {
             return done.clone();
         }
+        self.write_progress();
         let done = ThreadCompletedEvent {
             thread_id: self.config.thread_id.clone(),
             session_id: self.config.session_id.clone(),

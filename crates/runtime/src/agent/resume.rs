@@ -194,6 +194,9 @@ impl AgentLoop {
         } else if !r.usage.is_zero() {
             self.state.pricing_unknown = true;
         }
+        if !report.already_completed {
+            self.session_start_hook("resume").await;
+        }
         if r.pending.is_empty() {
             return report;
         }

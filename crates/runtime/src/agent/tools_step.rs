@@ -228,20 +228,26 @@ impl AgentLoop {
     }
 
     /// Counts errors per key (`tool:class`); returns the key past the cap.
-    /// A success of a tool clears that tool's keys.
+    /// Only a success of a call that failed under a key (the same tool with
+    /// the same arguments: the fix worked) clears that key; unrelated
+    /// successes, even of the same tool, leave every count as it is.
     fn self_heal(&mut self, prepared: &[Prepared], results: &[CallResult]) -> Option<String> {
         let mut over = None;
         for (p, r) in prepared.iter().zip(results) {
             if p.same_as.is_some() {
                 continue;
             }
+            let call = format!("{}\u{0}{}", p.call.name, p.call.arguments);
             match r {
                 Ok(_) => {
-                    let prefix = format!("{}:", p.call.name);
-                    self.state.heal.retain(|k, _| !k.starts_with(&prefix));
+                    if let Some(key) = self.state.heal_calls.remove(&call) {
+                        self.state.heal.remove(&key);
+                        self.state.heal_calls.retain(|_, k| *k != key);
+                    }
                 }
                 Err(e) => {
                     let key = format!("{}:{}", p.call.name, e.class());
+                    self.state.heal_calls.insert(call, key.clone());
                     let n = self.state.heal.entry(key.clone()).or_insert(0);
                     *n += 1;
                     if *n > SELF_HEAL_RETRIES && over.is_none() {

@@ -102,6 +102,7 @@ impl AgentLoop {
         });
         let outcome = self.run_tools(bounded.calls, bounded.refused).await;
         self.context.after_tools(&self.state.messages, &self.tools);
+        self.write_progress();
         outcome
     }
 
@@ -155,11 +156,14 @@ impl AgentLoop {
         }
     }
 
-    /// A model call failed. A context overflow right after tool output
-    /// gets one recovery compaction and a retry; a failure of that retry
-    /// blocks. Anything else goes to [`Self::model_failed`].
+    /// A model call failed. A context overflow right after tool output,
+    /// or a transient failure right after successful tool output, gets one
+    /// recovery compaction and a retry; a failure of that retry blocks
+    /// (or fails over, when a fallback may take a transient failure).
+    /// Anything else goes to [`Self::model_failed`].
     async fn call_failed(&mut self, error: ProviderError) -> StepOutcome {
-        if !error.is_context_overflow() && !self.context.recovering() {
+        let transient = error.is_retryable();
+        if !error.is_context_overflow() && !transient && !self.context.recovering() {
             return self.model_failed(error);
         }
         let tools = self.tools.definitions();
@@ -182,25 +186,44 @@ impl AgentLoop {
             registry: &self.tools,
             turns: self.state.turns,
         };
-        let recovery = self.context.recover(&mut messages, input).await;
+        let recovery = self
+            .context
+            .recover(&mut messages, input, !error.is_context_overflow())
+            .await;
         self.state.messages = messages;
         let step = match recovery {
             Recovery::NotApplicable => return self.model_failed(error),
             Recovery::Retry(step) => step,
+            Recovery::Blocked(_) if transient && self.can_fail_over() => {
+                return self.model_failed(error);
+            }
             Recovery::Blocked(why) => {
                 let message = format!("{why}: {error}");
                 self.turn_failed(&message);
-                self.warn(format!("{message}; the run is blocked and can be resumed"));
+                self.warn(format!(
+                    "{message}; the run is blocked and can be resumed with `troupe sessions resume {}`",
+                    self.config.session_id
+                ));
                 return self.done(CompletionSubtype::ErrorDuringExecution, "blocked");
             }
         };
         // Recovered (a compaction and one retry): no turn.failed, which is
         // only for the failure that ends the run; the warning says it.
         self.apply_context(step);
+        let what = if error.is_context_overflow() {
+            "rejected the request as too long"
+        } else {
+            "failed after successful tool output"
+        };
         self.warn(format!(
-            "the provider rejected the request as too long ({error}); compacted the older history and retrying once"
+            "the provider {what} ({error}); compacted the older history and retrying once"
         ));
         StepOutcome::Continue
+    }
+
+    /// Whether a failure could still move to the fallback.
+    fn can_fail_over(&self) -> bool {
+        self.config.fallback.is_some() && !self.state.failed_over && !self.config.model_pinned
     }
 
     pub(super) fn done(&mut self, subtype: CompletionSubtype, code: &str) -> StepOutcome {
@@ -258,35 +281,51 @@ impl AgentLoop {
         Ok(response)
     }
 
-    /// A model call failed after the client's own retries: fail over, or end.
+    /// A model call failed after the client's own retries: fail over, or
+    /// end with a message that says why troupe did not fail over.
     fn model_failed(&mut self, error: ProviderError) -> StepOutcome {
         let message = format!("model call failed: {error}");
-        let can_fail_over = !error.is_context_overflow() && !self.state.failed_over;
-        match self.config.fallback.clone() {
-            Some(fb) if can_fail_over && !self.config.model_pinned => {
-                self.state.failed_over = true;
-                self.warn(format!(
-                    "{} failed ({error}); failing over to {}",
-                    self.config.provider_label, fb.label
-                ));
-                self.client = fb.client;
-                self.model = fb.model;
-                StepOutcome::Continue
-            }
-            Some(fb) if can_fail_over => {
-                self.turn_failed(&message);
-                self.warn(format!(
-                    "{} failed and the model was chosen explicitly, so troupe does not switch to {}: {error}",
-                    self.config.provider_label, fb.label
-                ));
-                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
-            }
-            _ => {
-                self.turn_failed(&message);
-                self.warn(message);
-                self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
-            }
+        let Some(fb) = self.config.fallback.clone() else {
+            self.turn_failed(&message);
+            self.warn(format!(
+                "{message}; no failover: no fallback is configured (set [agent.fallback] in troupe.toml)"
+            ));
+            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
+        };
+        let why_not = if error.is_context_overflow() {
+            Some(format!(
+                "the request is too long for the model, and {} would get the same request",
+                fb.label
+            ))
+        } else if self.state.failed_over {
+            Some(format!(
+                "troupe already failed over to {} in this run",
+                fb.label
+            ))
+        } else if self.config.model_pinned {
+            Some(format!(
+                "the model was chosen explicitly (--model {}), so troupe does not switch to {}",
+                self.model, fb.label
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            self.turn_failed(&message);
+            self.warn(format!(
+                "{} failed ({error}); no failover: {why}",
+                self.provider_label()
+            ));
+            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
         }
+        self.state.failed_over = true;
+        self.warn(format!(
+            "{} failed ({error}); failing over to {}",
+            self.config.provider_label, fb.label
+        ));
+        self.client = fb.client;
+        self.model = fb.model;
+        StepOutcome::Continue
     }
 
     /// Emits the `turn.failed` of a failure that ends the run (never of

@@ -84,6 +84,28 @@ pub fn in_tool_loop(messages: &[Message]) -> bool {
     matches!(messages.last(), Some(Message::ToolResult { .. }))
 }
 
+/// Whether the history ends with successful tool output: the last group
+/// is a complete tool-call group with at least one result that is not an
+/// error.
+pub fn after_tool_success(messages: &[Message]) -> bool {
+    if !in_tool_loop(messages) {
+        return false;
+    }
+    let Some(g) = groups(messages).pop() else {
+        return false;
+    };
+    g.complete
+        && messages[g.range].iter().any(|m| {
+            matches!(
+                m,
+                Message::ToolResult {
+                    is_error: false,
+                    ..
+                }
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

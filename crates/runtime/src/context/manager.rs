@@ -100,6 +100,16 @@ impl ContextManager {
         self.compactions
     }
 
+    /// Consecutive stalled turns so far.
+    pub fn stalled_turns(&self) -> u32 {
+        self.stall.consecutive()
+    }
+
+    /// The task, once the first request was prepared.
+    pub fn task(&self) -> Option<&str> {
+        self.task.as_deref()
+    }
+
     /// Whether a recovery retry is in flight.
     pub fn recovering(&self) -> bool {
         self.recovery_in_flight
@@ -306,23 +316,40 @@ impl ContextManager {
         }
     }
 
-    /// The provider rejected the request as too long. Right after tool
-    /// output, compacts only the older prefix (keeping the current request
-    /// and the tool results) and asks for one retry; a second rejection
-    /// blocks. Works whether or not auto-compaction is on.
-    pub async fn recover(&mut self, messages: &mut Vec<Message>, input: TurnInput<'_>) -> Recovery {
+    /// The provider rejected the request as too long, or failed
+    /// transiently (`transient`: after its client's own retries). Right
+    /// after tool output (successful tool output for a transient failure),
+    /// compacts only the older prefix (keeping the current request, the
+    /// tool results and the memory envelope) and asks for one retry; a
+    /// second failure blocks. Works whether or not auto-compaction is on.
+    pub async fn recover(
+        &mut self,
+        messages: &mut Vec<Message>,
+        input: TurnInput<'_>,
+        transient: bool,
+    ) -> Recovery {
         if self.recovery_in_flight {
             self.recovery_in_flight = false;
             return Recovery::Blocked(
-                "the provider rejected the request again after a recovery compaction".into(),
+                "the provider failed again after a recovery compaction".into(),
             );
         }
-        if !in_tool_loop(messages) {
+        let applies = if transient {
+            super::groups::after_tool_success(messages)
+        } else {
+            in_tool_loop(messages)
+        };
+        if !applies {
             return Recovery::NotApplicable;
         }
         let hard = self.settings.ceiling(window_of(input.catalog, input.model));
         let max_message = (self.settings.tail_budget(hard) / 2).max(512);
         let sel = select(messages, 0, max_message);
+        if !sel.reduces() && transient {
+            // Nothing older to fold: the failure is the provider's, not
+            // the context's; the ordinary failure path decides.
+            return Recovery::NotApplicable;
+        }
         if !sel.reduces() {
             return Recovery::Blocked(
                 "the context cannot be reduced: nothing precedes the current request".into(),
@@ -421,6 +448,13 @@ impl ContextManager {
                     original_message_count: original as u64,
                     compacted_message_count: messages.len() as u64,
                     history_artifact_path: outcome.archive_path.clone(),
+                })
+                .await;
+            // The seed keeps session_start with source `compact` for
+            // compatibility: the compacted history is a new start.
+            hooks
+                .run(HookEvent::SessionStart {
+                    source: "compact".into(),
                 })
                 .await;
         }

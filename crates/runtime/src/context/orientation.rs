@@ -16,6 +16,84 @@ pub const ORIENTATION_HEADER: &str = "[Orientation Context]";
 pub const RESET_BANNER: &str = "### Context Reset\nThis session starts from a clean context. Reorient from the artifacts below.";
 /// Most bytes kept of each loop-memory file (its end, the newest notes).
 pub const MEMORY_FILE_LIMIT: usize = 4 * 1024;
+/// Harness artifacts listed (files under `.vtcode/tasks/`, sorted).
+pub const ARTIFACTS_MAX: usize = 12;
+/// Characters of each artifact's summary (its first non-empty line).
+pub const ARTIFACT_SUMMARY_CHARS: usize = 160;
+/// Bytes of a previous agent's handoff kept.
+pub const HANDOFF_LIMIT: usize = 8 * 1024;
+/// Where harness artifacts live, under the workspace.
+pub const TASKS_DIR: &str = ".vtcode/tasks";
+
+/// The durable artifacts every orientation starts from: the progress
+/// ledger's summary and the harness artifacts under `.vtcode/tasks/`
+/// (spec, contract, evaluation, plan, reset manifest ...), each as its
+/// path, size and first line. Bounded: [`ARTIFACTS_MAX`] files of
+/// [`ARTIFACT_SUMMARY_CHARS`] each, about 3 KB in all.
+pub fn durable_artifacts(workspace: &Path) -> String {
+    let mut out = String::from("\n\n## Progress ledger (.vtcode/state/progress.json)\n");
+    match crate::state::ProgressLedger::load(workspace) {
+        Ok(Some(l)) => out.push_str(&l.summary()),
+        Ok(None) => out.push_str("- none yet: no turn has finished in this workspace"),
+        Err(e) => out.push_str(&format!("- unreadable: {e}")),
+    }
+    out.push_str(&format!("\n\n## Harness artifacts ({TASKS_DIR}/)\n"));
+    let files = artifact_files(&workspace.join(TASKS_DIR));
+    if files.is_empty() {
+        out.push_str("- none");
+    }
+    let lines: Vec<String> = files
+        .iter()
+        .take(ARTIFACTS_MAX)
+        .map(|p| artifact_line(workspace, p))
+        .collect();
+    out.push_str(&lines.join("\n"));
+    if files.len() > ARTIFACTS_MAX {
+        out.push_str(&format!("\n- … and {} more", files.len() - ARTIFACTS_MAX));
+    }
+    out
+}
+
+/// Files under `dir` and its subdirectories (one level), sorted.
+fn artifact_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            if let Ok(inner) = std::fs::read_dir(&path) {
+                out.extend(inner.flatten().map(|i| i.path()).filter(|p| p.is_file()));
+            }
+        } else if path.is_file() {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn artifact_line(workspace: &Path, path: &Path) -> String {
+    let rel = path
+        .strip_prefix(workspace)
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let first = std::fs::read(path)
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
+        .and_then(|t| {
+            t.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(str::to_owned)
+        })
+        .map(|l| l.chars().take(ARTIFACT_SUMMARY_CHARS).collect::<String>())
+        .unwrap_or_else(|| "(empty or binary)".into());
+    format!("- {rel} ({size} bytes): {first}")
+}
 
 /// The loop's state when the reset happened, from its history.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -143,6 +221,9 @@ impl Orientation<'_> {
         if !s.last_calls.is_empty() {
             out.push_str(&format!("\n- last calls: {}", s.last_calls.join("; ")));
         }
+        if let Some(ws) = self.workspace {
+            out.push_str(&durable_artifacts(ws));
+        }
         out.push_str(&self.memory());
         out.push_str("\n\n## Recent commits\n");
         if self.commits.is_empty() {
@@ -157,7 +238,7 @@ impl Orientation<'_> {
             out.push_str(&lines.join("\n"));
         }
         if let Some(h) = self.handoff {
-            out.push_str(&format!("\n\n## Handoff\n{}", preview(h, 8 * 1024)));
+            out.push_str(&format!("\n\n## Handoff\n{}", preview(h, HANDOFF_LIMIT)));
         }
         if let Some(summary) = self.summary {
             out.push_str(&format!("\n\n## Compaction summary\n{}", summary.trim()));

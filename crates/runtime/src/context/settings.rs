@@ -51,6 +51,10 @@ pub struct ContextSettings {
     pub recent_commits: Vec<String>,
     /// A handoff (markdown) from a previous agent, for the orientation.
     pub handoff: Option<String>,
+    /// Rewrite the progress ledger (`.vtcode/state/progress.json` under
+    /// the workspace) after every turn. The actor tree turns it on for the
+    /// root agent only.
+    pub progress_ledger: bool,
 }
 
 impl Default for ContextSettings {
@@ -68,6 +72,7 @@ impl Default for ContextSettings {
             archive_dir: None,
             recent_commits: Vec::new(),
             handoff: None,
+            progress_ledger: true,
         }
     }
 }

@@ -12,6 +12,9 @@
 //! - [`memory`]: the append-only `notes.md` and `decisions.md`
 //!   ([`LoopMemory`]) and the `remember` tool ([`RememberTool`]) agents use
 //!   to add to them.
+//! - [`progress`]: the progress ledger `progress.json` ([`ProgressLedger`]:
+//!   goal, completion, confidence, stall status), rewritten by the agent
+//!   loop after every turn, and the task tracker `tasks.json`.
 //! - [`budget`]: cost guardrails, [`CostBudget`] limits and a
 //!   [`BudgetNode`] tree of accounts, one per agent of the actor tree,
 //!   whose charges roll up to the root.
@@ -21,11 +24,13 @@
 pub mod budget;
 pub mod loop_state;
 pub mod memory;
+pub mod progress;
 pub mod steering;
 
 pub use budget::{AgentSpend, BudgetNode, BudgetStatus, CostBudget};
 pub use loop_state::{LoopArtifact, LoopState, LoopStateError, LoopStateStore, LoopStatus};
 pub use memory::{LoopMemory, MemoryEntry, MemoryError, MemoryKind, RememberTool};
+pub use progress::{ProgressError, ProgressLedger, TrackedTask};
 pub use steering::{Intent, IntentId, SteeringError, SteeringQueue};
 
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ pub const TASK: &str = "Read the big files and report.";
 pub const OVERFLOW_BODY: &str = r#"{"error":{"message":"This model's maximum context length is 16000 tokens. However, your messages resulted in 17000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
 
 /// `big {"bytes": n}`: returns n bytes, starting `big#<k>:`.
-pub struct Big(AtomicUsize);
+pub struct Big(pub AtomicUsize);
 
 impl Tool for Big {
     fn name(&self) -> &str {

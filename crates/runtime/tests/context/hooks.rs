@@ -106,3 +106,35 @@ async fn pre_compact_runs_before_the_boundary_with_the_seed_payload() {
     assert_eq!(Some(path), boundary.history_artifact_path.as_deref());
     assert!(h.ws.path().join(path).is_file());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_start_runs_with_source_compact_after_a_compaction() {
+    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
+    replies.push(big_call("c4", 24_000));
+    replies.push(Reply::text("done"));
+    let mut h = harness(
+        replies,
+        Setup {
+            settings: ContextSettings {
+                auto_compaction_threshold_tokens: Some(10_000),
+                calibrate: false,
+                ..ContextSettings::default()
+            },
+            hooks: Some(Box::new(|ws| {
+                HookRunner::new(
+                    HookConfig {
+                        session_start: vec!["jq -c -r .source >> starts.txt".into()],
+                        ..HookConfig::default()
+                    },
+                    ws,
+                )
+            })),
+            ..Setup::default()
+        },
+    )
+    .await;
+    assert_eq!(h.agent.run().await.subtype, CompletionSubtype::Success);
+    assert_eq!(h.boundaries().len(), 1);
+    let starts = std::fs::read_to_string(h.ws.path().join("starts.txt")).unwrap();
+    assert_eq!(starts, "startup\ncompact\n");
+}

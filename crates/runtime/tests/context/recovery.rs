@@ -86,3 +86,114 @@ async fn overflow_not_after_tool_output_is_a_stream_error() {
     assert_eq!(done.outcome_code, "stream_error");
     assert!(h.boundaries().is_empty());
 }
+
+fn transient(failures: usize) -> Vec<Reply> {
+    let mut r: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 2_000)).collect();
+    for _ in 0..failures {
+        r.push(Reply::http_error(
+            503,
+            r#"{"error":{"message":"overloaded"}}"#,
+        ));
+    }
+    r.push(Reply::text("done"));
+    r
+}
+
+fn with_memory() -> Setup {
+    Setup {
+        before: Some(Box::new(|ws| {
+            std::fs::create_dir_all(ws.join(".vtcode")).unwrap();
+            std::fs::write(
+                ws.join(".vtcode/memory.md"),
+                "MEMORY: keep the tests green\n",
+            )
+            .unwrap();
+        })),
+        ..setup()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_after_tool_output_compacts_the_prefix_and_retries_once() {
+    let mut h = harness(transient(1), with_memory()).await;
+    let done = h.agent.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 5, "three tool turns, the failure, one retry");
+    let retry = &reqs[4];
+    assert!(!retry.tools.is_empty(), "the retry offers tools");
+    let first = retry.first_user_text().unwrap();
+    assert!(first.starts_with("[Compacted context]"), "{first}");
+    assert!(
+        first.contains("MEMORY: keep the tests green"),
+        "the memory envelope"
+    );
+    assert!(
+        request_text(retry).contains(TASK),
+        "the current request is kept"
+    );
+    assert_eq!(
+        retry.function_call_output_text("c3").unwrap().len(),
+        2_000,
+        "the completed tool output is kept verbatim"
+    );
+    assert!(retry.function_call_output_text("c1").is_none());
+    assert_eq!(h.boundaries().len(), 1, "one compact boundary");
+    let warned = h.events().into_iter().any(|e| {
+        matches!(e, troupe_protocol::ThreadEvent::Error(e)
+            if e.message.contains("failed after successful tool output"))
+    });
+    assert!(warned, "the warning says why it compacted");
+    h.server.check_invariants().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_transient_failure_blocks_truthfully() {
+    let mut h = harness(transient(2), setup()).await;
+    let done = h.agent.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::ErrorDuringExecution);
+    assert_eq!(done.outcome_code, "blocked");
+    assert!(done.result.is_none());
+    assert_eq!(h.server.requests().len(), 5, "one bounded retry, no more");
+    assert_eq!(h.boundaries().len(), 1);
+    let blocked = h.events().into_iter().any(|e| {
+        matches!(e, troupe_protocol::ThreadEvent::Error(e)
+            if e.message.contains("blocked and can be resumed with `troupe sessions resume"))
+    });
+    assert!(blocked);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_before_any_tool_output_is_not_a_recovery() {
+    let mut h = harness(
+        vec![Reply::http_error(
+            503,
+            r#"{"error":{"message":"overloaded"}}"#,
+        )],
+        setup(),
+    )
+    .await;
+    let done = h.agent.run().await;
+    assert_eq!(done.outcome_code, "stream_error");
+    assert!(h.boundaries().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_recovery_retry_a_fallback_still_takes_over() {
+    let mut h = troupe_test_support::AgentBuilder::new(transient(2))
+        .no_builtin_tools()
+        .tool(std::sync::Arc::new(Big(
+            std::sync::atomic::AtomicUsize::new(0),
+        )))
+        .system_prompt(SYSTEM)
+        .task(TASK)
+        .model("scripted")
+        .context(setup().settings)
+        .fallback(vec![Reply::text("from the backup")], "backup-model")
+        .build()
+        .await
+        .unwrap();
+    let done = h.agent.run().await;
+    assert_eq!(done.result.as_deref(), Some("from the backup"), "{done:?}");
+    assert_eq!(h.boundaries().len(), 1);
+}
