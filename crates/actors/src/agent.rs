@@ -497,7 +497,11 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     };
     tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
     if args.depth > 0 {
-        tools.register(Arc::new(HandoffTool::new(args.shared.handoff.clone())));
+        tools.register(Arc::new(HandoffTool::new(
+            args.shared.handoff.clone(),
+            args.parent_id.clone().unwrap_or_else(|| "user".into()),
+            args.spec.task.clone(),
+        )));
     }
     tools.register(Arc::new(RememberTool::new(
         LoopMemory::for_workspace(&env.workspace),

@@ -36,12 +36,20 @@ impl HandoffSlot {
 /// every deliverable.
 pub struct HandoffTool {
     slot: HandoffSlot,
+    target: String,
+    task: String,
 }
 
 impl HandoffTool {
-    /// A tool filling `slot`.
-    pub fn new(slot: HandoffSlot) -> Self {
-        HandoffTool { slot }
+    /// A tool filling `slot` with handoffs addressed to `target` (the
+    /// agent that started this one) for `task` (this agent's task, the
+    /// handoff's `task_context`, which the verifier reads).
+    pub fn new(slot: HandoffSlot, target: impl Into<String>, task: impl Into<String>) -> Self {
+        HandoffTool {
+            slot,
+            target: target.into(),
+            task: task.into(),
+        }
     }
 }
 
@@ -107,7 +115,10 @@ impl Tool for HandoffTool {
         Box::pin(async move {
             let mut body = args;
             if let Value::Object(m) = &mut body {
-                m.insert("target".into(), Value::String("parent".into()));
+                // Set by troupe, never by the model: the schema has
+                // neither field, and these overwrite any the model sent.
+                m.insert("target".into(), Value::String(self.target.clone()));
+                m.insert("task_context".into(), Value::String(self.task.clone()));
             }
             let handoff: HandoffRequest =
                 serde_json::from_value(body).map_err(|e| ToolError::Schema(e.to_string()))?;
