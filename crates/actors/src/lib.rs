@@ -30,6 +30,7 @@
 pub mod address;
 pub mod agent;
 pub mod drain;
+pub mod handoff;
 pub mod orient;
 pub mod pipeline;
 pub mod run;

@@ -17,6 +17,7 @@ use crate::address::Address;
 use crate::agent::{
     AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
 };
+use crate::handoff::{ParentLink, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
 use troupe_runtime::state::{CostBudget, LoopStateStore};
 use troupe_worktree::{Workspace, Worktree};
@@ -197,17 +198,7 @@ impl SpawnSubagentTool {
         let worktree = match spec.isolation {
             Isolation::Shared => None,
             Isolation::Worktree => {
-                let short: String = p
-                    .env
-                    .session_id
-                    .chars()
-                    .rev()
-                    .take(8)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                let id = format!("{short}-{}", agent_id.replace('/', "-"));
+                let id = worktree_id(&p.env.session_id, &agent_id);
                 let ws = Workspace::open(&p.env.workspace)
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
                 Some(
@@ -225,6 +216,8 @@ impl SpawnSubagentTool {
             CostBudget::unlimited(),
         );
         let store = LoopStateStore::new(&p.env.workspace);
+        // The child's outcome reaches this agent as a typed message
+        // (`AgentMsg::Handoff`); `done` only tells that it ended.
         let shared = AgentShared::new(
             done,
             false,
@@ -232,6 +225,10 @@ impl SpawnSubagentTool {
             &loop_id(&p.env.session_id, &agent_id),
             budget,
         );
+        *shared.parent.lock() = Some(ParentLink {
+            address: p.address.clone(),
+            shared: Arc::downgrade(&p.shared),
+        });
         Ok((
             AgentArgs {
                 env: Arc::clone(&p.env),
@@ -309,6 +306,35 @@ impl Tool for SpawnSubagentTool {
         Capability::Exec
     }
 
+    /// A child that finished before this agent restarted: its handoff is
+    /// in the journal, so the call's result is that handoff (delivered
+    /// once), not "interrupted".
+    fn settle_interrupted(&self, args: &Value) -> Option<ToolOutput> {
+        let spec: AgentSpec = serde_json::from_value(args.clone()).ok()?;
+        let p = &self.parent;
+        let child = format!("{}/{}", p.agent_id, spec.name);
+        let (id, handoff) = journaled_handoff(p.env.log.events_path(), &child)?;
+        if !p.shared.inbox.mark_delivered(&id, &handoff) {
+            return None;
+        }
+        let mut output = format!(
+            "Subagent {child} had ended before troupe restarted; its handoff, from the journal:\n\n{}",
+            handoff.to_markdown()
+        );
+        if spec.isolation == Isolation::Worktree {
+            let wt = Workspace::open(&p.env.workspace)
+                .and_then(|ws| ws.worktree(&worktree_id(&p.env.session_id, &child)));
+            match wt {
+                Ok(wt) => output.push_str(&commit_worktree(&child, &wt, &handoff)),
+                Err(e) => output.push_str(&format!("\n### Worktree\nNot found: {e}\n")),
+            }
+        }
+        Some(ToolOutput {
+            output,
+            ..ToolOutput::default()
+        })
+    }
+
     fn call<'a>(
         &'a self,
         args: Value,
@@ -328,6 +354,7 @@ impl Tool for SpawnSubagentTool {
             let mut guard = ChildGuard {
                 parent: Arc::clone(&self.parent.shared),
                 child: None,
+                waiting: None,
                 finished: false,
             };
             let result = self.run_child(spec, ctx, &mut guard).await;
@@ -344,11 +371,13 @@ impl SpawnSubagentTool {
         ctx: &ToolContext,
         guard: &mut ChildGuard,
     ) -> Result<ToolOutput, ToolError> {
-        let (tx, rx) = oneshot::channel();
-        let (child, worktree) = self.child_args(spec, tx)?;
+        let (done_tx, done) = oneshot::channel();
+        let (child, worktree) = self.child_args(spec, done_tx)?;
         let address = child.address.clone();
         guard.child = Some(address.clone());
         let agent_id = child.agent_id.clone();
+        let rx = self.parent.shared.inbox.expect(&agent_id);
+        guard.waiting = Some(agent_id.clone());
         let timeout = self.parent.env.call_timeout;
         let spec = agent_child_spec(child);
         self.parent
@@ -360,6 +389,14 @@ impl SpawnSubagentTool {
             .map_err(ToolError::Failed)?;
         let outcome = tokio::select! {
             o = rx => o.map_err(|_| ToolError::Failed(format!("subagent {agent_id} stopped without a result")))?,
+            o = done => {
+                // The child ended: its handoff message was sent first and
+                // arrives in a moment; a child that gave up sends none.
+                let ended = o.map_err(|_| ToolError::Failed(format!(
+                    "subagent {agent_id} stopped without a handoff (it crashed more often than its supervisor allows)"
+                )))?;
+                self.await_delivery(&agent_id, ended).await
+            }
             _ = ctx.cancel.cancelled() => {
                 let _ = address.call(AgentMsg::Abort, timeout).await;
                 return Err(ToolError::Cancelled);
@@ -372,26 +409,65 @@ impl SpawnSubagentTool {
             outcome.handoff.to_markdown()
         );
         if let Some(wt) = worktree {
-            let summary = outcome
-                .handoff
-                .state_summary
-                .lines()
-                .next()
-                .unwrap_or("subagent work");
-            match wt.commit(&format!("{agent_id}: {summary}")) {
-                Ok(commit) => output.push_str(&format!(
-                    "\n### Worktree\nThe changes are in {} on branch {} (commit {}); they are not merged.\n",
-                    wt.path().display(),
-                    wt.branch(),
-                    commit.unwrap_or_else(|| "none: nothing changed".into())
-                )),
-                Err(e) => output.push_str(&format!("\n### Worktree\nCommitting the changes failed: {e}\n")),
-            }
+            output.push_str(&commit_worktree(&agent_id, &wt, &outcome.handoff));
         }
         Ok(ToolOutput {
             output,
             ..ToolOutput::default()
         })
+    }
+}
+
+impl SpawnSubagentTool {
+    /// The handoff message of a child that ended; when it does not come
+    /// (its parent link was gone), the outcome it ended with, delivered
+    /// here once.
+    async fn await_delivery(&self, child: &str, ended: AgentOutcome) -> AgentOutcome {
+        let inbox = &self.parent.shared.inbox;
+        let id = handoff_id(child, ended.completed.num_turns);
+        let rx = inbox.expect(child);
+        if inbox.is_delivered(&id) {
+            inbox.forget(child);
+            return ended;
+        }
+        match tokio::time::timeout(self.parent.env.call_timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            _ => {
+                inbox.forget(child);
+                inbox.mark_delivered(&id, &ended.handoff);
+                ended
+            }
+        }
+    }
+}
+
+/// The worktree id of subagent `agent_id`: the session id's last 8
+/// characters and the agent path (`1a2b3c4d-root-fixer`).
+pub fn worktree_id(session_id: &str, agent_id: &str) -> String {
+    let chars: Vec<char> = session_id.chars().collect();
+    let short: String = chars[chars.len().saturating_sub(8)..].iter().collect();
+    format!("{short}-{}", agent_id.replace('/', "-"))
+}
+
+/// Commits a worktree subagent's changes on its branch; the text says where
+/// they are and how to verify and merge them.
+fn commit_worktree(agent_id: &str, wt: &Worktree, handoff: &HandoffRequest) -> String {
+    {
+        let summary = handoff
+            .state_summary
+            .lines()
+            .next()
+            .unwrap_or("subagent work");
+        match wt.commit(&format!("{agent_id}: {summary}")) {
+            Ok(commit) => format!(
+                "\n### Worktree\nThe changes are in {} on branch {} (commit {}); they are not merged. \
+                     Check them with `verify_change` and merge them with `merge_worktree`.\n",
+                wt.path().display(),
+                wt.branch(),
+                commit.unwrap_or_else(|| "none: nothing changed".into())
+            ),
+            Err(e) => format!("\n### Worktree\nCommitting the changes failed: {e}\n"),
+        }
     }
 }
 
@@ -402,12 +478,16 @@ impl SpawnSubagentTool {
 struct ChildGuard {
     parent: Arc<AgentShared>,
     child: Option<Address<AgentMsg>>,
+    waiting: Option<String>,
     finished: bool,
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.parent.children.fetch_sub(1, Ordering::SeqCst);
+        if let Some(child) = &self.waiting {
+            self.parent.inbox.forget(child);
+        }
         if self.finished {
             return;
         }
