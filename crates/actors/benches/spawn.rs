@@ -119,6 +119,7 @@ async fn main() {
         supervisor: tree.supervisor_address().clone(),
         context: troupe_runtime::context::ContextSettings::default(),
         caps: troupe_runtime::state::CostBudget::unlimited(),
+        verification: troupe_actors::verify::Verification::default(),
     });
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());

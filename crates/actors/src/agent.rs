@@ -36,6 +36,7 @@ use troupe_runtime::store::{EventReader, SessionLog};
 use troupe_runtime::tools::{ToolContext, ToolRegistry};
 
 use crate::address::Address;
+use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
 use crate::handoff::{HandoffDelivery, Inbox, ParentLink, handoff_id};
 use crate::orient::{OrientInput, orientation};
 use crate::subagent::{HandoffSlot, HandoffTool, SpawnSubagentTool};
@@ -138,6 +139,9 @@ pub struct AgentEnv {
     /// Session-wide caps on tokens and steps across the whole tree (the
     /// cost cap is `max_budget_usd`).
     pub caps: CostBudget,
+    /// How `verify_change` and `merge_worktree` verify and merge
+    /// (`[verifier]`).
+    pub verification: crate::verify::Verification,
 }
 
 /// How an agent ended.
@@ -518,6 +522,8 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         }
     };
     tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+    tools.register(Arc::new(VerifyChangeTool::new(args.clone())));
+    tools.register(Arc::new(MergeWorktreeTool::new(args.clone())));
     if args.depth > 0 {
         tools.register(Arc::new(HandoffTool::new(
             args.shared.handoff.clone(),

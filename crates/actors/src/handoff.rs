@@ -17,7 +17,7 @@ use std::sync::Weak;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use troupe_protocol::{HandoffRequest, ThreadEvent};
+use troupe_protocol::{HandoffRequest, ItemDetails, ThreadEvent};
 use troupe_runtime::store::EventReader;
 
 use crate::address::Address;
@@ -156,6 +156,23 @@ pub fn journaled_handoff(events_path: &Path, child: &str) -> Option<(String, Han
         }
     }
     last
+}
+
+/// Whether a tool result of `agent_id` in the log names handoff `id` (the
+/// `spawn_subagent` result that delivered it).
+pub fn delivered_in_log(events_path: &Path, agent_id: &str, id: &str) -> bool {
+    let Ok(reader) = EventReader::open(events_path) else {
+        return false;
+    };
+    let named = format!("({id})");
+    reader
+        .filter_map(Result::ok)
+        .any(|(_, ev)| match &ev.event {
+            ThreadEvent::ItemCompleted(i) if i.agent_id.as_deref() == Some(agent_id) => {
+                matches!(&i.item.details, ItemDetails::ToolOutput(o) if o.output.contains(&named))
+            }
+            _ => false,
+        })
 }
 
 /// How many `troupe.handoff` events in the log carry `id` (tests and

@@ -29,6 +29,7 @@
 
 pub mod address;
 pub mod agent;
+pub mod change_tools;
 pub mod drain;
 pub mod handoff;
 pub mod orient;
@@ -39,6 +40,7 @@ pub mod subagent;
 pub mod supervisor;
 pub mod synthesized;
 pub mod verifier;
+pub mod verify;
 
 pub use address::{Address, AddressError};
 pub use agent::{

@@ -17,9 +17,9 @@ use crate::address::Address;
 use crate::agent::{
     AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
 };
-use crate::handoff::{ParentLink, handoff_id, journaled_handoff};
+use crate::handoff::{ParentLink, delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
-use troupe_runtime::state::{CostBudget, LoopStateStore};
+use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_worktree::{Workspace, Worktree};
 
 /// Where a child's submitted handoff waits for the end of its run.
@@ -180,7 +180,7 @@ impl SpawnSubagentTool {
 
     fn child_args(
         &self,
-        spec: AgentSpec,
+        mut spec: AgentSpec,
         done: oneshot::Sender<AgentOutcome>,
     ) -> Result<(AgentArgs, Option<Worktree>), ToolError> {
         let p = &self.parent;
@@ -192,6 +192,14 @@ impl SpawnSubagentTool {
             )));
         }
         let agent_id = format!("{}/{}", p.agent_id, spec.name);
+        let store = LoopStateStore::new(&p.env.workspace);
+        let lid = loop_id(&p.env.session_id, &agent_id);
+        // A child of this name that already handed off is continued: its
+        // thread goes on in its worktree, the new task as its next turn.
+        let previous = journaled_handoff(p.env.log.events_path(), &agent_id);
+        if let Some((_, before)) = &previous {
+            continue_child(&store, &lid, &mut spec, before, p.env.max_turns)?;
+        }
         // Isolation: the child writes in its own worktree of the session's
         // workspace, on branch troupe/<id>; its changes stay there until
         // someone merges them.
@@ -201,10 +209,11 @@ impl SpawnSubagentTool {
                 let id = worktree_id(&p.env.session_id, &agent_id);
                 let ws = Workspace::open(&p.env.workspace)
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
-                Some(
-                    ws.create_worktree(&id)
-                        .map_err(|e| ToolError::Failed(e.to_string()))?,
-                )
+                let wt = match &previous {
+                    Some(_) => ws.worktree(&id),
+                    None => ws.create_worktree(&id),
+                };
+                Some(wt.map_err(|e| ToolError::Failed(e.to_string()))?)
             }
         };
         let workspace = worktree
@@ -215,16 +224,9 @@ impl SpawnSubagentTool {
             spec.budget_share.unwrap_or(1.0),
             CostBudget::unlimited(),
         );
-        let store = LoopStateStore::new(&p.env.workspace);
         // The child's outcome reaches this agent as a typed message
         // (`AgentMsg::Handoff`); `done` only tells that it ended.
-        let shared = AgentShared::new(
-            done,
-            false,
-            &store,
-            &loop_id(&p.env.session_id, &agent_id),
-            budget,
-        );
+        let shared = AgentShared::new(done, previous.is_some(), &store, &lid, budget);
         *shared.parent.lock() = Some(ParentLink {
             address: p.address.clone(),
             shared: Arc::downgrade(&p.shared),
@@ -244,6 +246,34 @@ impl SpawnSubagentTool {
             worktree,
         ))
     }
+}
+
+/// Prepares the next run of a child that handed off before: the new task
+/// becomes a durable steering intent (its next turn), the spec keeps the
+/// original task (the handoff's `task_context`, what the verifier checks),
+/// and the turn limit counts the turns already run.
+fn continue_child(
+    store: &LoopStateStore,
+    lid: &str,
+    spec: &mut AgentSpec,
+    before: &HandoffRequest,
+    default_turns: u32,
+) -> Result<(), ToolError> {
+    let failed = |e: String| ToolError::Failed(format!("cannot continue {}: {e}", spec.name));
+    let mut st = store
+        .load(lid)
+        .map_err(|e| failed(e.to_string()))?
+        .unwrap_or_else(|| LoopState::new(lid));
+    st.steering
+        .push(spec.task.clone())
+        .map_err(|e| failed(e.to_string()))?;
+    store.save(&st).map_err(|e| failed(e.to_string()))?;
+    let turns = u32::try_from(st.step_index).unwrap_or(u32::MAX);
+    spec.max_turns = Some(turns.saturating_add(spec.max_turns.unwrap_or(default_turns)));
+    if !before.task_context.trim().is_empty() {
+        spec.task.clone_from(&before.task_context);
+    }
+    Ok(())
 }
 
 /// Starts an agent under the session's root supervisor (transient: a
@@ -314,11 +344,14 @@ impl Tool for SpawnSubagentTool {
         let p = &self.parent;
         let child = format!("{}/{}", p.agent_id, spec.name);
         let (id, handoff) = journaled_handoff(p.env.log.events_path(), &child)?;
-        if !p.shared.inbox.mark_delivered(&id, &handoff) {
+        // Delivered in an earlier run: a tool result of this agent names it.
+        if delivered_in_log(p.env.log.events_path(), &p.agent_id, &id)
+            || !p.shared.inbox.mark_delivered(&id, &handoff)
+        {
             return None;
         }
         let mut output = format!(
-            "Subagent {child} had ended before troupe restarted; its handoff, from the journal:\n\n{}",
+            "Subagent {child} had ended before troupe restarted ({id}); its handoff, from the journal:\n\n{}",
             handoff.to_markdown()
         );
         if spec.isolation == Isolation::Worktree {
@@ -403,9 +436,10 @@ impl SpawnSubagentTool {
             }
         };
         let mut output = format!(
-            "Subagent {agent_id} ended as {} after {} turns.\n\n{}",
+            "Subagent {agent_id} ended as {} after {} turns ({}).\n\n{}",
             outcome.completed.subtype,
             outcome.completed.num_turns,
+            handoff_id(&agent_id, outcome.completed.num_turns),
             outcome.handoff.to_markdown()
         );
         if let Some(wt) = worktree {

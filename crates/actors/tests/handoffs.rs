@@ -15,7 +15,7 @@ use troupe_actors::subagent::SpawnSubagentTool;
 use troupe_actors::{Address, RunEnd, SupervisorConfig, start_root};
 use troupe_protocol::{HandoffRequest, ThreadEvent};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
-use troupe_runtime::tools::Tool;
+use troupe_runtime::tools::{Tool, ToolContext};
 use troupe_test_support::SessionFixture;
 use troupe_test_support::events::try_read_log;
 use troupe_testkit::{Reply, Script, ScriptedServer};
@@ -65,34 +65,41 @@ fn root_args(f: &SessionFixture) -> AgentArgs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_once() {
     let ws = tempfile::tempdir().unwrap();
+    // Only the child talks to the model: it hands off and ends.
     let server = ScriptedServer::start(Script::replies(vec![
-        Reply::tool_call(
-            "s1",
-            "spawn_subagent",
-            json!({"name": "fixer", "task": "fix the parser"}),
-        ),
         Reply::tool_call("h1", "handoff", handoff_args()),
         Reply::text("handed off"),
-        Reply::text("all done"),
     ]))
     .await
     .unwrap();
     let f = SessionFixture::start(ws.path(), &server, fast(), |_| {})
         .await
         .unwrap();
-    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
-    assert!(matches!(end, RunEnd::Finished(_)), "{end:?}");
-    f.tree.flush().await.unwrap();
-    // A new incarnation of the root whose `spawn_subagent` call was cut
-    // off by a restart: the child's handoff is in the journal, so the call
-    // settles with it instead of "interrupted", and only once.
-    let tool = SpawnSubagentTool::new(root_args(&f));
+    // A parent that dies before its `spawn_subagent` result is journaled:
+    // its call runs outside any loop, so only the child's events reach the
+    // log.
     let args = json!({"name": "fixer", "task": "fix the parser"});
+    let first = SpawnSubagentTool::new(root_args(&f));
+    let ctx = ToolContext {
+        workspace: ws.path().to_path_buf(),
+        spool_dir: None,
+        cancel: tokio_util::sync::CancellationToken::new(),
+        on_spawn: None,
+    };
+    let live = tokio::time::timeout(Duration::from_secs(30), first.call(args.clone(), &ctx))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        live.output.contains("- [done] the thing"),
+        "{}",
+        live.output
+    );
+    f.tree.flush().await.unwrap();
+    // The restarted parent (a fresh incarnation, nothing delivered in its
+    // memory): the interrupted call settles with the journaled handoff
+    // instead of "interrupted", once.
+    let tool = SpawnSubagentTool::new(root_args(&f));
     let settled = tool
         .settle_interrupted(&args)
         .expect("settled from the journal");
@@ -127,6 +134,40 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert_eq!(journaled_count(f.log.events_path(), &ids[0]), 1);
     server.check_invariants().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_already_delivered_in_the_log_is_not_settled_again() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![
+        Reply::tool_call(
+            "s1",
+            "spawn_subagent",
+            json!({"name": "fixer", "task": "fix the parser"}),
+        ),
+        Reply::tool_call("h1", "handoff", handoff_args()),
+        Reply::text("handed off"),
+        Reply::text("all done"),
+    ]))
+    .await
+    .unwrap();
+    let f = SessionFixture::start(ws.path(), &server, fast(), |_| {})
+        .await
+        .unwrap();
+    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
+        .await
+        .unwrap();
+    assert!(matches!(end, RunEnd::Finished(_)), "{end:?}");
+    f.tree.flush().await.unwrap();
+    // The root's spawn_subagent result (in the log) names the handoff: a
+    // later incarnation does not deliver it again.
+    let tool = SpawnSubagentTool::new(root_args(&f));
+    let args = json!({"name": "fixer", "task": "fix the parser"});
+    assert!(tool.settle_interrupted(&args).is_none());
+    f.tree.shutdown().await.unwrap();
 }
 
 fn delivery(id: &str, from: &str, summary: &str) -> HandoffDelivery {

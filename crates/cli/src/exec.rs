@@ -473,6 +473,11 @@ impl Session {
                 &self.workspace,
                 Some(log.dir().join("derived")),
             ),
+            verification: troupe_actors::verify::Verification {
+                settings: troupe_runtime::verifier::VerifierSettings::default().with_config(config),
+                allow_unverified_merge: config.verifier.allow_unverified_merge,
+                ..troupe_actors::verify::Verification::default()
+            },
         })
     }
 

@@ -154,6 +154,7 @@ impl SessionFixture {
             supervisor: tree.supervisor_address().clone(),
             context: troupe_runtime::context::ContextSettings::default(),
             caps: troupe_runtime::state::CostBudget::unlimited(),
+            verification: troupe_actors::verify::Verification::default(),
         };
         tweak(&mut env);
         Ok(SessionFixture {
