@@ -416,3 +416,74 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
         "nothing merged"
     );
 }
+
+/// A verifier that approves only when its first request holds the task
+/// text, and rejects otherwise (issue 14 item 4).
+pub fn task_checking_verifier(script: Script, task: &str) -> Script {
+    script
+        .with_route_all(
+            "independent verifier",
+            vec![task.to_string()],
+            vec![
+                Reply::tool_call("t1", "submit_verdict", json!({"approved": true})),
+                Reply::text("approved: the change does the task"),
+            ],
+        )
+        .with_route(
+            "independent verifier",
+            vec![
+                Reply::tool_call(
+                    "t1",
+                    "submit_verdict",
+                    json!({"approved": false, "findings": [{"message": "I was not told the task"}]}),
+                ),
+                Reply::text("rejected: no task"),
+            ],
+        )
+}
+
+#[test]
+fn the_pipeline_verifier_is_told_the_task() {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let task = "Fix calc.sh so that add 2 2 prints 4 (task marker T-91c2).";
+    // The proposer hands off with the `handoff` tool, which has no task
+    // field: troupe fills it in.
+    let script = task_checking_verifier(Script::replies(vec![]), "T-91c2").with_route(
+        "Fix calc.sh",
+        vec![
+            Reply::tool_call(
+                "p1",
+                "edit_file",
+                json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"}),
+            ),
+            Reply::tool_call("p2", "handoff", handoff("fixed add")),
+            Reply::text("fixed"),
+        ],
+    );
+    let out = troupe_run(
+        ws.path(),
+        &format!(
+            "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"{task}\"\n"
+        ),
+        &script,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = session_events(ws.path());
+    assert_eq!(verdicts(&events), vec![true], "{stdout}");
+    let handoff = events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(&h.handoff),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(handoff.task_context, task);
+    assert_eq!(handoff.target, "session/pipeline");
+}

@@ -121,6 +121,7 @@ async fn main() {
         caps: troupe_runtime::state::CostBudget::unlimited(),
         sandbox: None,
         builtins: troupe_actors::Builtins::ALL,
+        verification: troupe_actors::verify::Verification::default(),
     });
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());

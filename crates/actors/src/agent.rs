@@ -36,6 +36,8 @@ use troupe_runtime::store::{EventReader, SessionLog};
 use troupe_runtime::tools::{SandboxMode, ToolContext, ToolRegistry, ToolSandbox};
 
 use crate::address::Address;
+use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
+use crate::handoff::{HandoffDelivery, Inbox, ParentLink, handoff_id};
 use crate::orient::{OrientInput, orientation};
 use crate::subagent::{HandoffSlot, HandoffTool, SpawnSubagentTool};
 use crate::supervisor::SupervisorMsg;
@@ -147,6 +149,9 @@ pub struct AgentEnv {
     /// Which optional built-ins every agent gets (subagents, memory,
     /// orientation).
     pub builtins: crate::env::Builtins,
+    /// How `verify_change` and `merge_worktree` verify and merge
+    /// (`[verifier]`).
+    pub verification: crate::verify::Verification,
 }
 
 /// How an agent ended.
@@ -158,6 +163,9 @@ pub struct AgentOutcome {
     pub handoff: HandoffRequest,
     /// What it and every agent below it spent, per agent.
     pub spend: Vec<AgentSpend>,
+    /// The typed handoffs its subagents sent it, in delivery order (each
+    /// once).
+    pub received: Vec<HandoffRequest>,
 }
 
 /// State shared by every incarnation of one agent.
@@ -171,6 +179,10 @@ pub struct AgentShared {
     pub(crate) budget: Arc<BudgetNode>,
     /// A submitted handoff survives a restart of the agent.
     handoff: HandoffSlot,
+    /// The handoffs of this agent's children (typed messages, deduped).
+    pub(crate) inbox: Inbox,
+    /// Where this agent's own handoff goes (`None`: through `done` only).
+    pub(crate) parent: Mutex<Option<ParentLink>>,
 }
 
 impl AgentShared {
@@ -194,7 +206,15 @@ impl AgentShared {
             children: AtomicUsize::new(0),
             budget,
             handoff: HandoffSlot::default(),
+            inbox: Inbox::default(),
+            parent: Mutex::new(None),
         })
+    }
+
+    /// The typed handoffs this agent received from its subagents, in the
+    /// order they were delivered (each once).
+    pub fn received_handoffs(&self) -> Vec<HandoffRequest> {
+        self.inbox.received()
     }
 }
 
@@ -282,6 +302,9 @@ pub enum AgentMsg {
     Abort(RpcReplyPort<()>),
     /// Report progress.
     Status(RpcReplyPort<AgentStatus>),
+    /// A subagent's handoff (journaled before it was sent), for the
+    /// `spawn_subagent` call waiting for it; delivered once per id.
+    Handoff(Box<HandoffDelivery>),
 }
 
 /// How long an aborted turn may take to wind down before it is dropped.
@@ -449,6 +472,9 @@ impl Actor for AgentActor {
                 }
                 let _ = reply.send(());
             }
+            AgentMsg::Handoff(delivery) => {
+                state.args.shared.inbox.deliver(*delivery);
+            }
             AgentMsg::Status(reply) => {
                 let (turns, usage) = state
                     .agent
@@ -511,9 +537,15 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     };
     if env.builtins.subagents {
         tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+        tools.register(Arc::new(VerifyChangeTool::new(args.clone())));
+        tools.register(Arc::new(MergeWorktreeTool::new(args.clone())));
     }
     if args.depth > 0 {
-        tools.register(Arc::new(HandoffTool::new(args.shared.handoff.clone())));
+        tools.register(Arc::new(HandoffTool::new(
+            args.shared.handoff.clone(),
+            args.parent_id.clone().unwrap_or_else(|| "user".into()),
+            args.spec.task.clone(),
+        )));
     }
     if env.builtins.memory {
         tools.register(Arc::new(RememberTool::new(
@@ -702,18 +734,11 @@ async fn finish(
         .handoff
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));
+    let id = handoff_id(&args.agent_id, done.num_turns);
     // A blocked root hands off too: `troupe sessions resume` continues
     // from that handoff.
     if args.depth > 0 || done.outcome_code == "blocked" {
-        let event = ThreadEvent::Handoff(HandoffEvent {
-            id: format!("handoff-{}", args.agent_id),
-            from_agent: args.agent_id.clone(),
-            handoff: handoff.clone(),
-            agent_id: Some(args.agent_id.clone()),
-        });
-        if let Err(e) = args.env.log.sender().emit(&event) {
-            tracing::warn!(error = %e, "troupe.handoff refused");
-        }
+        journal_handoff(args, &id, &handoff).await;
     }
     {
         let mut st = args.shared.loop_state.lock();
@@ -728,12 +753,39 @@ async fn finish(
         });
         save_loop_state(args, &st);
     }
-    if let Some(tx) = args.shared.done.lock().take() {
-        let _ = tx.send(AgentOutcome {
-            completed: done,
-            handoff,
-            spend: args.shared.budget.report(),
+    let outcome = AgentOutcome {
+        completed: done,
+        handoff,
+        spend: args.shared.budget.report(),
+        received: args.shared.inbox.received(),
+    };
+    let parent = args.shared.parent.lock().clone();
+    if let Some(parent) = parent {
+        parent.send(HandoffDelivery {
+            id,
+            from_agent: args.agent_id.clone(),
+            outcome: outcome.clone(),
         });
     }
+    if let Some(tx) = args.shared.done.lock().take() {
+        let _ = tx.send(outcome);
+    }
     myself.stop(Some("completed".into()));
+}
+
+/// Journals a subagent's handoff (`troupe.handoff`) and waits until it is
+/// durable, so that it is in the log before its parent receives it.
+async fn journal_handoff(args: &AgentArgs, id: &str, handoff: &HandoffRequest) {
+    let event = ThreadEvent::Handoff(HandoffEvent {
+        id: id.to_string(),
+        from_agent: args.agent_id.clone(),
+        handoff: handoff.clone(),
+        agent_id: Some(args.agent_id.clone()),
+    });
+    if let Err(e) = args.env.log.sender().emit(&event) {
+        tracing::warn!(error = %e, "troupe.handoff refused");
+    }
+    if let Err(e) = args.env.log.flush(args.env.call_timeout).await {
+        tracing::warn!(error = %e, "troupe.handoff not yet durable");
+    }
 }

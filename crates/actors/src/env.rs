@@ -82,6 +82,7 @@ impl AgentEnv {
             caps: CostBudget::unlimited(),
             builtins: Builtins::ALL,
             sandbox: None,
+            verification: crate::verify::Verification::default(),
         }
     }
 

@@ -33,8 +33,10 @@
 pub mod address;
 pub mod agent;
 pub mod builder;
+pub mod change_tools;
 pub mod drain;
 pub mod env;
+pub mod handoff;
 pub mod orient;
 pub mod pipeline;
 pub mod run;
@@ -43,6 +45,7 @@ pub mod subagent;
 pub mod supervisor;
 pub mod synthesized;
 pub mod verifier;
+pub mod verify;
 
 pub use address::{Address, AddressError};
 pub use agent::{

@@ -14,22 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use ractor::Actor;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, oneshot};
-use troupe_protocol::{
-    FileChange, FileChangeItem, FileChangeKind, HandoffRequest, ItemDetails, ItemEvent, ItemStatus,
-    ThreadEvent, ThreadItem, Verdict,
-};
+use troupe_protocol::{HandoffRequest, Verdict};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
-use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
+use troupe_worktree::{Workspace, Worktree};
 
 use crate::address::Address;
 use crate::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
 use crate::session::SessionTree;
 use crate::subagent::agent_child_spec;
-use crate::verifier::{VerifierActor, VerifierArgs, VerifierMsg};
+use crate::verify::{MergeResult, VerifyCall, merge_change, verify_proposed_change};
 
 /// A pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,6 +272,11 @@ async fn run_proposer(
                 return report;
             }
         };
+        let mut handoff = handoff;
+        if handoff.task_context.trim().is_empty() {
+            // The verifier checks the change against the task.
+            handoff.task_context.clone_from(&p.task);
+        }
         report.handoff = Some(handoff.clone());
         let head = match wt.commit(&commit_message(p, &handoff)) {
             Ok(Some(head)) => head,
@@ -429,7 +430,8 @@ fn commit_message(p: &ProposerSpec, handoff: &HandoffRequest) -> String {
     )
 }
 
-/// A fresh verifier (temporary child) judges one proposal.
+/// A fresh verifier (temporary child) judges one proposal, through the
+/// same code path as the `verify_change` tool.
 async fn verify(
     run: &PipelineRun<'_>,
     spec: &PipelineSpec,
@@ -439,72 +441,24 @@ async fn verify(
 ) -> Verdict {
     let env = &run.env;
     let id = format!("verify-{name}-r{round}");
-    let mut settings = run.verifier.clone();
-    settings.name = format!("{}/{id}", run.tree.supervisor_address().name());
-    settings.thread_id = Some(format!("{}:{}", env.session_id, settings.name));
-    settings.session_id = Some(env.session_id.clone());
-    settings.spool_dir = Some(env.log.dir().join("derived"));
-    settings.cancel = tokio_util::sync::CancellationToken::new();
-    let args = VerifierArgs {
-        env: Arc::clone(env),
+    let call = VerifyCall {
+        env,
+        supervisor: run.tree.supervisor_address(),
+        name: format!("{}/{id}", run.tree.supervisor_address().name()),
+        child_id: id,
         model: spec
             .pipeline
             .verifier_model
             .clone()
             .unwrap_or_else(|| env.model.clone()),
-        settings,
+        settings: run.verifier.clone(),
+        cancel: &run.cancel,
     };
-    let address: Address<VerifierMsg> = Address::new(id.clone());
-    let slot = address.clone();
-    let child = crate::supervisor::ChildSpec {
-        id: id.clone(),
-        role: troupe_protocol::AgentRole::Verifier,
-        restart: crate::supervisor::RestartPolicy::Temporary,
-        start: Arc::new(move |sup| {
-            let slot = slot.clone();
-            let args = VerifierArgs {
-                env: Arc::clone(&args.env),
-                model: args.model.clone(),
-                settings: args.settings.clone(),
-            };
-            Box::pin(async move {
-                let (r, _) = Actor::spawn_linked(None, VerifierActor, args, sup).await?;
-                slot.set(r.clone());
-                Ok(r.get_cell())
-            })
-        }),
-        stop: None,
-    };
-    if let Err(e) = run.tree.start_child(child).await {
-        return rejection(format!("the verifier could not start: {e}"));
-    }
-    let timeout = Duration::from_secs(30 * 60);
-    let call = address.call(
-        |r| VerifierMsg::Verify(Box::new(request.clone()), r),
-        timeout,
-    );
-    let verdict = tokio::select! {
-        v = call => v.unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}"))),
-        _ = run.cancel.cancelled() => rejection("cancelled".into()),
-    };
-    if let Some(actor) = address.get() {
-        actor.stop(Some("verdict delivered".into()));
-    }
-    verdict
+    verify_proposed_change(call, request).await
 }
 
-fn rejection(message: String) -> Verdict {
-    Verdict {
-        approved: false,
-        findings: vec![troupe_protocol::Finding {
-            message,
-            path: None,
-        }],
-        checks: Vec::new(),
-    }
-}
-
-/// Merges an approved worktree (one merge at a time) and records it.
+/// Merges an approved worktree (one merge at a time) and records it,
+/// through the same code path as the `merge_worktree` tool.
 async fn merge(
     run: &PipelineRun<'_>,
     workspace: &Workspace,
@@ -512,56 +466,12 @@ async fn merge(
     merges: &Mutex<()>,
 ) -> ProposalStatus {
     let _one_at_a_time = merges.lock().await;
-    let changes: Vec<FileChange> = wt
-        .diff()
-        .map(|d| {
-            d.files
-                .into_iter()
-                .map(|f| FileChange {
-                    path: f.path,
-                    kind: match f.kind {
-                        ChangeKind::Added => FileChangeKind::Add,
-                        ChangeKind::Deleted => FileChangeKind::Delete,
-                        ChangeKind::Modified | ChangeKind::TypeChanged => FileChangeKind::Update,
-                    },
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let status = match workspace.merge(wt) {
-        Ok(MergeOutcome::FastForward { head }) | Ok(MergeOutcome::Merged { commit: head }) => {
-            ProposalStatus::Merged { head }
-        }
-        Ok(MergeOutcome::UpToDate) => ProposalStatus::Merged {
-            head: wt.status().map(|s| s.head).unwrap_or_default(),
-        },
-        Ok(MergeOutcome::Conflict { paths }) => ProposalStatus::Conflict { paths },
-        Err(e) => ProposalStatus::Failed {
-            reason: e.to_string(),
-        },
-    };
     let agent_id = format!("{}/pipeline", run.tree.supervisor_address().name());
-    let item_status = match &status {
-        ProposalStatus::Merged { .. } => ItemStatus::Completed,
-        _ => ItemStatus::Failed,
-    };
-    let event = ThreadEvent::ItemCompleted(ItemEvent {
-        item: ThreadItem {
-            id: format!("merge-{}", wt.id()),
-            details: ItemDetails::FileChange(FileChangeItem {
-                changes,
-                status: item_status,
-            }),
-        },
-        agent_id: Some(agent_id),
-    });
-    if let Err(e) = run.env.log.sender().emit(&event) {
-        tracing::warn!(error = %e, "merge event refused");
+    match merge_change(&run.env, workspace, wt, &agent_id) {
+        MergeResult::Merged { head } => ProposalStatus::Merged { head },
+        MergeResult::Conflict { paths } => ProposalStatus::Conflict { paths },
+        MergeResult::Refused { reason } | MergeResult::Failed { reason } => {
+            ProposalStatus::Failed { reason }
+        }
     }
-    if matches!(status, ProposalStatus::Merged { .. })
-        && let Err(e) = workspace.remove(wt)
-    {
-        tracing::warn!(error = %e, "worktree not removed after merge");
-    }
-    status
 }

@@ -17,8 +17,9 @@ use crate::address::Address;
 use crate::agent::{
     AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
 };
+use crate::handoff::{ParentLink, delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
-use troupe_runtime::state::{CostBudget, LoopStateStore};
+use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_worktree::{Workspace, Worktree};
 
 /// Where a child's submitted handoff waits for the end of its run.
@@ -36,12 +37,20 @@ impl HandoffSlot {
 /// every deliverable.
 pub struct HandoffTool {
     slot: HandoffSlot,
+    target: String,
+    task: String,
 }
 
 impl HandoffTool {
-    /// A tool filling `slot`.
-    pub fn new(slot: HandoffSlot) -> Self {
-        HandoffTool { slot }
+    /// A tool filling `slot` with handoffs addressed to `target` (the
+    /// agent that started this one) for `task` (this agent's task, the
+    /// handoff's `task_context`, which the verifier reads).
+    pub fn new(slot: HandoffSlot, target: impl Into<String>, task: impl Into<String>) -> Self {
+        HandoffTool {
+            slot,
+            target: target.into(),
+            task: task.into(),
+        }
     }
 }
 
@@ -107,7 +116,10 @@ impl Tool for HandoffTool {
         Box::pin(async move {
             let mut body = args;
             if let Value::Object(m) = &mut body {
-                m.insert("target".into(), Value::String("parent".into()));
+                // Set by troupe, never by the model: the schema has
+                // neither field, and these overwrite any the model sent.
+                m.insert("target".into(), Value::String(self.target.clone()));
+                m.insert("task_context".into(), Value::String(self.task.clone()));
             }
             let handoff: HandoffRequest =
                 serde_json::from_value(body).map_err(|e| ToolError::Schema(e.to_string()))?;
@@ -181,29 +193,28 @@ impl SpawnSubagentTool {
             )));
         }
         let agent_id = format!("{}/{}", p.agent_id, spec.name);
+        let store = LoopStateStore::new(&p.env.workspace);
+        let lid = loop_id(&p.env.session_id, &agent_id);
+        // A child of this name that already handed off is continued: its
+        // thread goes on in its worktree, the new task as its next turn.
+        let previous = journaled_handoff(p.env.log.events_path(), &agent_id);
+        if let Some((_, before)) = &previous {
+            continue_child(&store, &lid, &mut spec, before, p.env.max_turns)?;
+        }
         // Isolation: the child writes in its own worktree of the session's
         // workspace, on branch troupe/<id>; its changes stay there until
         // someone merges them.
         let worktree = match spec.isolation {
             Isolation::Shared => None,
             Isolation::Worktree => {
-                let short: String = p
-                    .env
-                    .session_id
-                    .chars()
-                    .rev()
-                    .take(8)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                let id = format!("{short}-{}", agent_id.replace('/', "-"));
+                let id = worktree_id(&p.env.session_id, &agent_id);
                 let ws = Workspace::open(&p.env.workspace)
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
-                Some(
-                    ws.create_worktree(&id)
-                        .map_err(|e| ToolError::Failed(e.to_string()))?,
-                )
+                let wt = match &previous {
+                    Some(_) => ws.worktree(&id),
+                    None => ws.create_worktree(&id),
+                };
+                Some(wt.map_err(|e| ToolError::Failed(e.to_string()))?)
             }
         };
         let workspace = worktree
@@ -214,14 +225,13 @@ impl SpawnSubagentTool {
             spec.budget_share.unwrap_or(1.0),
             CostBudget::unlimited(),
         );
-        let store = LoopStateStore::new(&p.env.workspace);
-        let shared = AgentShared::new(
-            done,
-            false,
-            &store,
-            &loop_id(&p.env.session_id, &agent_id),
-            budget,
-        );
+        // The child's outcome reaches this agent as a typed message
+        // (`AgentMsg::Handoff`); `done` only tells that it ended.
+        let shared = AgentShared::new(done, previous.is_some(), &store, &lid, budget);
+        *shared.parent.lock() = Some(ParentLink {
+            address: p.address.clone(),
+            shared: Arc::downgrade(&p.shared),
+        });
         Ok((
             AgentArgs {
                 env: Arc::clone(&p.env),
@@ -263,6 +273,34 @@ pub fn child_sandbox(
         }
         None => Ok(Some(parent)),
     }
+}
+
+/// Prepares the next run of a child that handed off before: the new task
+/// becomes a durable steering intent (its next turn), the spec keeps the
+/// original task (the handoff's `task_context`, what the verifier checks),
+/// and the turn limit counts the turns already run.
+fn continue_child(
+    store: &LoopStateStore,
+    lid: &str,
+    spec: &mut AgentSpec,
+    before: &HandoffRequest,
+    default_turns: u32,
+) -> Result<(), ToolError> {
+    let failed = |e: String| ToolError::Failed(format!("cannot continue {}: {e}", spec.name));
+    let mut st = store
+        .load(lid)
+        .map_err(|e| failed(e.to_string()))?
+        .unwrap_or_else(|| LoopState::new(lid));
+    st.steering
+        .push(spec.task.clone())
+        .map_err(|e| failed(e.to_string()))?;
+    store.save(&st).map_err(|e| failed(e.to_string()))?;
+    let turns = u32::try_from(st.step_index).unwrap_or(u32::MAX);
+    spec.max_turns = Some(turns.saturating_add(spec.max_turns.unwrap_or(default_turns)));
+    if !before.task_context.trim().is_empty() {
+        spec.task.clone_from(&before.task_context);
+    }
+    Ok(())
 }
 
 /// Starts an agent under the session's root supervisor (transient: a
@@ -326,6 +364,38 @@ impl Tool for SpawnSubagentTool {
         Capability::Exec
     }
 
+    /// A child that finished before this agent restarted: its handoff is
+    /// in the journal, so the call's result is that handoff (delivered
+    /// once), not "interrupted".
+    fn settle_interrupted(&self, args: &Value) -> Option<ToolOutput> {
+        let spec: AgentSpec = serde_json::from_value(args.clone()).ok()?;
+        let p = &self.parent;
+        let child = format!("{}/{}", p.agent_id, spec.name);
+        let (id, handoff) = journaled_handoff(p.env.log.events_path(), &child)?;
+        // Delivered in an earlier run: a tool result of this agent names it.
+        if delivered_in_log(p.env.log.events_path(), &p.agent_id, &id)
+            || !p.shared.inbox.mark_delivered(&id, &handoff)
+        {
+            return None;
+        }
+        let mut output = format!(
+            "Subagent {child} had ended before troupe restarted ({id}); its handoff, from the journal:\n\n{}",
+            handoff.to_markdown()
+        );
+        if spec.isolation == Isolation::Worktree {
+            let wt = Workspace::open(&p.env.workspace)
+                .and_then(|ws| ws.worktree(&worktree_id(&p.env.session_id, &child)));
+            match wt {
+                Ok(wt) => output.push_str(&commit_worktree(&child, &wt, &handoff)),
+                Err(e) => output.push_str(&format!("\n### Worktree\nNot found: {e}\n")),
+            }
+        }
+        Some(ToolOutput {
+            output,
+            ..ToolOutput::default()
+        })
+    }
+
     fn call<'a>(
         &'a self,
         args: Value,
@@ -345,6 +415,7 @@ impl Tool for SpawnSubagentTool {
             let mut guard = ChildGuard {
                 parent: Arc::clone(&self.parent.shared),
                 child: None,
+                waiting: None,
                 finished: false,
             };
             let result = self.run_child(spec, ctx, &mut guard).await;
@@ -361,11 +432,13 @@ impl SpawnSubagentTool {
         ctx: &ToolContext,
         guard: &mut ChildGuard,
     ) -> Result<ToolOutput, ToolError> {
-        let (tx, rx) = oneshot::channel();
-        let (child, worktree) = self.child_args(spec, tx)?;
+        let (done_tx, done) = oneshot::channel();
+        let (child, worktree) = self.child_args(spec, done_tx)?;
         let address = child.address.clone();
         guard.child = Some(address.clone());
         let agent_id = child.agent_id.clone();
+        let rx = self.parent.shared.inbox.expect(&agent_id);
+        guard.waiting = Some(agent_id.clone());
         let timeout = self.parent.env.call_timeout;
         let spec = agent_child_spec(child);
         self.parent
@@ -377,38 +450,86 @@ impl SpawnSubagentTool {
             .map_err(ToolError::Failed)?;
         let outcome = tokio::select! {
             o = rx => o.map_err(|_| ToolError::Failed(format!("subagent {agent_id} stopped without a result")))?,
+            o = done => {
+                // The child ended: its handoff message was sent first and
+                // arrives in a moment; a child that gave up sends none.
+                let ended = o.map_err(|_| ToolError::Failed(format!(
+                    "subagent {agent_id} stopped without a handoff (it crashed more often than its supervisor allows)"
+                )))?;
+                self.await_delivery(&agent_id, ended).await
+            }
             _ = ctx.cancel.cancelled() => {
                 let _ = address.call(AgentMsg::Abort, timeout).await;
                 return Err(ToolError::Cancelled);
             }
         };
         let mut output = format!(
-            "Subagent {agent_id} ended as {} after {} turns.\n\n{}",
+            "Subagent {agent_id} ended as {} after {} turns ({}).\n\n{}",
             outcome.completed.subtype,
             outcome.completed.num_turns,
+            handoff_id(&agent_id, outcome.completed.num_turns),
             outcome.handoff.to_markdown()
         );
         if let Some(wt) = worktree {
-            let summary = outcome
-                .handoff
-                .state_summary
-                .lines()
-                .next()
-                .unwrap_or("subagent work");
-            match wt.commit(&format!("{agent_id}: {summary}")) {
-                Ok(commit) => output.push_str(&format!(
-                    "\n### Worktree\nThe changes are in {} on branch {} (commit {}); they are not merged.\n",
-                    wt.path().display(),
-                    wt.branch(),
-                    commit.unwrap_or_else(|| "none: nothing changed".into())
-                )),
-                Err(e) => output.push_str(&format!("\n### Worktree\nCommitting the changes failed: {e}\n")),
-            }
+            output.push_str(&commit_worktree(&agent_id, &wt, &outcome.handoff));
         }
         Ok(ToolOutput {
             output,
             ..ToolOutput::default()
         })
+    }
+}
+
+impl SpawnSubagentTool {
+    /// The handoff message of a child that ended; when it does not come
+    /// (its parent link was gone), the outcome it ended with, delivered
+    /// here once.
+    async fn await_delivery(&self, child: &str, ended: AgentOutcome) -> AgentOutcome {
+        let inbox = &self.parent.shared.inbox;
+        let id = handoff_id(child, ended.completed.num_turns);
+        let rx = inbox.expect(child);
+        if inbox.is_delivered(&id) {
+            inbox.forget(child);
+            return ended;
+        }
+        match tokio::time::timeout(self.parent.env.call_timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            _ => {
+                inbox.forget(child);
+                inbox.mark_delivered(&id, &ended.handoff);
+                ended
+            }
+        }
+    }
+}
+
+/// The worktree id of subagent `agent_id`: the session id's last 8
+/// characters and the agent path (`1a2b3c4d-root-fixer`).
+pub fn worktree_id(session_id: &str, agent_id: &str) -> String {
+    let chars: Vec<char> = session_id.chars().collect();
+    let short: String = chars[chars.len().saturating_sub(8)..].iter().collect();
+    format!("{short}-{}", agent_id.replace('/', "-"))
+}
+
+/// Commits a worktree subagent's changes on its branch; the text says where
+/// they are and how to verify and merge them.
+fn commit_worktree(agent_id: &str, wt: &Worktree, handoff: &HandoffRequest) -> String {
+    {
+        let summary = handoff
+            .state_summary
+            .lines()
+            .next()
+            .unwrap_or("subagent work");
+        match wt.commit(&format!("{agent_id}: {summary}")) {
+            Ok(commit) => format!(
+                "\n### Worktree\nThe changes are in {} on branch {} (commit {}); they are not merged. \
+                     Check them with `verify_change` and merge them with `merge_worktree`.\n",
+                wt.path().display(),
+                wt.branch(),
+                commit.unwrap_or_else(|| "none: nothing changed".into())
+            ),
+            Err(e) => format!("\n### Worktree\nCommitting the changes failed: {e}\n"),
+        }
     }
 }
 
@@ -419,12 +540,16 @@ impl SpawnSubagentTool {
 struct ChildGuard {
     parent: Arc<AgentShared>,
     child: Option<Address<AgentMsg>>,
+    waiting: Option<String>,
     finished: bool,
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.parent.children.fetch_sub(1, Ordering::SeqCst);
+        if let Some(child) = &self.waiting {
+            self.parent.inbox.forget(child);
+        }
         if self.finished {
             return;
         }

@@ -260,6 +260,17 @@ async fn subagent_returns_a_typed_handoff_with_boundary_status() {
         .unwrap();
     f.tree.shutdown().await.unwrap();
     assert_eq!(end.completed().unwrap().result.as_deref(), Some("all done"));
+    // Rust API users get the typed value: the root's outcome carries the
+    // handoff its child sent it as an actor message, addressed to it and
+    // holding the child's task.
+    let RunEnd::Finished(outcome) = &end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(outcome.received.len(), 1, "{:?}", outcome.received);
+    let typed = &outcome.received[0];
+    assert_eq!(typed.target, "session/root");
+    assert_eq!(typed.task_context, "fix the parser");
+    assert_eq!(typed.boundary_status.len(), 2);
     // The parent saw the handoff rendered as markdown in the tool result.
     let reqs = server.requests();
     let seen = reqs
@@ -268,6 +279,8 @@ async fn subagent_returns_a_typed_handoff_with_boundary_status() {
         .function_call_output_text("s1")
         .unwrap();
     assert!(seen.contains("- [done] fix parser"), "{seen}");
+    assert!(seen.contains("## Handoff to session/root"), "{seen}");
+    assert!(seen.contains("### Task context\nfix the parser"), "{seen}");
     assert!(
         seen.contains("- [not_started] write docs — out of time"),
         "{seen}"
@@ -282,6 +295,13 @@ async fn subagent_returns_a_typed_handoff_with_boundary_status() {
         })
         .expect("troupe.handoff event");
     assert_eq!(item.from_agent, "session/root/fixer");
+    assert_eq!(item.handoff.target, "session/root");
+    assert_eq!(item.handoff.task_context, "fix the parser");
+    assert_eq!(
+        troupe_actors::handoff::journaled_count(f.log.events_path(), &item.id),
+        1,
+        "journaled once"
+    );
     assert_eq!(item.handoff.boundary_status.len(), 2);
     assert_eq!(item.handoff.modified_files, vec!["src/parser.rs"]);
     assert!(

@@ -156,6 +156,7 @@ impl SessionFixture {
             caps: troupe_runtime::state::CostBudget::unlimited(),
             sandbox: None,
             builtins: troupe_actors::Builtins::ALL,
+            verification: troupe_actors::verify::Verification::default(),
         };
         tweak(&mut env);
         Ok(SessionFixture {

@@ -45,8 +45,24 @@ pub struct Route {
     /// A substring of the conversation's system prompt or first user
     /// message; the first route that matches wins.
     pub when: String,
+    /// More substrings that must all occur too (each in the system prompt
+    /// or the first user message): `when = "independent verifier"`,
+    /// `also = ["Fix the parser"]` matches only the verifier told that task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// The route's replies.
     pub replies: Vec<Reply>,
+}
+
+impl Route {
+    /// Whether a conversation with this system prompt and first user
+    /// message takes this route: `when` and every `also` occur in one or
+    /// the other.
+    pub fn matches(&self, system: &str, first_user: &str) -> bool {
+        std::iter::once(&self.when)
+            .chain(&self.also)
+            .all(|s| system.contains(s.as_str()) || first_user.contains(s.as_str()))
+    }
 }
 
 /// How requests are mapped to positions in [`Script::replies`].
@@ -91,6 +107,23 @@ impl Script {
     pub fn with_route(mut self, when: impl Into<String>, replies: Vec<Reply>) -> Script {
         self.routes.push(Route {
             when: when.into(),
+            also: Vec::new(),
+            replies,
+        });
+        self
+    }
+
+    /// Adds a route taken only when `when` and every one of `also` occur
+    /// in the system prompt or first user message.
+    pub fn with_route_all(
+        mut self,
+        when: impl Into<String>,
+        also: Vec<String>,
+        replies: Vec<Reply>,
+    ) -> Script {
+        self.routes.push(Route {
+            when: when.into(),
+            also,
             replies,
         });
         self
@@ -161,6 +194,11 @@ impl Script {
             if route.when.is_empty() {
                 return Err(TestkitError::InvalidScript(format!(
                     "routes[{r}]: `when` is empty; give a substring of the system prompt or first user message"
+                )));
+            }
+            if route.also.iter().any(String::is_empty) {
+                return Err(TestkitError::InvalidScript(format!(
+                    "routes[{r}]: an `also` entry is empty; remove it or give a substring"
                 )));
             }
             for (i, reply) in route.replies.iter().enumerate() {

@@ -394,7 +394,7 @@ impl Shared {
             .routes
             .iter()
             .enumerate()
-            .find(|(_, r)| system.contains(&r.when) || first.contains(&r.when));
+            .find(|(_, r)| r.matches(&system, &first));
         let (replies, key) = match (route, self.script.cursor) {
             (Some((i, r)), _) => {
                 // Keyed by the first user message only: an agent whose system

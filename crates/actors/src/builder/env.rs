@@ -127,6 +127,11 @@ impl SessionBuilder {
         env.hooks = Some(Arc::new(hooks));
         env.limits = self.limits;
         env.sandbox = self.sandbox;
+        env.verification = crate::verify::Verification {
+            settings: troupe_runtime::verifier::VerifierSettings::default().with_config(config),
+            allow_unverified_merge: config.verifier.allow_unverified_merge,
+            ..crate::verify::Verification::default()
+        };
         env.caps = CostBudget {
             max_tokens: config.agent.harness.max_tokens,
             max_cost_usd: None,

@@ -26,6 +26,9 @@ pub struct ResumeReport {
     pub rerun: Vec<String>,
     /// Interrupted write/exec calls reported to the model as unknown.
     pub interrupted: Vec<String>,
+    /// Interrupted calls their tool settled from the journal
+    /// (`Tool::settle_interrupted`), without running them again.
+    pub settled: Vec<String>,
     /// Process groups of commands still running from the previous run,
     /// killed before continuing.
     pub killed_groups: Vec<i32>,
@@ -209,7 +212,14 @@ impl AgentLoop {
             // Re-run only what the policy allows, and only without hooks
             // (a pre_tool_use hook cannot be replayed faithfully here).
             let rerun = read_only && self.hooks.is_none();
-            let result = if rerun {
+            let settled = self.tools.get(&call.name).and_then(|t| {
+                let args = serde_json::from_str(&call.arguments).ok()?;
+                t.settle_interrupted(&args)
+            });
+            let result = if let Some(output) = settled {
+                report.settled.push(call.id.clone());
+                Ok(output)
+            } else if rerun {
                 report.rerun.push(call.id.clone());
                 match self.tools.validate(&call.name, &call.arguments) {
                     Ok((tool, args)) => {

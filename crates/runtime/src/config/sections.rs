@@ -235,6 +235,9 @@ pub struct VerifierConfig {
     /// verifier's `exec_command` without it (default `false`: the
     /// verifier is refused with an error instead).
     pub allow_unsandboxed: bool,
+    /// Let `merge_worktree` merge a worktree no verifier approved at its
+    /// current head (default `false`: such a merge is refused).
+    pub allow_unverified_merge: bool,
 }
 
 /// `[sandbox_workspace_write]`: the confined modes' network (Codex's

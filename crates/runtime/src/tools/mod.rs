@@ -272,6 +272,14 @@ pub trait Tool: Send + Sync {
     fn write_paths(&self, _args: &serde_json::Value) -> Vec<String> {
         Vec::new()
     }
+    /// Settles a call of this tool that a restart interrupted, from what
+    /// is durable (a subagent's handoff journaled before its parent died),
+    /// instead of reporting its effect as unknown. Default: `None`, the
+    /// resume rule applies (read-only calls run again, others are reported
+    /// interrupted).
+    fn settle_interrupted(&self, _args: &serde_json::Value) -> Option<ToolOutput> {
+        None
+    }
     /// Runs the call. `args` already passed schema validation.
     fn call<'a>(
         &'a self,

@@ -300,8 +300,16 @@ fn agent_config(model: &str, settings: &VerifierSettings) -> AgentConfig {
 }
 
 /// The worktree must be a directory; the commits must be names git reads
-/// as revisions (non-empty, no leading `-`, no whitespace).
+/// as revisions (non-empty, no leading `-`, no whitespace); the proposal
+/// must carry the task (the verifier approves only a change that does what
+/// the task asks).
 fn check_request(request: &VerifyRequest) -> Result<(), VerifierError> {
+    if request.proposal.task_context.trim().is_empty() {
+        return Err(VerifierError::InvalidRequest(
+            "the proposal's task_context is empty: the verifier must be told the task it checks              the change against; set HandoffRequest::task_context to the proposer's task"
+                .into(),
+        ));
+    }
     if !request.worktree.is_dir() {
         return Err(VerifierError::InvalidRequest(format!(
             "the worktree `{}` is not a directory",

@@ -46,10 +46,12 @@ pub async fn first_message(request: &VerifyRequest) -> String {
     };
     format!(
         "Review this proposed change.\n\n\
+         The task the change must do:\n{}\n\n\
          - Worktree (your tools' workspace, read-only): {}\n\
          - Base commit: {}\n\
          - Head commit: {}\n\n\
          `git diff --stat {} {}`:\n```\n{}```\n\n{}",
+        request.proposal.task_context.trim(),
         request.worktree.display(),
         request.base,
         request.head,

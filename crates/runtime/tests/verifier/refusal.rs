@@ -165,7 +165,10 @@ async fn bad_requests_are_refused_before_any_model_call() {
     bad_head.head = "--output=/tmp/pwned".into();
     let mut no_tree = repo.request();
     no_tree.worktree = repo.root.join("missing");
-    for request in [bad_head, no_tree] {
+    // A verifier not told the task cannot check the change does it.
+    let mut no_task = repo.request();
+    no_task.proposal.task_context = " \n".into();
+    for request in [bad_head, no_tree, no_task] {
         let result = run(&request, &server, &sink, VerifierSettings::default()).await;
         assert!(
             matches!(result, Err(VerifierError::InvalidRequest(_))),

@@ -3,6 +3,7 @@ mod common;
 mod faults;
 mod formats;
 mod recorder;
+mod routes;
 mod rules;
 mod scripts;
 mod shapes;

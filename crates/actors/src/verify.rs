@@ -1,0 +1,285 @@
+//! Verification and merging anywhere: one code path for `troupe run`'s
+//! pipeline and for the `verify_change` / `merge_worktree` tools of any
+//! agent with subagents.
+//!
+//! - [`verify_proposed_change`]: a fresh read-only [`VerifierActor`] (a
+//!   temporary child of the given supervisor) judges one
+//!   [`VerifyRequest`]: the task, the handoff and the diff, nothing of the
+//!   proposer's transcript. It returns the typed [`Verdict`] (a rejection
+//!   when the verifier could not decide).
+//! - [`merge_change`]: merges a worktree's branch into the workspace's (one
+//!   merge at a time per session) and records a `file_change` item; a
+//!   conflict leaves the workspace untouched and is a typed
+//!   [`MergeResult::Conflict`].
+//! - [`approved_at`]: whether a `troupe.verdict` in the log approved a
+//!   given head commit (what `merge_worktree` requires).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::Actor;
+use tokio_util::sync::CancellationToken;
+use troupe_protocol::{
+    FileChange, FileChangeItem, FileChangeKind, Finding, ItemDetails, ItemEvent, ItemStatus,
+    ThreadEvent, ThreadItem, Verdict,
+};
+use troupe_runtime::store::EventReader;
+use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
+use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
+
+use crate::address::Address;
+use crate::agent::AgentEnv;
+use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
+use crate::verifier::{VerifierActor, VerifierArgs, VerifierMsg};
+
+/// How long one verifier may take.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How agents of a session verify and merge (`[verifier]` of troupe.toml).
+#[derive(Clone, Default)]
+pub struct Verification {
+    /// Sandbox and limits of every verifier.
+    pub settings: VerifierSettings,
+    /// The verifiers' model (`None`: the session's).
+    pub model: Option<String>,
+    /// `[verifier] allow_unverified_merge`: `merge_worktree` merges a
+    /// worktree no verifier approved.
+    pub allow_unverified_merge: bool,
+    /// Serializes the session's merges.
+    pub merges: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Verification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verification")
+            .field("model", &self.model)
+            .field("allow_unverified_merge", &self.allow_unverified_merge)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One verification: who asks, under which supervisor, as which verifier.
+pub struct VerifyCall<'a> {
+    /// The session.
+    pub env: &'a Arc<AgentEnv>,
+    /// The supervisor the verifier runs under (temporary child).
+    pub supervisor: &'a Address<SupervisorMsg>,
+    /// Its child id there (unique among that supervisor's children).
+    pub child_id: String,
+    /// Its agent id (`session/root/verify-fixer-1`): the `verifier` of its
+    /// `troupe.verdict`.
+    pub name: String,
+    /// The verifier's model.
+    pub model: String,
+    /// Its settings (sandbox, limits); ids and spool dir are set here.
+    pub settings: VerifierSettings,
+    /// Cancels the verification (a rejection).
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs a fresh read-only verifier on `request`; see the module doc.
+pub async fn verify_proposed_change(call: VerifyCall<'_>, request: VerifyRequest) -> Verdict {
+    let env = call.env;
+    let mut settings = call.settings;
+    settings.name.clone_from(&call.name);
+    settings.thread_id = Some(format!("{}:{}", env.session_id, call.name));
+    settings.session_id = Some(env.session_id.clone());
+    settings.spool_dir = Some(env.log.dir().join("derived"));
+    settings.cancel = CancellationToken::new();
+    let address: Address<VerifierMsg> = Address::new(call.child_id.clone());
+    let child = verifier_child(&call.child_id, env, &call.model, &settings, &address);
+    let started = call
+        .supervisor
+        .call(
+            |r| SupervisorMsg::StartChild(child.clone(), r),
+            env.call_timeout,
+        )
+        .await;
+    match started {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return rejection(format!("the verifier could not start: {e}")),
+        Err(e) => return rejection(format!("the verifier could not start: {e}")),
+    }
+    let ask = address.call(
+        |r| VerifierMsg::Verify(Box::new(request.clone()), r),
+        VERIFY_TIMEOUT,
+    );
+    let verdict = tokio::select! {
+        v = ask => v.unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}"))),
+        _ = call.cancel.cancelled() => rejection("cancelled".into()),
+    };
+    if let Some(actor) = address.get() {
+        actor.stop(Some("verdict delivered".into()));
+    }
+    verdict
+}
+
+fn verifier_child(
+    id: &str,
+    env: &Arc<AgentEnv>,
+    model: &str,
+    settings: &VerifierSettings,
+    address: &Address<VerifierMsg>,
+) -> ChildSpec {
+    let slot = address.clone();
+    let env = Arc::clone(env);
+    let model = model.to_string();
+    let settings = settings.clone();
+    ChildSpec {
+        id: id.to_string(),
+        role: troupe_protocol::AgentRole::Verifier,
+        restart: RestartPolicy::Temporary,
+        start: Arc::new(move |sup| {
+            let slot = slot.clone();
+            let args = VerifierArgs {
+                env: Arc::clone(&env),
+                model: model.clone(),
+                settings: settings.clone(),
+            };
+            Box::pin(async move {
+                let (r, _) = Actor::spawn_linked(None, VerifierActor, args, sup).await?;
+                slot.set(r.clone());
+                Ok(r.get_cell())
+            })
+        }),
+        stop: None,
+    }
+}
+
+/// A rejection whose one finding is `message`.
+pub fn rejection(message: String) -> Verdict {
+    Verdict {
+        approved: false,
+        findings: vec![Finding {
+            message,
+            path: None,
+        }],
+        checks: Vec::new(),
+    }
+}
+
+/// The verdict rendered for a model: the decision, every finding, every
+/// check.
+pub fn render_verdict(subject: &str, head: &str, verdict: &Verdict) -> String {
+    let decision = if verdict.approved {
+        "APPROVED"
+    } else {
+        "REJECTED"
+    };
+    let mut text = format!("Verdict on {subject} at commit {head}: {decision}\n");
+    text.push_str("\nFindings:\n");
+    if verdict.findings.is_empty() {
+        text.push_str("- none\n");
+    }
+    for f in &verdict.findings {
+        match &f.path {
+            Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
+            None => text.push_str(&format!("- {}\n", f.message)),
+        }
+    }
+    text.push_str("\nChecks:\n");
+    if verdict.checks.is_empty() {
+        text.push_str("- none\n");
+    }
+    for c in &verdict.checks {
+        text.push_str(&format!("- `{}` exited {}\n", c.command, c.exit_code));
+    }
+    text
+}
+
+/// Whether a `troupe.verdict` in the log at `events_path` approved
+/// `head`.
+pub fn approved_at(events_path: &Path, head: &str) -> bool {
+    let Ok(reader) = EventReader::open(events_path) else {
+        return false;
+    };
+    reader.filter_map(Result::ok).any(|(_, ev)| {
+        matches!(&ev.event, ThreadEvent::Verdict(v)
+            if v.verdict.approved && v.head.as_deref() == Some(head))
+    })
+}
+
+/// How a merge ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeResult {
+    /// Merged; the workspace's new HEAD.
+    Merged {
+        /// The commit the workspace's branch points at now.
+        head: String,
+    },
+    /// The changes overlap; the workspace is untouched.
+    Conflict {
+        /// The conflicting paths.
+        paths: Vec<String>,
+    },
+    /// Not merged: not approved, or nothing to merge.
+    Refused {
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// Git failed.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Merges `wt` into `workspace` (one merge at a time: hold `merges`' lock
+/// around the call) and records a `file_change` item as `agent_id`; a
+/// merged worktree is removed.
+pub fn merge_change(
+    env: &AgentEnv,
+    workspace: &Workspace,
+    wt: &Worktree,
+    agent_id: &str,
+) -> MergeResult {
+    let changes: Vec<FileChange> = wt
+        .diff()
+        .map(|d| {
+            d.files
+                .into_iter()
+                .map(|f| FileChange {
+                    path: f.path,
+                    kind: match f.kind {
+                        ChangeKind::Added => FileChangeKind::Add,
+                        ChangeKind::Deleted => FileChangeKind::Delete,
+                        ChangeKind::Modified | ChangeKind::TypeChanged => FileChangeKind::Update,
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let result = match workspace.merge(wt) {
+        Ok(MergeOutcome::FastForward { head }) | Ok(MergeOutcome::Merged { commit: head }) => {
+            MergeResult::Merged { head }
+        }
+        Ok(MergeOutcome::UpToDate) => MergeResult::Merged {
+            head: wt.status().map(|s| s.head).unwrap_or_default(),
+        },
+        Ok(MergeOutcome::Conflict { paths }) => MergeResult::Conflict { paths },
+        Err(e) => MergeResult::Failed {
+            reason: e.to_string(),
+        },
+    };
+    let status = match &result {
+        MergeResult::Merged { .. } => ItemStatus::Completed,
+        _ => ItemStatus::Failed,
+    };
+    let event = ThreadEvent::ItemCompleted(ItemEvent {
+        item: ThreadItem {
+            id: format!("merge-{}", wt.id()),
+            details: ItemDetails::FileChange(FileChangeItem { changes, status }),
+        },
+        agent_id: Some(agent_id.to_string()),
+    });
+    if let Err(e) = env.log.sender().emit(&event) {
+        tracing::warn!(error = %e, "merge event refused");
+    }
+    if matches!(result, MergeResult::Merged { .. })
+        && let Err(e) = workspace.remove(wt)
+    {
+        tracing::warn!(error = %e, "worktree not removed after merge");
+    }
+    result
+}

@@ -1,0 +1,317 @@
+//! Verification anywhere, through `troupe exec`: a root agent spawns a
+//! worktree subagent, has its change judged by a fresh read-only verifier
+//! with `verify_change`, and merges it with `merge_worktree`. Real git
+//! repositories in temp dirs, the scripted model server, the
+//! Landlock-sandboxed verifier.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+use troupe_protocol::{ItemStatus, ThreadEvent};
+use troupe_testkit::{Reply, Script};
+
+use super::exec::{Server, exec};
+use super::pipeline::task_checking_verifier;
+
+const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
+const TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
+
+pub fn calc_repo(dir: &Path) {
+    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
+    std::fs::write(dir.join("test.sh"), TEST).unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+}
+
+pub fn tests_pass(dir: &Path) -> bool {
+    Command::new("sh")
+        .arg("test.sh")
+        .current_dir(dir)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+pub fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Verdict(v) => Some(v.verdict.approved),
+            _ => None,
+        })
+        .collect()
+}
+
+fn fix_calc() -> Reply {
+    Reply::tool_call(
+        "c1",
+        "edit_file",
+        json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"}),
+    )
+}
+
+fn done_handoff(id: &str, what: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "handoff",
+        json!({"state_summary": what, "boundary_status": [{"name": what, "status": "done"}], "modified_files": ["calc.sh"]}),
+    )
+}
+
+/// The verifier-knows-the-task regression, through `verify_change`: the
+/// scripted verifier approves only when its first request holds the task
+/// the subagent was given; merging before any approval is refused.
+#[test]
+fn verify_change_tells_the_verifier_the_task_and_merge_needs_an_approval() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path());
+    let task = "Fix calc.sh so add 2 2 prints 4 (task marker T-55aa).";
+    let script = task_checking_verifier(Script::replies(vec![]), "T-55aa")
+        .with_route(
+            "Fix calc.sh",
+            vec![
+                fix_calc(),
+                done_handoff("c2", "fixed add"),
+                Reply::text("fixed"),
+            ],
+        )
+        .with_route(
+            "Delegate the calc fix",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
+                ),
+                Reply::tool_call("r2", "merge_worktree", json!({"name": "fixer"})),
+                Reply::tool_call("r3", "verify_change", json!({"name": "fixer"})),
+                Reply::tool_call("r4", "merge_worktree", json!({"name": "fixer"})),
+                Reply::text("merged the verified fix"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let run = exec(
+        ws.path(),
+        &server,
+        &[],
+        "Delegate the calc fix to a subagent.",
+    );
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let outputs = run.outputs();
+    let out = |id: &str| {
+        outputs
+            .iter()
+            .find(|(c, _, _)| c == id)
+            .unwrap_or_else(|| panic!("no output for {id}: {outputs:?}"))
+            .clone()
+    };
+    let (_, status, refused) = out("r2");
+    assert_eq!(status, ItemStatus::Failed, "{refused}");
+    assert!(refused.contains("call verify_change first"), "{refused}");
+    let (_, _, verdict) = out("r3");
+    assert!(verdict.contains("APPROVED"), "{verdict}");
+    let (_, status, merged) = out("r4");
+    assert_eq!(status, ItemStatus::Completed, "{merged}");
+    assert!(merged.contains("Merged subagent fixer"), "{merged}");
+    assert_eq!(verdicts(&run.events), vec![true]);
+    assert!(tests_pass(ws.path()), "the verified fix is merged");
+    let handoff = run
+        .events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(&h.handoff),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(handoff.task_context, task);
+    assert_eq!(handoff.target, "session/root");
+}
+
+fn verdict(id: &str, approved: bool, finding: Option<&str>) -> Vec<Reply> {
+    let findings: Vec<_> = finding
+        .map(|f| json!({"message": f, "path": "calc.sh"}))
+        .into_iter()
+        .collect();
+    vec![
+        Reply::tool_call(
+            id,
+            "submit_verdict",
+            json!({"approved": approved, "findings": findings}),
+        ),
+        Reply::text(if approved { "approved" } else { "rejected" }),
+    ]
+}
+
+/// A rejected change goes back to the same subagent (spawn_subagent with
+/// its name continues it in its worktree), is verified again, approved and
+/// merged; the verifier of each round is fresh and told the task.
+#[test]
+fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path());
+    let task = "Fix calc.sh so add 2 2 prints 4.";
+    let script = Script::replies(vec![])
+        .with_route_all(
+            "independent verifier",
+            vec!["first attempt".into(), task.into()],
+            verdict("v1", false, Some("add 2 2 still prints 5")),
+        )
+        .with_route_all(
+            "independent verifier",
+            vec!["second attempt".into(), task.into()],
+            verdict("v2", true, None),
+        )
+        .with_route(
+            "Fix calc.sh",
+            vec![
+                Reply::tool_call(
+                    "c0",
+                    "write_file",
+                    json!({"path": "NOTES.md", "content": "looked at it\n"}),
+                ),
+                done_handoff("c1", "first attempt"),
+                Reply::text("done, I think"),
+                fix_calc(),
+                done_handoff("c3", "second attempt"),
+                Reply::text("fixed"),
+            ],
+        )
+        .with_route(
+            "Delegate the calc fix",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
+                ),
+                Reply::tool_call("r2", "verify_change", json!({"name": "fixer"})),
+                Reply::tool_call(
+                    "r3",
+                    "spawn_subagent",
+                    json!({"name": "fixer", "task": "The verifier rejected it: add 2 2 still prints 5. Fix calc.sh.", "isolation": "worktree"}),
+                ),
+                Reply::tool_call("r4", "verify_change", json!({"name": "fixer"})),
+                Reply::tool_call("r5", "merge_worktree", json!({"name": "fixer"})),
+                Reply::text("merged"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let run = exec(
+        ws.path(),
+        &server,
+        &[],
+        "Delegate the calc fix to a subagent.",
+    );
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let outputs = run.outputs();
+    let out = |id: &str| {
+        outputs
+            .iter()
+            .find(|(c, _, _)| c == id)
+            .map(|(_, _, o)| o.clone())
+            .unwrap_or_else(|| panic!("no output for {id}: {outputs:?}"))
+    };
+    assert!(out("r2").contains("REJECTED"), "{}", out("r2"));
+    assert!(
+        out("r2").contains("add 2 2 still prints 5"),
+        "{}",
+        out("r2")
+    );
+    assert!(out("r4").contains("APPROVED"), "{}", out("r4"));
+    assert!(out("r5").contains("Merged subagent fixer"), "{}", out("r5"));
+    assert_eq!(verdicts(&run.events), vec![false, true]);
+    assert!(tests_pass(ws.path()));
+    // One agent, two handoffs (one per round), each journaled once, each
+    // with the original task.
+    let handoffs: Vec<_> = run
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handoffs.len(), 2, "{handoffs:?}");
+    assert_ne!(handoffs[0].id, handoffs[1].id);
+    assert!(
+        handoffs
+            .iter()
+            .all(|h| h.from_agent == "session/root/fixer")
+    );
+    assert!(handoffs.iter().all(|h| h.handoff.task_context == task));
+    // The second round continued the same thread with the findings.
+    let steered = run.events.iter().any(|e| {
+        matches!(e, ThreadEvent::UserMessage(m)
+            if m.agent_id.as_deref() == Some("session/root/fixer") && m.text.contains("still prints 5"))
+    });
+    assert!(
+        steered,
+        "the findings reached the subagent as its next turn"
+    );
+}
+
+/// Two approved changes to the same lines: the first merges, the second
+/// is reported as a conflict (a typed result) and leaves the workspace as
+/// the first merge left it.
+#[test]
+fn a_conflicting_merge_is_reported_and_changes_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path());
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[verifier]\nallow_unverified_merge = true\n",
+    )
+    .unwrap();
+    let write = |id: &str, text: &str| {
+        vec![
+            Reply::tool_call(
+                id,
+                "write_file",
+                json!({"path": "calc.sh", "content": text}),
+            ),
+            done_handoff(&format!("{id}h"), "rewrote calc.sh"),
+            Reply::text("done"),
+        ]
+    };
+    let script = Script::replies(vec![])
+        .with_route("Task A", write("a1", "echo A\n"))
+        .with_route("Task B", write("b1", "echo B\n"))
+        .with_route(
+            "Two rewrites",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "a", "task": "Task A: rewrite calc.sh", "isolation": "worktree"}),
+                ),
+                Reply::tool_call(
+                    "r2",
+                    "spawn_subagent",
+                    json!({"name": "b", "task": "Task B: rewrite calc.sh", "isolation": "worktree"}),
+                ),
+                Reply::tool_call("r3", "merge_worktree", json!({"name": "a"})),
+                Reply::tool_call("r4", "merge_worktree", json!({"name": "b"})),
+                Reply::text("one merged, one conflicted"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let run = exec(ws.path(), &server, &[], "Two rewrites of calc.sh.");
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let outputs = run.outputs();
+    let out = |id: &str| {
+        outputs
+            .iter()
+            .find(|(c, _, _)| c == id)
+            .map(|(_, _, o)| o.clone())
+            .unwrap()
+    };
+    assert!(out("r3").contains("Merged subagent a"), "{}", out("r3"));
+    assert!(out("r4").starts_with("CONFLICT"), "{}", out("r4"));
+    assert!(out("r4").contains("calc.sh"), "{}", out("r4"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("calc.sh")).unwrap(),
+        "echo A\n"
+    );
+}
