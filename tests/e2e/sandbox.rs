@@ -535,3 +535,49 @@ fn a_pipeline_stage_can_be_stricter_but_never_looser() {
     );
     assert!(commands_of(&events, &commands).is_empty());
 }
+
+#[test]
+fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
+    let case = Case::new();
+    let commands = [("write", "echo x > a.txt".to_string())];
+    let (code, stdout, items) = case.run(&["--sandbox", "read-only"], &commands, vec![]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
+    assert_eq!(settings(&case.ws)["sandbox"], "read-only");
+    let id = troupe_test_support::e2e::session_dir(&case.ws)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let script = case.ws.parent().unwrap().join("script.json");
+    let resume = |extra: &[&str]| {
+        let out = Command::new(bin())
+            .arg("exec")
+            .arg("--script")
+            .arg(&script)
+            .arg("--workspace")
+            .arg(&case.ws)
+            .args(extra)
+            .args(["--json", "resume", &id, "once more"])
+            .env("TROUPE_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // The same script again: the write runs again, still read-only.
+    resume(&[]);
+    assert!(!case.ws.join("a.txt").exists());
+    assert_eq!(settings(&case.ws)["sandbox"], "read-only");
+    // `--sandbox` on the resume replaces the recorded mode.
+    resume(&["--sandbox", "workspace-write"]);
+    assert_eq!(
+        std::fs::read_to_string(case.ws.join("a.txt")).unwrap(),
+        "x\n"
+    );
+    assert_eq!(settings(&case.ws)["sandbox"], "workspace-write");
+}
