@@ -87,6 +87,12 @@ impl Case {
                 "tmpdir",
                 "echo t > \"$TMPDIR/t.txt\" && cat \"$TMPDIR/t.txt\"".into(),
             ),
+            // The spool is under `.vtcode/`, read-only to the command: it
+            // still writes its own output, also reopened.
+            (
+                "stdout",
+                "echo spooled > /dev/stdout && echo err > /dev/stderr".into(),
+            ),
         ]
     }
 
