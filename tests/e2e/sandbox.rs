@@ -87,6 +87,12 @@ impl Case {
                 "tmpdir",
                 "echo t > \"$TMPDIR/t.txt\" && cat \"$TMPDIR/t.txt\"".into(),
             ),
+            // The spool is under `.vtcode/`, read-only to the command: it
+            // still writes its own output, also reopened.
+            (
+                "stdout",
+                "echo spooled > /dev/stdout && echo err > /dev/stderr".into(),
+            ),
         ]
     }
 
@@ -439,4 +445,145 @@ fn a_worktree_subagent_defaults_to_workspace_write_and_cannot_loosen_it() {
         let dot_git = std::fs::read_to_string(wt.path().join(".git")).unwrap();
         assert!(!dot_git.contains("/evil"), "{dot_git}");
     }
+}
+
+/// `troupe run` with `pipeline`, the proposer (task "Fix calc.sh.")
+/// playing `proposer` and an approving verifier; the exit code, stdout
+/// and stderr, and the session's events.
+fn pipeline(
+    pipeline: &str,
+    args: &[&str],
+    proposer: Vec<Reply>,
+) -> (Option<i32>, String, Vec<ThreadEvent>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("calc.sh"), "echo 5\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n/.vtcode-*\n").unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    let verifier = vec![
+        Reply::tool_call(
+            "v1",
+            "submit_verdict",
+            json!({"approved": true, "checks": [{"command": "true", "exit_code": 0, "output_excerpt": ""}]}),
+        ),
+        Reply::text("approved"),
+    ];
+    let script = Script::replies(vec![])
+        .with_route("MARK-pipe", verifier)
+        .with_route("Fix calc.sh", proposer);
+    std::fs::write(dir.join(".vtcode-pipeline.toml"), pipeline).unwrap();
+    std::fs::write(
+        dir.join(".vtcode-script.json"),
+        serde_json::to_string(&script).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args([
+            "run",
+            ".vtcode-pipeline.toml",
+            "--script",
+            ".vtcode-script.json",
+            "--workspace",
+        ])
+        .arg(dir)
+        .args(args)
+        .current_dir(dir)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.join(".vtcode/sessions").is_dir(),
+        "{:?}: {text}",
+        out.status.code()
+    );
+    (out.status.code(), text, session_events(dir))
+}
+
+#[test]
+fn a_pipeline_stage_can_be_stricter_but_never_looser() {
+    let proposer = vec![
+        Reply::tool_call("p1", "exec_command", json!({"command": "echo 4 > calc.sh"})),
+        Reply::tool_call(
+            "p2",
+            "write_file",
+            json!({"path": "calc.sh", "content": "echo 4\n"}),
+        ),
+        Reply::tool_call(
+            "p3",
+            "handoff",
+            json!({"state_summary": "could not write (MARK-pipe)", "boundary_status": [{"name": "fix", "status": "blocked"}]}),
+        ),
+        Reply::text("blocked"),
+    ];
+    let strict =
+        "[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\nsandbox = \"read-only\"\n";
+    let (_, stdout, events) = pipeline(strict, &["--json"], proposer.clone());
+    let commands = [("write", "echo 4 > calc.sh".to_string())];
+    let items = commands_of(&events, &commands);
+    assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
+    assert!(
+        stdout.contains("write_file refused: this agent runs with sandbox_mode read-only"),
+        "{stdout}"
+    );
+    // Looser than the session's read-only: the proposer never runs, and
+    // the summary says why.
+    let loose = "[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\nsandbox = \"danger-full-access\"\n";
+    let (code, stdout, events) = pipeline(loose, &["--sandbox", "read-only"], proposer);
+    assert_ne!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("sandbox `danger-full-access` is looser than this agent's own `read-only`"),
+        "{stdout}"
+    );
+    assert!(commands_of(&events, &commands).is_empty());
+}
+
+#[test]
+fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
+    let case = Case::new();
+    let commands = [("write", "echo x > a.txt".to_string())];
+    let (code, stdout, items) = case.run(&["--sandbox", "read-only"], &commands, vec![]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
+    assert_eq!(settings(&case.ws)["sandbox"], "read-only");
+    let id = troupe_test_support::e2e::session_dir(&case.ws)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let script = case.ws.parent().unwrap().join("script.json");
+    let resume = |extra: &[&str]| {
+        let out = Command::new(bin())
+            .arg("exec")
+            .arg("--script")
+            .arg(&script)
+            .arg("--workspace")
+            .arg(&case.ws)
+            .args(extra)
+            .args(["--json", "resume", &id, "once more"])
+            .env("TROUPE_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // The same script again: the write runs again, still read-only.
+    resume(&[]);
+    assert!(!case.ws.join("a.txt").exists());
+    assert_eq!(settings(&case.ws)["sandbox"], "read-only");
+    // `--sandbox` on the resume replaces the recorded mode.
+    resume(&["--sandbox", "workspace-write"]);
+    assert_eq!(
+        std::fs::read_to_string(case.ws.join("a.txt")).unwrap(),
+        "x\n"
+    );
+    assert_eq!(settings(&case.ws)["sandbox"], "workspace-write");
 }

@@ -561,3 +561,36 @@ impl Drop for ChildGuard {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use SandboxMode::{DangerFullAccess as Full, ReadOnly as Ro, WorkspaceWrite as Ww};
+
+    #[test]
+    fn a_child_is_never_looser_than_its_parent() {
+        let shared = Isolation::Shared;
+        let tree = Isolation::Worktree;
+        // Defaults: the parent's; at most workspace-write in a worktree.
+        assert_eq!(child_sandbox(Some(Full), None, shared).unwrap(), Some(Full));
+        assert_eq!(child_sandbox(Some(Full), None, tree).unwrap(), Some(Ww));
+        assert_eq!(child_sandbox(Some(Ro), None, tree).unwrap(), Some(Ro));
+        // Asking: stricter or equal is fine, looser is refused.
+        assert_eq!(child_sandbox(Some(Ww), Some(Ro), shared).unwrap(), Some(Ro));
+        assert_eq!(
+            child_sandbox(Some(Full), Some(Full), tree).unwrap(),
+            Some(Full)
+        );
+        for (parent, asked) in [(Ww, Full), (Ro, Ww), (Ro, Full)] {
+            let e = child_sandbox(Some(parent), Some(asked), shared).unwrap_err();
+            assert!(
+                matches!(&e, ToolError::Denied(m) if m.contains("looser")),
+                "{e}"
+            );
+        }
+        // Sandboxing off: only what the child asks for.
+        assert_eq!(child_sandbox(None, None, tree).unwrap(), None);
+        assert_eq!(child_sandbox(None, Some(Ro), tree).unwrap(), Some(Ro));
+    }
+}

@@ -116,10 +116,7 @@ pub enum SandboxError {
         source: std::io::Error,
     },
     /// Landlock cannot fully enforce the ruleset here.
-    #[error(
-        "the read-only sandbox is not available: Landlock (ABI v5) cannot be fully enforced \
-         on this kernel: {0}"
-    )]
+    #[error("the sandbox is not available here: {0}")]
     NotEnforced(String),
 }
 
@@ -262,13 +259,18 @@ impl Sandbox {
             output,
             deny_network: self.denies_network(),
         };
-        let ruleset = build_ruleset(&rules, CompatLevel::HardRequirement)
-            .map_err(SandboxError::NotEnforced)?;
+        let ruleset = build_ruleset(&rules, CompatLevel::HardRequirement).map_err(|e| {
+            SandboxError::NotEnforced(format!(
+                "Landlock (ABI v5) cannot be fully enforced on this kernel: {e}"
+            ))
+        })?;
         let protect = self
             .workspace()
             .map(Protect::prepare)
             .transpose()
-            .map_err(SandboxError::NotEnforced)?;
+            .map_err(|e| {
+                SandboxError::NotEnforced(format!("the workspace's mount namespace: {e}"))
+            })?;
         let fd: Option<OwnedFd> = ruleset.into();
         let ruleset = fd.ok_or_else(|| {
             SandboxError::NotEnforced("Landlock is not supported by this kernel".into())
