@@ -63,6 +63,16 @@ pub struct ExecArgs {
     /// hosted provider. No API key is needed.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
     pub(crate) script: Option<PathBuf>,
+    /// Plan only: a read-only planning agent (write and exec tools
+    /// refused) that ends with a plan; the session is then implemented
+    /// with `--implement SESSION_ID` (or add `--implement` here).
+    #[arg(long)]
+    pub(crate) plan: bool,
+    /// Approve a plan and build it: `--implement SESSION_ID` (the prompt
+    /// argument is the planning session), or with `--plan`, plan and build
+    /// in one go.
+    #[arg(long)]
+    pub(crate) implement: bool,
     /// The task; `-` or nothing reads it from stdin.
     pub(crate) prompt: Option<String>,
     /// The Codex-compatible flags (docs/cli.md).
@@ -135,6 +145,9 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     if let Some(ExecCommand::Resume(resume)) = args.command.take() {
         return crate::exec_resume::run(&args, resume, json);
     }
+    if args.implement && !args.plan {
+        return crate::plan::implement_arg(&args, json);
+    }
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
@@ -150,10 +163,11 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
         task: prompt,
     };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
+    let (code, id) = rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, args.events.clone())
             .await?
-            .codex_stream(args.codex.experimental_json);
+            .codex_stream(args.codex.experimental_json)
+            .plan_mode(args.plan);
         let store = SessionStore::for_workspace(&workspace);
         let id = SessionStore::new_session_id();
         let log = store.create(&id, &id, session.config.log_config())?;
@@ -161,13 +175,22 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
             &log.dir().join(SETTINGS_FILE),
             &serde_json::to_vec_pretty(&settings)?,
         )?;
+        if args.plan {
+            crate::plan::set_mode(log.dir(), crate::plan::Mode::Plan)?;
+        }
         if let Err(e) = store.apply_retention(session.config.retention(), Some(&id)) {
             tracing::warn!(error = %e, "session retention failed");
         }
-        session
+        let code = session
             .run(log, &id, settings.task.clone(), false, json)
-            .await
-    })
+            .await?;
+        Ok::<_, Failure>((code, id))
+    })?;
+    drop(rt);
+    if !args.plan {
+        return Ok(code);
+    }
+    crate::plan::after_plan(&args, &workspace, &id, code, json)
 }
 
 /// The `--script FILE` of any command, checked before anything starts
@@ -302,6 +325,10 @@ pub struct Session {
     root_max_turns: Option<u32>,
     /// The previous agent's handoff (markdown) for the root's orientation.
     handoff: Option<String>,
+    /// A read-only planning agent (`--plan`).
+    plan_mode: bool,
+    /// The build after an approved plan (`--implement`).
+    fresh_plan: bool,
 }
 
 impl Session {
@@ -373,6 +400,8 @@ impl Session {
             codex_stream: false,
             root_max_turns: None,
             handoff: None,
+            plan_mode: false,
+            fresh_plan: false,
         })
     }
 
@@ -405,6 +434,19 @@ impl Session {
     /// orientation (a blocked run resumed, a build after a plan).
     pub fn handoff(mut self, markdown: String) -> Self {
         self.handoff = Some(markdown);
+        self
+    }
+
+    /// Runs the root as a read-only planning agent (`--plan`).
+    pub fn plan_mode(mut self, on: bool) -> Self {
+        self.plan_mode = on;
+        self
+    }
+
+    /// The run builds an approved plan: the root starts from a fresh plan
+    /// execution context (`context.reset`, `plan_preserved`).
+    pub fn fresh_plan(mut self) -> Self {
+        self.fresh_plan = true;
         self
     }
 
@@ -452,6 +494,9 @@ impl Session {
             ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths())
                 .with_limits(config.tool_limits());
         tools.set_policy(config.permission_policy());
+        if self.plan_mode {
+            tools = troupe_runtime::tools::plan_mode(&tools);
+        }
         let hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
         Ok(AgentEnv {
@@ -463,11 +508,14 @@ impl Session {
             model: config.model(),
             model_pinned: config.model_pinned,
             provider_label: format!("{}/{}", config.agent.provider, config.model()),
-            system_prompt: config
-                .agent
-                .system_prompt
-                .clone()
-                .unwrap_or_else(|| SYSTEM_PROMPT.into()),
+            system_prompt: crate::plan::system_prompt(
+                config
+                    .agent
+                    .system_prompt
+                    .clone()
+                    .unwrap_or_else(|| SYSTEM_PROMPT.into()),
+                self.plan_mode,
+            ),
             max_turns: config.agent.max_turns,
             max_parallel_tools: config.agent.max_parallel_tools,
             max_budget_usd: config.agent.harness.max_budget_usd,
@@ -484,6 +532,7 @@ impl Session {
             },
             context: ContextSettings {
                 handoff: self.handoff.clone(),
+                fresh_plan_context: self.fresh_plan,
                 ..ContextSettings::from_config(
                     config,
                     &self.workspace,

@@ -70,7 +70,8 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
     rt.block_on(async {
         let session = Session::prepare(&workspace, &settings, args.events.clone())
             .await?
-            .codex_stream(args.codex.experimental_json);
+            .codex_stream(args.codex.experimental_json)
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan));
         let (log, report) = store
             .reopen(&id, session_log_config(&workspace)?)
             .map_err(crate::sessions::store_err)?;
@@ -116,7 +117,7 @@ fn target(store: &SessionStore, r: &ResumeArgs) -> Result<(String, Option<String
 }
 
 /// The stored settings with this command line's on top.
-fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Failure> {
+pub(crate) fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Failure> {
     if let Some(path) = &args.script {
         s.script = Some(
             std::fs::canonicalize(path)

@@ -31,7 +31,9 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
     crate::destination::verify(&workspace, id, &settings, base_url)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, None).await?;
+        let session = Session::prepare(&workspace, &settings, None)
+            .await?
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan));
         // Reopening claims the session (an OS lock held while this process
         // writes it): of any number of resumes started at once, one gets
         // it and the others are refused here, naming the holder. Whether

@@ -73,7 +73,9 @@ pub(crate) fn run(
     crate::destination::verify(&workspace, id, &settings, base_url)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let session = Session::prepare(&workspace, &settings, None).await?;
+        let session = Session::prepare(&workspace, &settings, None)
+            .await?
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan));
         let (log, _) = store
             .reopen(id, session_log_config(&workspace)?)
             .map_err(crate::sessions::store_err)?;

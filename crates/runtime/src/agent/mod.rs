@@ -25,6 +25,7 @@
 
 mod bounds;
 mod commands;
+mod plan;
 mod progress;
 mod resume;
 mod sink;
@@ -40,6 +41,7 @@ use troupe_protocol::{
     ThreadItem, ThreadStartedEvent, Usage, UserMessageEvent,
 };
 
+pub use plan::PLAN_HANDOFF_TRIGGER;
 pub use resume::ResumeReport;
 pub use sink::{EventSink, LogSink, MemorySink, NullSink};
 

@@ -55,6 +55,10 @@ pub struct ContextSettings {
     /// the workspace) after every turn. The actor tree turns it on for the
     /// root agent only.
     pub progress_ledger: bool,
+    /// The run is the build after an approved plan: the root agent, resumed
+    /// from the planning thread, starts from a fresh plan execution context
+    /// (`AgentLoop::fresh_plan_context`) before its build turn.
+    pub fresh_plan_context: bool,
 }
 
 impl Default for ContextSettings {
@@ -73,6 +77,7 @@ impl Default for ContextSettings {
             recent_commits: Vec::new(),
             handoff: None,
             progress_ledger: true,
+            fresh_plan_context: false,
         }
     }
 }
