@@ -52,8 +52,9 @@ pub struct ContextSettings {
     /// A handoff (markdown) from a previous agent, for the orientation.
     pub handoff: Option<String>,
     /// Rewrite the progress ledger (`.vtcode/state/progress.json` under
-    /// the workspace) after every turn. The actor tree turns it on for the
-    /// root agent only.
+    /// the workspace) after every turn. Off by default (a read-only
+    /// verifier writes nothing); the actor tree turns it on for the root
+    /// agent.
     pub progress_ledger: bool,
     /// The run is the build after an approved plan: the root agent, resumed
     /// from the planning thread, starts from a fresh plan execution context
@@ -76,7 +77,7 @@ impl Default for ContextSettings {
             archive_dir: None,
             recent_commits: Vec::new(),
             handoff: None,
-            progress_ledger: true,
+            progress_ledger: false,
             fresh_plan_context: false,
         }
     }

@@ -28,6 +28,7 @@ fn settings(mode: ContextResetMode) -> ContextSettings {
         reset_stall_threshold: 2,
         calibrate: false,
         recent_commits: vec!["abc1234 fix the parser".into(), "def5678 add tests".into()],
+        progress_ledger: true,
         ..ContextSettings::default()
     }
 }
