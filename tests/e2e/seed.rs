@@ -367,3 +367,199 @@ fn request_has(req: &troupe_testkit::RecordedRequest, needle: &str) -> bool {
         m.text.contains(needle) || m.tool_results.iter().any(|r| r.output.contains(needle))
     })
 }
+
+fn write_call(id: &str, path: &str, content: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "write_file",
+        serde_json::json!({"path": path, "content": content}),
+    )
+}
+
+const PLAN_TEXT: &str =
+    "Plan: add the greeting.\n1. Create greet.txt saying hello\n2. Read it back";
+
+fn events_of(ws: &Path) -> Vec<ThreadEvent> {
+    session_events(ws)
+}
+
+#[test]
+fn plan_then_implement_clears_the_transcript_and_keeps_the_plan() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "alpha secret of planning\n").unwrap();
+    let planner = Server::start(vec![
+        write_call("w0", "greet.txt", "too early"),
+        Reply::tool_call("r0", "read_file", serde_json::json!({"path": "a.txt"})),
+        Reply::text(PLAN_TEXT),
+    ]);
+    let run = exec_run(
+        bin(),
+        ws.path(),
+        &planner,
+        &["--plan"],
+        "Add a greeting file",
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        !ws.path().join("greet.txt").exists(),
+        "plan mode wrote nothing"
+    );
+    let reqs = planner.server.requests();
+    assert!(reqs[0].system.as_deref().unwrap().contains("PLAN MODE"));
+    assert!(
+        reqs[1]
+            .function_call_output_text("w0")
+            .unwrap()
+            .contains("plan mode is read-only"),
+        "the write was refused with a reason"
+    );
+    let id = id_of(ws.path());
+    assert!(
+        run.stderr
+            .contains(&format!("troupe exec --implement {id}")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join(".vtcode/tasks/plan.md")).unwrap(),
+        PLAN_TEXT
+    );
+    let tasks: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.path().join(".vtcode/state/tasks.json")).unwrap())
+            .unwrap();
+    assert_eq!(tasks.as_array().unwrap().len(), 2);
+    let plan_usage = run.completed().usage;
+
+    let builder = Server::start(vec![
+        write_call("w1", "greet.txt", "hello\n"),
+        Reply::text("built"),
+    ]);
+    let out = troupe_test_support::e2e::exec_command(
+        bin(),
+        ws.path(),
+        &builder.url(),
+        &["--implement"],
+        &id,
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greet.txt")).unwrap(),
+        "hello\n"
+    );
+    let first = &builder.server.requests()[0];
+    let conversation: Vec<_> = first
+        .messages
+        .iter()
+        .filter(|m| m.role != troupe_testkit::Role::System)
+        .collect();
+    assert_eq!(
+        conversation.len(),
+        1,
+        "only the build directive: {conversation:?}"
+    );
+    let directive = first.first_user_text().unwrap();
+    assert!(
+        directive.contains("## Approved plan\nPlan: add the greeting."),
+        "{directive}"
+    );
+    assert!(
+        !request_has(first, "alpha secret of planning"),
+        "the planning transcript is gone"
+    );
+    let system = first.system.clone().unwrap();
+    assert!(!system.contains("PLAN MODE"), "the build has every tool");
+    assert!(
+        system.contains("## Handoff from the previous agent"),
+        "{system}"
+    );
+    assert!(system.contains("Create greet.txt saying hello"), "{system}");
+    assert!(system.contains("0 of 2 tracked items done"), "{system}");
+    assert!(system.contains(".vtcode/tasks/plan.md ("), "{system}");
+    let events = events_of(ws.path());
+    let resets: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ContextReset(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resets.len(), 1);
+    assert_eq!(resets[0].trigger, "plan_handoff");
+    assert!(resets[0].plan_preserved);
+    assert!(resets[0].tool_budget_reset);
+    let done = completed(&events);
+    assert_eq!(done.subtype, CompletionSubtype::Success);
+    assert_eq!(done.result.as_deref(), Some("built"));
+    assert!(
+        done.usage.total_tokens() > plan_usage.total_tokens(),
+        "the usage is aggregate"
+    );
+    assert_eq!(
+        done.num_turns, 5,
+        "three planning turns and two build turns"
+    );
+
+    // Approving twice is refused.
+    let out = troupe_test_support::e2e::exec_command(
+        bin(),
+        ws.path(),
+        &builder.url(),
+        &["--implement"],
+        &id,
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("already approved"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plan_and_implement_in_one_command_and_bad_sessions_are_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![
+        Reply::text(PLAN_TEXT),
+        write_call("w1", "greet.txt", "hi\n"),
+        Reply::text("built"),
+    ]);
+    let run = exec_run(
+        bin(),
+        ws.path(),
+        &s,
+        &["--plan", "--implement"],
+        "Add a greeting file",
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greet.txt")).unwrap(),
+        "hi\n"
+    );
+    assert!(
+        run.events
+            .iter()
+            .any(|e| matches!(e, ThreadEvent::ContextReset(r) if r.plan_preserved))
+    );
+    assert_eq!(run.completed().result.as_deref(), Some("built"));
+
+    // A session that did not plan cannot be implemented.
+    let ws = tempfile::tempdir().unwrap();
+    let s = Server::start(vec![Reply::text("done")]);
+    let run = exec_run(bin(), ws.path(), &s, &[], "just do it");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let id = id_of(ws.path());
+    let out =
+        troupe_test_support::e2e::exec_command(bin(), ws.path(), &s.url(), &["--implement"], &id)
+            .output()
+            .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is not a planning session"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -381,6 +381,12 @@ impl Actor for AgentActor {
                     agent.session_start_hook("resume").await;
                 }
             }
+            // The approved plan's build: the planning transcript goes while
+            // the build directive (an intent) is still pending, so a
+            // restart after the build turn began keeps its history.
+            if state.args.depth == 0 && env.context.fresh_plan_context && !replay.is_empty() {
+                agent.fresh_plan_context();
+            }
         } else if state.args.autostart {
             state.args.shared.started.store(true, Ordering::SeqCst);
             agent.start(&state.args.spec.task).await;

@@ -54,6 +54,16 @@ pub struct ExecArgs {
     /// hosted provider. No API key is needed.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
     pub(crate) script: Option<PathBuf>,
+    /// Plan only: a read-only planning agent (write and exec tools
+    /// refused) that ends with a plan; the session is then implemented
+    /// with `--implement SESSION_ID` (or add `--implement` here).
+    #[arg(long)]
+    pub(crate) plan: bool,
+    /// Approve a plan and build it: `--implement SESSION_ID` (the prompt
+    /// argument is the planning session), or with `--plan`, plan and build
+    /// in one go.
+    #[arg(long)]
+    pub(crate) implement: bool,
     /// The task; `-` or nothing reads it from stdin.
     pub(crate) prompt: Option<String>,
     /// The Codex-compatible flags (docs/cli.md).
@@ -93,6 +103,9 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     if let Some(ExecCommand::Resume(resume)) = args.command.take() {
         return crate::exec_resume::run(&args, resume, json);
     }
+    if args.implement && !args.plan {
+        return crate::plan::implement_arg(&args, json);
+    }
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
@@ -107,18 +120,31 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     settings.sandbox = codex.sandbox;
     settings.network_access = codex.network_access;
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
+    let (code, id) = rt.block_on(async {
         let task = settings.task.clone();
         let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
-            .codex_stream(args.codex.experimental_json);
+            .codex_stream(args.codex.experimental_json)
+            .plan_mode(args.plan);
         settings.sandbox = Some(launch.config.sandbox_mode());
-        launch
+        let started = launch
             .start(json, Some("root"), Target::New(settings))
-            .await?
-            .run_root(task, false, None, json)
-            .await
-    })
+            .await?;
+        let id = started.session.id().to_string();
+        if args.plan
+            && let Err(e) = crate::plan::set_mode(started.session.dir(), crate::plan::Mode::Plan)
+        {
+            let _ = started.close().await;
+            return Err(e);
+        }
+        let code = started.run_root(task, false, None, json).await?;
+        Ok::<_, Failure>((code, id))
+    })?;
+    drop(rt);
+    if !args.plan {
+        return Ok(code);
+    }
+    crate::plan::after_plan(&args, &workspace, &id, code, json)
 }
 
 /// The `--script FILE` of any command, checked before anything starts
@@ -247,6 +273,10 @@ pub struct Launch {
     sandbox: troupe_runtime::tools::SandboxMode,
     /// The previous agent's handoff (markdown) for the root's orientation.
     handoff: Option<String>,
+    /// A read-only planning agent (`--plan`).
+    plan_mode: bool,
+    /// The build after an approved plan (`--implement`).
+    fresh_plan: bool,
 }
 
 /// Which session a run opens.
@@ -338,6 +368,8 @@ impl Launch {
             quiet_stdout: false,
             sandbox,
             handoff: None,
+            plan_mode: false,
+            fresh_plan: false,
         })
     }
 
@@ -372,6 +404,26 @@ impl Launch {
         self
     }
 
+    /// Runs the root as a read-only planning agent (`--plan`): its write
+    /// and exec tools refuse, and its session (so every subagent) is in
+    /// the `read-only` sandbox.
+    pub fn plan_mode(mut self, on: bool) -> Self {
+        self.plan_mode = on;
+        if on {
+            self.sandbox = self
+                .sandbox
+                .min(troupe_runtime::tools::SandboxMode::ReadOnly);
+        }
+        self
+    }
+
+    /// The run builds an approved plan: the root starts from a fresh plan
+    /// execution context (`context.reset`, `plan_preserved`).
+    pub fn fresh_plan(mut self) -> Self {
+        self.fresh_plan = true;
+        self
+    }
+
     /// Offline, the fallback is served by the same scripted server (in its
     /// wire format), with no key: nothing leaves the machine.
     fn offline_fallback(&self) -> Result<Option<ProviderConfig>, Failure> {
@@ -403,6 +455,16 @@ impl Launch {
     ) -> Result<(SessionBuilder, Option<ScriptedServer>), Failure> {
         let offline = self.server.is_some();
         let offline_fallback = self.offline_fallback()?;
+        let plan_prompt = self.plan_mode.then(|| {
+            crate::plan::system_prompt(
+                self.config
+                    .agent
+                    .system_prompt
+                    .clone()
+                    .unwrap_or_else(|| troupe_actors::builder::DEFAULT_SYSTEM_PROMPT.into()),
+                true,
+            )
+        });
         let key_env = self
             .config
             .provider_config()
@@ -422,6 +484,12 @@ impl Launch {
         }
         if let Some(fb) = offline_fallback {
             b = b.fallback_provider(fb);
+        }
+        if let Some(prompt) = plan_prompt {
+            b = b.system_prompt(prompt).plan_mode(true);
+        }
+        if self.fresh_plan {
+            b = b.fresh_plan_context();
         }
         if let Some(name) = root_agent {
             b = b.root_agent(name);

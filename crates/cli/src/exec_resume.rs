@@ -73,7 +73,8 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
         let (agent, turns) = root_turns(&store, &id, &manifest.root_thread_id)?;
         let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
-            .codex_stream(args.codex.experimental_json);
+            .codex_stream(args.codex.experimental_json)
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan));
         let limit = turns.saturating_add(launch.max_turns());
         let task = settings.task.clone();
         let target = Target::Resume {
@@ -115,7 +116,7 @@ fn target(store: &SessionStore, r: &ResumeArgs) -> Result<(String, Option<String
 }
 
 /// The stored settings with this command line's on top.
-fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Failure> {
+pub(crate) fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionSettings, Failure> {
     if let Some(path) = &args.script {
         s.script = Some(
             std::fs::canonicalize(path)

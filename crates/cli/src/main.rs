@@ -11,6 +11,7 @@ mod exec_resume;
 mod keys;
 mod mock_llm;
 mod pipeline_cmd;
+mod plan;
 mod render;
 mod resume;
 mod resume_blocked;

@@ -45,6 +45,7 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
         };
         let started = Launch::prepare(&workspace, &settings, None)
             .await?
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
             .start(json, Some("root"), target)
             .await?;
         if let Some(report) = started.session.recovery()

@@ -77,6 +77,7 @@ pub(crate) fn run(
         let (agent, turns) = root_turns(&store, id, &manifest.root_thread_id)?;
         let launch = Launch::prepare(&workspace, &settings, None)
             .await?
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
             .handoff(handoff.to_markdown());
         let limit = turns.saturating_add(launch.max_turns());
         let task = settings.task.clone();

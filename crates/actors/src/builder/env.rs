@@ -99,6 +99,9 @@ impl SessionBuilder {
         for tool in self.tools.drain(..) {
             tools.register(tool);
         }
+        if self.plan_mode {
+            tools = troupe_runtime::tools::plan_mode(&tools);
+        }
         let hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
         let system_prompt = self
@@ -140,6 +143,7 @@ impl SessionBuilder {
         env.context =
             ContextSettings::from_config(config, &self.workspace, Some(log.dir().join("derived")));
         env.context.handoff = self.handoff.clone();
+        env.context.fresh_plan_context = self.fresh_plan;
         env
     }
 }

@@ -70,6 +70,8 @@ pub struct SessionBuilder {
     pub(crate) sandbox: Option<troupe_runtime::tools::SandboxMode>,
     pub(crate) handoff: Option<String>,
     pub(crate) fallback_provider: Option<ProviderConfig>,
+    pub(crate) plan_mode: bool,
+    pub(crate) fresh_plan: bool,
 }
 
 impl Session {
@@ -97,6 +99,8 @@ impl Session {
             sandbox: None,
             handoff: None,
             fallback_provider: None,
+            plan_mode: false,
+            fresh_plan: false,
         }
     }
 
@@ -205,6 +209,23 @@ impl SessionBuilder {
     /// one (its model stays the config's).
     pub fn fallback_provider(mut self, provider: ProviderConfig) -> Self {
         self.fallback_provider = Some(provider);
+        self
+    }
+
+    /// With `on`, every agent's write and exec tools (built-in or added)
+    /// refuse each call with a reason the model can act on: a planning
+    /// session. Pair it with [`SessionBuilder::sandbox`] `read-only` so
+    /// subagents cannot write either. Default: off.
+    pub fn plan_mode(mut self, on: bool) -> Self {
+        self.plan_mode = on;
+        self
+    }
+
+    /// The top-level agents start from a fresh plan execution context (the
+    /// build after an approved plan: `context.reset` with
+    /// `plan_preserved`). Default: off.
+    pub fn fresh_plan_context(mut self) -> Self {
+        self.fresh_plan = true;
         self
     }
 

@@ -13,9 +13,10 @@
 //! - the 3-retry self-heal cap on one error key: `error_during_execution`
 //!   (`outcome_code` `tool_retry_cap`);
 //! - two empty steps in a row: `error_during_execution` (`blocked`);
-//! - a provider rejecting the retry after a recovery compaction (context
-//!   overflow right after tool output, see [`crate::context`]):
-//!   `error_during_execution` (`blocked`);
+//! - a provider failing the retry after a recovery compaction (a context
+//!   overflow right after tool output, or a transient failure right after
+//!   successful tool output, see [`crate::context`]):
+//!   `error_during_execution` (`blocked`, resumable);
 //! - a stream error with no failover: `error_during_execution`
 //!   (`stream_error`);
 //! - the budget: `error_max_budget_usd`;
@@ -25,6 +26,7 @@
 
 mod bounds;
 mod commands;
+mod plan;
 mod progress;
 mod resume;
 mod sink;
@@ -40,6 +42,7 @@ use troupe_protocol::{
     ThreadItem, ThreadStartedEvent, Usage, UserMessageEvent,
 };
 
+pub use plan::PLAN_HANDOFF_TRIGGER;
 pub use resume::ResumeReport;
 pub use sink::{EventSink, LogSink, MemorySink, NullSink};
 

@@ -286,11 +286,10 @@ impl AgentLoop {
     fn model_failed(&mut self, error: ProviderError) -> StepOutcome {
         let message = format!("model call failed: {error}");
         let Some(fb) = self.config.fallback.clone() else {
-            self.turn_failed(&message);
-            self.warn(format!(
-                "{message}; no failover: no fallback is configured (set [agent.fallback] in troupe.toml)"
-            ));
-            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
+            return self.no_failover(
+                &message,
+                "no fallback is configured (set [agent.fallback] in troupe.toml)",
+            );
         };
         let why_not = if error.is_context_overflow() {
             Some(format!(
@@ -311,12 +310,8 @@ impl AgentLoop {
             None
         };
         if let Some(why) = why_not {
-            self.turn_failed(&message);
-            self.warn(format!(
-                "{} failed ({error}); no failover: {why}",
-                self.provider_label()
-            ));
-            return self.done(CompletionSubtype::ErrorDuringExecution, "stream_error");
+            let message = format!("{} {message}", self.provider_label());
+            return self.no_failover(&message, &why);
         }
         self.state.failed_over = true;
         self.warn(format!(
@@ -326,6 +321,15 @@ impl AgentLoop {
         self.client = fb.client;
         self.model = fb.model;
         StepOutcome::Continue
+    }
+
+    /// Ends the run on a failure that does not fail over, saying why (the
+    /// same text in `turn.failed` and the warning, printed once).
+    fn no_failover(&mut self, message: &str, why: &str) -> StepOutcome {
+        let message = format!("{message}; no failover: {why}");
+        self.turn_failed(&message);
+        self.warn(message);
+        self.done(CompletionSubtype::ErrorDuringExecution, "stream_error")
     }
 
     /// Emits the `turn.failed` of a failure that ends the run (never of

@@ -110,6 +110,38 @@ impl ContextManager {
         self.task.as_deref()
     }
 
+    /// The plan → build handoff: forgets the transient state (a recovery
+    /// in flight, a pending compaction, stalled turns, request segments,
+    /// the last projection) and keeps the calibration, the settings and
+    /// the task (the progress ledger's goal).
+    /// The next request starts a new segment.
+    pub fn fresh_plan(&mut self) {
+        self.recovery_in_flight = false;
+        self.pending = false;
+        self.stall.clear();
+        self.segments = SegmentTracker::default();
+        self.sent = None;
+    }
+
+    /// How full `model`'s window is with this request, in whole percent
+    /// (0 when the window is unknown).
+    pub fn usage_percent(
+        &self,
+        model: &str,
+        catalog: &crate::provider::ModelCatalog,
+        system: Option<&str>,
+        messages: &[Message],
+        tools: &[crate::provider::ToolDefinition],
+    ) -> u8 {
+        let Some(window) = window_of(catalog, model).filter(|w| *w > 0) else {
+            return 0;
+        };
+        let projected = self.project(model, estimate_parts(system, messages, tools));
+        (projected as f64 * 100.0 / window as f64)
+            .round()
+            .clamp(0.0, 100.0) as u8
+    }
+
     /// Whether a recovery retry is in flight.
     pub fn recovering(&self) -> bool {
         self.recovery_in_flight

@@ -33,7 +33,11 @@ pub const TASKS_DIR: &str = ".vtcode/tasks";
 pub fn durable_artifacts(workspace: &Path) -> String {
     let mut out = String::from("\n\n## Progress ledger (.vtcode/state/progress.json)\n");
     match crate::state::ProgressLedger::load(workspace) {
-        Ok(Some(l)) => out.push_str(&l.summary()),
+        Ok(Some(mut l)) => {
+            // The tracker may have changed since the last turn (a plan).
+            l.completion = crate::state::progress::tracker_completion(workspace);
+            out.push_str(&l.summary());
+        }
         Ok(None) => out.push_str("- none yet: no turn has finished in this workspace"),
         Err(e) => out.push_str(&format!("- unreadable: {e}")),
     }

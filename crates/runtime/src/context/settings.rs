@@ -52,9 +52,14 @@ pub struct ContextSettings {
     /// A handoff (markdown) from a previous agent, for the orientation.
     pub handoff: Option<String>,
     /// Rewrite the progress ledger (`.vtcode/state/progress.json` under
-    /// the workspace) after every turn. The actor tree turns it on for the
-    /// root agent only.
+    /// the workspace) after every turn. Off by default (a read-only
+    /// verifier writes nothing); the actor tree turns it on for the root
+    /// agent.
     pub progress_ledger: bool,
+    /// The run is the build after an approved plan: the root agent, resumed
+    /// from the planning thread, starts from a fresh plan execution context
+    /// (`AgentLoop::fresh_plan_context`) before its build turn.
+    pub fresh_plan_context: bool,
 }
 
 impl Default for ContextSettings {
@@ -72,7 +77,8 @@ impl Default for ContextSettings {
             archive_dir: None,
             recent_commits: Vec::new(),
             handoff: None,
-            progress_ledger: true,
+            progress_ledger: false,
+            fresh_plan_context: false,
         }
     }
 }

@@ -25,6 +25,7 @@ mod exec;
 mod grep;
 mod list;
 pub mod paths;
+mod plan_mode;
 mod policy;
 mod protect;
 mod read;
@@ -42,6 +43,7 @@ pub use exec::{
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
+pub use plan_mode::plan_mode;
 pub use policy::{PermissionPolicy, glob};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};

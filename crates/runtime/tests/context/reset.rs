@@ -28,6 +28,7 @@ fn settings(mode: ContextResetMode) -> ContextSettings {
         reset_stall_threshold: 2,
         calibrate: false,
         recent_commits: vec!["abc1234 fix the parser".into(), "def5678 add tests".into()],
+        progress_ledger: true,
         ..ContextSettings::default()
     }
 }
@@ -83,6 +84,21 @@ async fn on_stall_resets_after_consecutive_stalled_turns() {
     assert!(text.contains("- abc1234 fix the parser"));
     assert!(text.contains("files changed: b"));
     assert!(text.contains("tool calls: 5"));
+    // The durable artifacts: the ledger the loop wrote after the last
+    // stalled turn, and the manifest as a harness artifact.
+    assert!(
+        text.contains("## Progress ledger (.vtcode/state/progress.json)\n- goal: Read the big files and report."),
+        "{text}"
+    );
+    assert!(
+        text.contains("- stall: stalled (2 turns without progress, threshold 2)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- .vtcode/tasks/current_context_reset.md (")
+            && text.contains("bytes): # Context reset"),
+        "{text}"
+    );
     let manifest =
         std::fs::read_to_string(h.ws.path().join(".vtcode/tasks/current_context_reset.md"))
             .unwrap();
