@@ -1,5 +1,6 @@
 //! The examples run against the scripted model server (real HTTP on
 //! 127.0.0.1), as processes in a temporary workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,6 @@
 //! The session builder and agent handles, in process, against the
 //! scripted model server on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::Duration;
 
