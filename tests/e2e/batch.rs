@@ -186,3 +186,76 @@ fn a_task_that_fails_makes_the_exit_code_nonzero() {
         stderr(&out)
     );
 }
+
+#[test]
+fn ctrl_c_aborts_the_running_tasks_and_starts_no_more() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("script.toml");
+    std::fs::write(
+        &script,
+        "cursor = \"per_conversation\"\n[[replies]]\nkind = \"stall\"\nms = 60000\n",
+    )
+    .unwrap();
+    let tasks = tasks(tmp.path(), 5);
+    let child = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["batch", &tasks, "--concurrency", "2", "--json", "--script"])
+        .arg(&script)
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Both running tasks are waiting on the model.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let turns = sessions(tmp.path())
+            .first()
+            .and_then(|d| std::fs::read_to_string(d.join("events.jsonl")).ok())
+            .map_or(0, |t| t.matches("\"turn.started\"").count());
+        if turns >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the tasks never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "the two running tasks report");
+    assert!(
+        lines.iter().all(|v| v["outcome"] == "cancelled"),
+        "{lines:?}"
+    );
+    assert!(
+        stderr(&out).contains("3 of 5 tasks were not started"),
+        "{}",
+        stderr(&out)
+    );
+    let dir = &sessions(tmp.path())[0];
+    let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"]["type"], "thread.completed");
+    assert_eq!(last["event"]["subtype"], "cancelled");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["status"], "completed", "the log was drained");
+}

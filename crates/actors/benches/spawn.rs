@@ -22,14 +22,11 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
-use troupe_actors::agent::{
-    AgentActor, AgentArgs, AgentEnv, AgentShared, AgentSpec, SubagentLimits, loop_id,
-};
+use troupe_actors::agent::{AgentActor, AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
 use troupe_actors::{Address, SessionTree, SupervisorConfig};
-use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig};
+use troupe_runtime::provider::{ProviderClient, ProviderConfig};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::store::{LogConfig, SessionStore};
-use troupe_runtime::tools::ToolRegistry;
 
 struct Counting;
 
@@ -98,31 +95,16 @@ async fn main() {
         .await
         .unwrap();
     let client = ProviderClient::new(ProviderConfig::openai().without_key()).unwrap();
-    let env = Arc::new(AgentEnv {
-        log: log.clone(),
-        session_id: id.clone(),
-        workspace: ws.path().to_path_buf(),
-        client: Arc::new(client),
-        fallback: None,
-        model: "gpt-4.1".into(),
-        model_pinned: false,
-        provider_label: "openai".into(),
-        system_prompt: "bench".into(),
-        max_turns: 15,
-        max_parallel_tools: 8,
-        max_budget_usd: None,
-        catalog: Arc::new(ModelCatalog::builtin()),
-        tools: ToolRegistry::builtin(),
-        hooks: None,
-        limits: SubagentLimits::default(),
-        call_timeout: Duration::from_secs(30),
-        supervisor: tree.supervisor_address().clone(),
-        context: troupe_runtime::context::ContextSettings::default(),
-        caps: troupe_runtime::state::CostBudget::unlimited(),
-        sandbox: None,
-        builtins: troupe_actors::Builtins::ALL,
-        verification: troupe_actors::verify::Verification::default(),
-    });
+    let env = Arc::new(
+        AgentEnv::new(
+            &log,
+            ws.path(),
+            Arc::new(client),
+            "gpt-4.1",
+            tree.supervisor_address().clone(),
+        )
+        .with_system_prompt("bench"),
+    );
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());
     let live0 = LIVE.load(Ordering::Relaxed);

@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
-use troupe_actors::{AgentSpec, Session, SessionError, SessionSettings};
+use tokio_util::sync::CancellationToken;
+use troupe_actors::{AgentHandle, AgentMsg, AgentSpec, Session, SessionError, SessionSettings};
 use troupe_protocol::{CompletionSubtype, Usage};
 
 use crate::exec::{Launch, Target, canonical_workspace};
@@ -177,7 +179,7 @@ pub fn run(args: BatchArgs) -> Result<u8, Failure> {
         if let Some(server) = server {
             server.shutdown().await;
         }
-        let (ok, total) = failed?;
+        let (ok, total, cancelled) = failed?;
         let tally = closed?;
         eprintln!(
             "troupe: {total} tasks: {ok} succeeded, {} did not; {} turns, {} input / {} output tokens; session: {dir}",
@@ -186,19 +188,27 @@ pub fn run(args: BatchArgs) -> Result<u8, Failure> {
             tally.usage.input_tokens,
             tally.usage.output_tokens
         );
-        Ok(if ok == total { exit::OK } else { exit::ERROR })
+        Ok(if cancelled {
+            exit::CANCELLED
+        } else if ok == total {
+            exit::OK
+        } else {
+            exit::ERROR
+        })
     })
 }
 
 /// Starts the tasks, at most `concurrency` at a time, and prints each
-/// result as it comes. Returns (succeeded, total).
+/// result as it comes. Returns (succeeded, total, cancelled).
 async fn drive(
     session: &Arc<Session>,
     tasks: Vec<Task>,
     concurrency: usize,
     json: bool,
-) -> Result<(usize, usize), Failure> {
+) -> Result<(usize, usize, bool), Failure> {
     let total = tasks.len();
+    let cancel = CancellationToken::new();
+    watch_ctrl_c(cancel.clone());
     let slots = Arc::new(Semaphore::new(concurrency));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
@@ -213,19 +223,23 @@ async fn drive(
         }
         ok
     });
+    let mut started = 0;
     for task in tasks {
-        let permit = Arc::clone(&slots)
-            .acquire_owned()
-            .await
-            .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?;
+        let permit = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            p = Arc::clone(&slots).acquire_owned() => p
+                .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?,
+        };
         let mut spec = AgentSpec::new(task.id.clone(), task.prompt.clone());
         spec.model = task.model.clone();
         let handle = session.spawn_agent(spec).await;
-        let tx = tx.clone();
+        started += 1;
+        let (tx, cancel) = (tx.clone(), cancel.clone());
         tokio::spawn(async move {
             let agent_id = format!("session/{}", task.id);
             let result = match handle {
-                Ok(h) => h.wait().await,
+                Ok(h) => wait_or_abort(h, cancel).await,
                 Err(e) => Err(e),
             };
             let _ = tx.send(render(&task.id, &agent_id, result, json));
@@ -236,7 +250,49 @@ async fn drive(
     let ok = printer
         .await
         .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?;
-    Ok((ok, total))
+    if cancel.is_cancelled() {
+        eprintln!(
+            "troupe: batch cancelled: {} of {total} tasks were not started",
+            total - started
+        );
+    }
+    Ok((ok, total, cancel.is_cancelled()))
+}
+
+/// The agent's outcome; once the batch is cancelled, it is aborted first
+/// (its outcome is then `cancelled`).
+async fn wait_or_abort(
+    handle: AgentHandle,
+    cancel: CancellationToken,
+) -> Result<troupe_actors::AgentOutcome, SessionError> {
+    let address = handle.address().clone();
+    let wait = handle.wait();
+    tokio::pin!(wait);
+    tokio::select! {
+        biased;
+        r = &mut wait => r,
+        _ = cancel.cancelled() => {
+            if let Err(e) = address.call(AgentMsg::Abort, Duration::from_secs(10)).await {
+                tracing::warn!(error = %e, "abort not delivered");
+            }
+            wait.await
+        }
+    }
+}
+
+/// The first Ctrl-C starts no more tasks and aborts the running ones; a
+/// second exits at once with 130.
+fn watch_ctrl_c(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        eprintln!("\ncancelling the batch… (Ctrl-C again to exit now)");
+        cancel.cancel();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(exit::CANCELLED));
+        }
+    });
 }
 
 fn render(

@@ -558,6 +558,7 @@ pub fn session_failure(e: SessionError, resuming: bool) -> Failure {
         | SessionError::AlreadyCompleted { .. }
         | SessionError::NotCompleted { .. }
         | SessionError::InvalidName(_)
+        | SessionError::Isolation(_)
         | SessionError::DuplicateAgent(_) => Failure::bad_input(e),
         e => Failure::from(e),
     }

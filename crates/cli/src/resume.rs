@@ -98,7 +98,8 @@ pub(crate) fn load_settings(
     };
     if settings.kind != "exec" {
         return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the pipeline again)",
+            "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the {} again)",
+            settings.kind,
             settings.kind
         )));
     }

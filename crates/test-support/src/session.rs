@@ -5,12 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use troupe_actors::agent::{AgentEnv, SubagentLimits};
+use troupe_actors::agent::AgentEnv;
 use troupe_actors::{ChildInfo, SessionTree, SupervisorConfig};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage};
-use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig, RetryPolicy};
+use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::store::{LogConfig, SessionLog, SessionStore};
-use troupe_runtime::tools::ToolRegistry;
 use troupe_testkit::ScriptedServer;
 
 use crate::SupportError;
@@ -133,31 +132,20 @@ impl SessionFixture {
                 .without_key()
                 .with_retry(RetryPolicy::none()),
         )?;
-        let mut env = AgentEnv {
-            log: log.clone(),
-            session_id: id,
-            workspace: ws.to_path_buf(),
-            client: Arc::new(client),
-            fallback: None,
-            model: "scripted".into(),
-            model_pinned: true,
-            provider_label: "scripted".into(),
-            system_prompt: "test".into(),
-            max_turns: 50,
-            max_parallel_tools: 4,
-            max_budget_usd: None,
-            catalog: Arc::new(ModelCatalog::builtin()),
-            tools: ToolRegistry::builtin(),
-            hooks: None,
-            limits: SubagentLimits::default(),
-            call_timeout: Duration::from_secs(20),
-            supervisor: tree.supervisor_address().clone(),
-            context: troupe_runtime::context::ContextSettings::default(),
-            caps: troupe_runtime::state::CostBudget::unlimited(),
-            sandbox: None,
-            builtins: troupe_actors::Builtins::ALL,
-            verification: troupe_actors::verify::Verification::default(),
-        };
+        let mut env = AgentEnv::new(
+            &log,
+            ws,
+            Arc::new(client),
+            "scripted",
+            tree.supervisor_address().clone(),
+        )
+        .with_system_prompt("test")
+        .with_max_turns(50);
+        env.session_id = id;
+        env.model_pinned = true;
+        env.provider_label = "scripted".into();
+        env.max_parallel_tools = 4;
+        env.call_timeout = Duration::from_secs(20);
         tweak(&mut env);
         Ok(SessionFixture {
             log,

@@ -1,5 +1,6 @@
 //! The examples run against the scripted model server (real HTTP on
 //! 127.0.0.1), as processes in a temporary workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -7,20 +8,26 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 use troupe_testkit::{Reply, Script, ScriptedServer};
 
-/// The built example `name` (cargo test builds examples next to the test
-/// binary's directory); built here when it is missing.
+/// The example `name`, built (or found up to date) by cargo with the
+/// test's own profile directory: `cargo test` builds examples, nextest does
+/// not, so the test asks cargo (a no-op when it is fresh).
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap();
     let path = profile_dir.join("examples").join(name);
-    if !path.is_file() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "troupe", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "building example {name} failed");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "-q", "-p", "troupe", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // The test's own profile, so the example links the dependencies the
+    // test binary was built with.
+    if profile_dir.ends_with("release") {
+        cargo.arg("--release");
+    } else {
+        cargo.args(["--profile", "test"]);
     }
+    let status = cargo.status().unwrap();
+    assert!(status.success(), "building example {name} failed");
     assert!(
         path.is_file(),
         "example {name} not found at {}",

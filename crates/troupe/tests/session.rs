@@ -1,5 +1,6 @@
 //! The session builder and agent handles, in process, against the
 //! scripted model server on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::Duration;
 
@@ -60,6 +61,14 @@ async fn names_are_unique_and_valid_in_a_session() {
         let r = s.spawn_agent(AgentSpec::new(bad, "x")).await;
         assert!(matches!(r, Err(SessionError::InvalidName(_))), "{bad}");
     }
+    let mut isolated = AgentSpec::new("iso", "x");
+    isolated.isolation = troupe::Isolation::Worktree;
+    let r = s.spawn_agent(isolated).await;
+    assert!(
+        matches!(r, Err(SessionError::Isolation(_))),
+        "{:?}",
+        r.err()
+    );
     let outcome = a.wait().await.unwrap();
     assert_eq!(outcome.completed.subtype, CompletionSubtype::Success);
     let dir = s.dir().to_path_buf();

@@ -56,6 +56,11 @@ pub enum SessionError {
         "agent name `{0}` is not valid: use 1 to 64 letters, digits, `-`, `_` or `.`, not `drain`"
     )]
     InvalidName(String),
+    /// A top-level agent asked for its own worktree.
+    #[error(
+        "agent `{0}`: isolation = worktree is for subagents; a top-level agent works in the session's workspace (open a session in a worktree instead)"
+    )]
+    Isolation(String),
     /// Two agents of one session with one name.
     #[error("an agent named `{0}` already runs in this session; give each agent its own name")]
     DuplicateAgent(String),

@@ -245,6 +245,9 @@ impl Session {
         if !valid_name(&name) || self.root_agent.as_deref() == Some(name.as_str()) {
             return Err(SessionError::InvalidName(name));
         }
+        if spec.isolation != crate::agent::Isolation::Shared {
+            return Err(SessionError::Isolation(name));
+        }
         let supervisor = self.tree.supervisor_address().name().to_string();
         let agent_id = format!("{supervisor}/{name}");
         let address = Address::new(agent_id.clone());
