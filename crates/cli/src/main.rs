@@ -13,6 +13,7 @@ mod pipeline_cmd;
 mod render;
 mod resume;
 mod safe_text;
+mod session_worktrees;
 mod sessions;
 mod sessions_view;
 
