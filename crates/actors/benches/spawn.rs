@@ -120,6 +120,7 @@ async fn main() {
         context: troupe_runtime::context::ContextSettings::default(),
         caps: troupe_runtime::state::CostBudget::unlimited(),
         verification: troupe_actors::verify::Verification::default(),
+        supervision: troupe_actors::tree::SupervisionSettings::default(),
     });
     let store = LoopStateStore::new(ws.path());
     let budget = BudgetNode::root(CostBudget::unlimited());

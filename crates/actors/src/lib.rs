@@ -39,6 +39,7 @@ pub mod session;
 pub mod subagent;
 pub mod supervisor;
 pub mod synthesized;
+pub mod tree;
 pub mod verifier;
 pub mod verify;
 

@@ -478,6 +478,7 @@ impl Session {
                 allow_unverified_merge: config.verifier.allow_unverified_merge,
                 ..troupe_actors::verify::Verification::default()
             },
+            supervision: crate::supervision::settings(&config.supervision),
         })
     }
 

@@ -16,6 +16,7 @@ mod safe_text;
 mod session_worktrees;
 mod sessions;
 mod sessions_view;
+mod supervision;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

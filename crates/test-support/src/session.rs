@@ -155,6 +155,7 @@ impl SessionFixture {
             context: troupe_runtime::context::ContextSettings::default(),
             caps: troupe_runtime::state::CostBudget::unlimited(),
             verification: troupe_actors::verify::Verification::default(),
+            supervision: troupe_actors::tree::SupervisionSettings::default(),
         };
         tweak(&mut env);
         Ok(SessionFixture {
