@@ -17,6 +17,7 @@ mod pipeline;
 mod resume;
 mod resume_trust;
 mod retries;
+mod scenario;
 mod sessions;
 mod terminal;
 mod truth;

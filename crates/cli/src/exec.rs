@@ -438,6 +438,9 @@ impl Session {
             ToolRegistry::builtin_configured(config.exec_config(), config.protected_paths())
                 .with_limits(config.tool_limits());
         tools.set_policy(config.permission_policy());
+        if let Some(tool) = crate::test_tools::from_env(self.offline) {
+            tools.register(std::sync::Arc::new(tool));
+        }
         let hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
         Ok(AgentEnv {

@@ -17,6 +17,7 @@ mod session_worktrees;
 mod sessions;
 mod sessions_view;
 mod supervision;
+mod test_tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
