@@ -74,6 +74,10 @@ pub struct ProposerSpec {
     /// Turn limit per round.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// `[proposers.supervision]`: its restart type, and the strategy and
+    /// intensity of its own subagents' supervisor node.
+    #[serde(default)]
+    pub supervision: Option<crate::tree::SupervisionSpec>,
 }
 
 /// Why a pipeline could not run.
@@ -356,6 +360,7 @@ async fn propose(
             task: p.task.clone(),
             model: p.model.clone(),
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
+            supervision: p.supervision,
             ..AgentSpec::default()
         },
         address: address.clone(),

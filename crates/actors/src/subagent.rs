@@ -431,9 +431,14 @@ impl SpawnSubagentTool {
         let rx = self.parent.shared.inbox.expect(&agent_id);
         guard.waiting = Some(agent_id.clone());
         let timeout = self.parent.env.call_timeout;
-        let settings = self.parent.env.supervision;
-        let settings = settings
-            .with_spec(child.spec.supervision.as_ref())
+        // The session's defaults, then the parent's own spec (a pipeline
+        // proposer's or its spawner's), then this call's arguments.
+        let settings = self
+            .parent
+            .env
+            .supervision
+            .with_spec(self.parent.spec.supervision.as_ref())
+            .and_then(|s| s.with_spec(child.spec.supervision.as_ref()))
             .map_err(ToolError::Schema)?;
         let node = children_supervisor(&self.parent, &settings).await?;
         start_under(&node, agent_child_spec(child), timeout).await?;

@@ -281,3 +281,19 @@ fn spawn_arguments_override_the_defaults_within_the_limit() {
     assert_eq!(parsed.strategy, Some(troupe_actors::Strategy::RestForOne));
     assert!(serde_json::from_value::<SupervisionSpec>(json!({"bogus": 1})).is_err());
 }
+
+#[test]
+fn a_pipeline_file_sets_a_proposers_supervision() {
+    use troupe_actors::pipeline::PipelineSpec;
+    let text = "[[proposers]]\nname = \"p\"\ntask = \"t\"\n[proposers.supervision]\nrestart = \"temporary\"\nstrategy = \"one_for_all\"\nmax_restarts = 2\n";
+    let spec = PipelineSpec::parse(text, std::path::Path::new("p.toml")).unwrap();
+    let sup = spec.proposers[0].supervision.unwrap();
+    assert_eq!(sup.restart, Some(RestartPolicy::Temporary));
+    assert_eq!(sup.strategy, Some(troupe_actors::Strategy::OneForAll));
+    assert_eq!(sup.max_restarts, Some(2));
+    let bad = text.replace("max_restarts", "max_restart");
+    let err = PipelineSpec::parse(&bad, std::path::Path::new("p.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_restart"), "{err}");
+}
