@@ -197,6 +197,23 @@ fn the_long_horizon_scenario_ends_success_with_the_real_tree() {
             "{agent}: {parents:?}"
         );
     }
+    // The verifiers ran under the root's node: the root asked for them.
+    let verifiers: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::AgentStarted(s) if s.role == troupe_protocol::AgentRole::Verifier => {
+                Some(s.parent_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(verifiers.len(), 3, "{verifiers:?}");
+    assert!(
+        verifiers
+            .iter()
+            .all(|p| p.as_deref() == Some("session/root")),
+        "{verifiers:?}"
+    );
     // The grandchild crashed twice and was restarted by its parent's node
     // each time; the other agents never restarted.
     let restarts = |agent: &str| {
@@ -246,4 +263,137 @@ fn the_long_horizon_scenario_ends_success_with_the_real_tree() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(left, 0, "worktrees left behind");
+}
+
+/// The scenario without the crashing tool (it is offline-only), with every
+/// side effect also appended to `side` by an exec call, so a call that ran
+/// twice shows.
+fn killable_scenario(side: &Path) -> Script {
+    let mark = |id: &str| {
+        Reply::tool_call(
+            id,
+            "exec_command",
+            json!({"command": format!("echo {id} >> {}", side.display())}),
+        )
+    };
+    let mut script = scenario();
+    for route in &mut script.routes {
+        if route.when == "Task WRITE" {
+            route.replies = vec![
+                Reply::tool_call(
+                    "w1",
+                    "write_file",
+                    json!({"path": "mul.sh", "content": "#!/bin/sh\necho $(($1 * $2))\n"}),
+                ),
+                mark("w2"),
+                handoff("w5", "wrote mul.sh", &["mul.sh"]),
+                Reply::text("writer done"),
+            ];
+        }
+        if route.when == "Task ADD" {
+            route.replies.insert(1, mark("a1x"));
+            route.replies.insert(5, mark("a3x"));
+        }
+    }
+    script
+}
+
+fn resume(ws: &Path, id: &str) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["sessions", "resume", id, "--workspace"])
+        .arg(ws)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    super::vtcode::check_output(&out, "troupe sessions resume");
+    out
+}
+
+/// No call ran twice: each line of `side` once; each tool call's output
+/// once per agent; each handoff id once.
+fn assert_once(ws: &Path, side: &Path, round: usize) {
+    let lines = std::fs::read_to_string(side).unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    for line in lines.lines() {
+        assert!(
+            seen.insert(line.to_string()),
+            "round {round}: {line} ran twice"
+        );
+    }
+    let events = session_events(ws);
+    let mut outputs = std::collections::HashSet::new();
+    let mut handoffs = std::collections::HashSet::new();
+    for e in &events {
+        match e {
+            ThreadEvent::ItemCompleted(i) => {
+                if let ItemDetails::ToolOutput(o) = &i.item.details {
+                    let key = (i.agent_id.clone(), o.call_id.clone());
+                    assert!(
+                        outputs.insert(key),
+                        "round {round}: {} settled twice",
+                        o.call_id
+                    );
+                }
+            }
+            ThreadEvent::Handoff(h) => {
+                assert!(
+                    handoffs.insert(h.id.clone()),
+                    "round {round}: {} twice",
+                    h.id
+                );
+            }
+            _ => {}
+        }
+    }
+    let root_done = events
+        .iter()
+        .any(|e| matches!(e, ThreadEvent::ThreadCompleted(c) if !c.thread_id.contains(':')));
+    assert!(root_done, "round {round}: the session did not complete");
+}
+
+#[test]
+fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
+    let mut resumed = 0;
+    for round in 0..20 {
+        let ws = tempfile::tempdir().unwrap();
+        calc_repo(ws.path());
+        let side_dir = tempfile::tempdir().unwrap();
+        let side = side_dir.path().join("side.txt");
+        let server = super::exec::Server::with_script(killable_scenario(&side));
+        let mut child = super::exec::exec_cmd(
+            ws.path(),
+            &server.url(),
+            &["--model", "scripted"],
+            "Split the calc work between two subagents.",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(
+            100 + fastrand::u64(0..1500),
+        ));
+        child.kill().unwrap(); // SIGKILL
+        let status = child.wait().unwrap();
+        if status.success() || troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
+            continue; // finished before the kill, or killed before it began
+        }
+        let dir = super::exec::session_dir(ws.path());
+        let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+        let out = resume(ws.path(), &id);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("ended before it started") || stderr.contains("already completed") {
+            continue;
+        }
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "round {round}: resume failed: {stderr}"
+        );
+        resumed += 1;
+        assert_once(ws.path(), &side, round);
+    }
+    assert!(
+        resumed >= 5,
+        "only {resumed} of 20 rounds were killed mid-run"
+    );
 }

@@ -201,6 +201,10 @@ impl SpawnSubagentTool {
         if let Some((_, before)) = &previous {
             continue_child(&store, &lid, &mut spec, before, p.env.max_turns)?;
         }
+        // One whose run was cut off (troupe restarted before it handed off)
+        // resumes that run from the log: nothing it did runs again.
+        let interrupted = previous.is_none() && thread_in_log(p.env.log.events_path(), &agent_id);
+        let resume = previous.is_some() || interrupted;
         // Isolation: the child writes in its own worktree of the session's
         // workspace, on branch troupe/<id>; its changes stay there until
         // someone merges them.
@@ -210,9 +214,10 @@ impl SpawnSubagentTool {
                 let id = worktree_id(&p.env.session_id, &agent_id);
                 let ws = Workspace::open(&p.env.workspace)
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
-                let wt = match &previous {
-                    Some(_) => ws.worktree(&id),
-                    None => ws.create_worktree(&id),
+                let wt = if resume {
+                    ws.worktree(&id)
+                } else {
+                    ws.create_worktree(&id)
                 };
                 Some(wt.map_err(|e| ToolError::Failed(e.to_string()))?)
             }
@@ -227,7 +232,7 @@ impl SpawnSubagentTool {
         );
         // The child's outcome reaches this agent as a typed message
         // (`AgentMsg::Handoff`); `done` only tells that it ended.
-        let shared = AgentShared::new(done, previous.is_some(), &store, &lid, budget);
+        let shared = AgentShared::new(done, resume, &store, &lid, budget);
         *shared.parent.lock() = Some(ParentLink {
             address: p.address.clone(),
             shared: Arc::downgrade(&p.shared),
@@ -247,6 +252,17 @@ impl SpawnSubagentTool {
             worktree,
         ))
     }
+}
+
+/// Whether the log holds a `thread.started` of agent `agent_id`.
+fn thread_in_log(events_path: &std::path::Path, agent_id: &str) -> bool {
+    let Ok(reader) = troupe_runtime::store::EventReader::open(events_path) else {
+        return false;
+    };
+    reader.filter_map(Result::ok).any(|(_, ev)| {
+        matches!(&ev.event, troupe_protocol::ThreadEvent::ThreadStarted(t)
+            if t.agent_id.as_deref() == Some(agent_id))
+    })
 }
 
 /// Prepares the next run of a child that handed off before: the new task

@@ -84,6 +84,13 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
     let (actor, _) = ractor::Actor::spawn(None, AgentActor, parent.clone())
         .await
         .unwrap();
+    // Its address is set in post_start, after spawn returns.
+    for _ in 0..500 {
+        if parent.address.get().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let first = SpawnSubagentTool::new(parent);
     let ctx = ToolContext {
         workspace: ws.path().to_path_buf(),
