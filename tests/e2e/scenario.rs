@@ -323,6 +323,7 @@ fn assert_once(ws: &Path, side: &Path, round: usize) {
     let events = session_events(ws);
     let mut outputs = std::collections::HashSet::new();
     let mut handoffs = std::collections::HashSet::new();
+    let mut delivered = std::collections::HashSet::new();
     for e in &events {
         match e {
             ThreadEvent::ItemCompleted(i) => {
@@ -333,6 +334,15 @@ fn assert_once(ws: &Path, side: &Path, round: usize) {
                         "round {round}: {} settled twice",
                         o.call_id
                     );
+                    // A delivered handoff is named by the spawn result that
+                    // carried it: never by two.
+                    if let Some(start) = o.output.find("(handoff-") {
+                        let named = o.output[start..].split(')').next().unwrap().to_string();
+                        assert!(
+                            delivered.insert(named.clone()),
+                            "round {round}: {named} delivered twice"
+                        );
+                    }
                 }
             }
             ThreadEvent::Handoff(h) => {
