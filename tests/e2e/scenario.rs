@@ -407,3 +407,69 @@ fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
         "only {resumed} of 20 rounds were killed mid-run"
     );
 }
+
+/// A subagent that keeps crashing past the intensity its parent asked for
+/// (`supervision.max_restarts = 1`) is given up by its parent's node: the
+/// parent's model reads why in its tool result and the session still ends
+/// `success`.
+#[test]
+fn a_subagent_crashing_past_its_intensity_is_reported_to_its_parent() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path());
+    let crash = || Reply::tool_call("c", "test_panic", json!({}));
+    let script = Script::replies(vec![])
+        .with_route("Task CRASH", vec![crash(), crash(), crash(), crash()])
+        .with_route(
+            "Try the crashing task",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "crasher", "task": "Task CRASH", "supervision": {"max_restarts": 1}}),
+                ),
+                Reply::text("the subagent was given up; reported it"),
+            ],
+        );
+    let path = ws.path().join(".vtcode-script.json");
+    std::fs::write(&path, serde_json::to_string(&script).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--script"])
+        .arg(&path)
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("Try the crashing task.")
+        .env("TROUPE_LOG", "warn")
+        .env("TROUPE_TEST_PANIC_FILE", ws.path().join(".vtcode-panics"))
+        .env("TROUPE_TEST_PANICS", "100")
+        .output()
+        .unwrap();
+    super::vtcode::check_output(&out, "troupe exec");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = session_events(ws.path());
+    let told = events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) => match &i.item.details {
+                ItemDetails::ToolOutput(o) if o.call_id == "r1" => Some(o.output.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("the root got a result for its spawn_subagent call");
+    assert!(told.contains("supervisor gave up"), "{told}");
+    let restarts = events
+        .iter()
+        .filter(
+            |e| matches!(e, ThreadEvent::AgentRestarted(r) if r.agent_id == "session/root/crasher"),
+        )
+        .count();
+    assert_eq!(restarts, 1);
+    // Two incarnations ran the crashing tool once each, no more.
+    let calls = std::fs::read_to_string(ws.path().join(".vtcode-panics")).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
+}
