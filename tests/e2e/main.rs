@@ -20,6 +20,7 @@ mod resume_trust;
 mod retries;
 mod sandbox;
 mod seed;
+mod scenario;
 mod sessions;
 mod terminal;
 mod truth;

@@ -315,3 +315,96 @@ fn a_conflicting_merge_is_reported_and_changes_nothing() {
         "echo A\n"
     );
 }
+
+/// A worktree nobody merged is listed by `sessions show` and removed by
+/// `sessions prune --worktrees` once the session is over.
+#[test]
+fn unmerged_worktrees_are_listed_by_show_and_removed_by_prune() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path());
+    let script = Script::replies(vec![])
+        .with_route(
+            "Fix calc.sh",
+            vec![fix_calc(), done_handoff("c2", "fixed"), Reply::text("ok")],
+        )
+        .with_route(
+            "Leave it unmerged",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "fixer", "task": "Fix calc.sh", "isolation": "worktree"}),
+                ),
+                Reply::text("left it"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let run = exec(ws.path(), &server, &[], "Leave it unmerged.");
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let dir = super::exec::session_dir(ws.path());
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let show = super::troupe(
+        &[
+            "sessions",
+            "show",
+            &id,
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+        ws.path(),
+    );
+    let text = super::stdout(&show);
+    assert!(show.status.success(), "{}", super::stderr(&show));
+    assert!(text.contains("unmerged worktrees"), "{text}");
+    assert!(text.contains("root-fixer branch troupe/"), "{text}");
+    let json_show = super::troupe(
+        &[
+            "sessions",
+            "show",
+            &id,
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+        ws.path(),
+    );
+    let v: serde_json::Value = serde_json::from_str(super::stdout(&json_show).trim()).unwrap();
+    let listed = v["worktrees"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{v}");
+    let path = std::path::PathBuf::from(listed[0]["path"].as_str().unwrap());
+    assert!(path.is_dir());
+    let prune = super::troupe(
+        &[
+            "sessions",
+            "prune",
+            "--worktrees",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+        ws.path(),
+    );
+    assert!(prune.status.success(), "{}", super::stderr(&prune));
+    assert!(
+        super::stdout(&prune).contains("removed 1 worktrees"),
+        "{}",
+        super::stdout(&prune)
+    );
+    assert!(!path.exists(), "the worktree directory is gone");
+    let again = super::troupe(
+        &[
+            "sessions",
+            "show",
+            &id,
+            "--workspace",
+            ws.path().to_str().unwrap(),
+        ],
+        ws.path(),
+    );
+    assert!(!super::stdout(&again).contains("unmerged worktrees"));
+    let branches = Command::new("git")
+        .args(["branch", "--list", "troupe/*"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&branches.stdout).trim().is_empty());
+}

@@ -80,6 +80,9 @@ pub struct AgentSpec {
     /// from its parent's when it is spawned and never looser than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxMode>,
+    /// Supervision overrides (strategy, intensity, restart type).
+    #[serde(default)]
+    pub supervision: Option<crate::tree::SupervisionSpec>,
 }
 
 /// Limits on the subagent tree.
@@ -152,6 +155,8 @@ pub struct AgentEnv {
     /// How `verify_change` and `merge_worktree` verify and merge
     /// (`[verifier]`).
     pub verification: crate::verify::Verification,
+    /// Defaults of every agent's supervisor node (`[supervision]`).
+    pub supervision: crate::tree::SupervisionSettings,
 }
 
 /// How an agent ended.
@@ -183,6 +188,8 @@ pub struct AgentShared {
     pub(crate) inbox: Inbox,
     /// Where this agent's own handoff goes (`None`: through `done` only).
     pub(crate) parent: Mutex<Option<ParentLink>>,
+    /// The supervisor node of its subagents.
+    pub(crate) node: crate::tree::ChildrenNode,
 }
 
 impl AgentShared {
@@ -208,6 +215,7 @@ impl AgentShared {
             handoff: HandoffSlot::default(),
             inbox: Inbox::default(),
             parent: Mutex::new(None),
+            node: crate::tree::ChildrenNode::default(),
         })
     }
 
@@ -411,6 +419,33 @@ impl Actor for AgentActor {
         if let Some((turn, watcher)) = state.turn.take() {
             turn.abort();
             watcher.abort();
+        }
+        // Its subtree goes with it (and comes back, resumed, with a
+        // restarted incarnation's spawn_subagent calls).
+        state
+            .args
+            .shared
+            .node
+            .stop(state.args.env.call_timeout)
+            .await;
+        Ok(())
+    }
+
+    /// The only linked child is the agent's supervisor node: when it ends
+    /// (it escalated: its subagents crashed too often), the agent goes on;
+    /// the waiting `spawn_subagent` calls report why.
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        event: ractor::SupervisionEvent,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            ractor::SupervisionEvent::ActorFailed(cell, _)
+            | ractor::SupervisionEvent::ActorTerminated(cell, _, _) => {
+                state.args.shared.node.ended(&cell);
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use troupe_worktree::{Workspace, Worktree};
 use crate::agent::AgentArgs;
 use crate::handoff::journaled_handoff;
 use crate::subagent::worktree_id;
+use crate::tree::children_supervisor;
 use crate::verify::{
     MergeResult, VerifyCall, approved_at, merge_change, render_verdict, verify_proposed_change,
 };
@@ -113,7 +114,7 @@ impl VerifyChangeTool {
         let env = &self.parent.env;
         let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
         let unique = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let child_id = format!("verify-{}-{n}-{unique}", change.agent_id.replace('/', "-"));
+        let child_id = format!("verify-{name}-{n}-{unique}");
         let mut proposal = change.handoff;
         if proposal.task_context.trim().is_empty() {
             return Err(ToolError::Failed(format!(
@@ -127,10 +128,13 @@ impl VerifyChangeTool {
             head: change.head.clone(),
             worktree: change.worktree.path().to_path_buf(),
         };
+        // The verifier runs under the caller's supervisor node, beside the
+        // subagents: `agent.started` names the agent that asked for it.
+        let node = children_supervisor(&self.parent, &env.supervision).await?;
         let call = VerifyCall {
             env,
-            supervisor: &env.supervisor,
-            name: format!("{}/verify-{name}-{n}", self.parent.agent_id),
+            supervisor: &node,
+            name: format!("{}/{child_id}", self.parent.agent_id),
             child_id,
             model: env
                 .verification

@@ -83,6 +83,7 @@ impl AgentEnv {
             builtins: Builtins::ALL,
             sandbox: None,
             verification: crate::verify::Verification::default(),
+            supervision: crate::tree::SupervisionSettings::default(),
         }
     }
 

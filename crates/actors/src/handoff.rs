@@ -97,6 +97,11 @@ impl Inbox {
         rx
     }
 
+    /// Ends every wait (the children's supervisor gave up on them).
+    pub fn drop_waiters(&self) {
+        self.waiters.lock().clear();
+    }
+
     /// Stops waiting for `child` (its call returned or was dropped).
     pub fn forget(&self, child: &str) {
         self.waiters.lock().remove(child);

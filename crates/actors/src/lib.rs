@@ -44,6 +44,7 @@ pub mod session;
 pub mod subagent;
 pub mod supervisor;
 pub mod synthesized;
+pub mod tree;
 pub mod verifier;
 pub mod verify;
 

@@ -78,6 +78,10 @@ pub struct ProposerSpec {
     /// `workspace-write`, or the session's when that is stricter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
+    /// `[proposers.supervision]`: its restart type, and the strategy and
+    /// intensity of its own subagents' supervisor node.
+    #[serde(default)]
+    pub supervision: Option<crate::tree::SupervisionSpec>,
 }
 
 /// Why a pipeline could not run.
@@ -364,6 +368,7 @@ async fn propose(
             model: p.model.clone(),
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
             sandbox,
+            supervision: p.supervision,
             ..AgentSpec::default()
         },
         address: address.clone(),

@@ -19,6 +19,7 @@ use crate::agent::{
 };
 use crate::handoff::{ParentLink, delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
+use crate::tree::children_supervisor;
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_worktree::{Workspace, Worktree};
 
@@ -201,6 +202,10 @@ impl SpawnSubagentTool {
         if let Some((_, before)) = &previous {
             continue_child(&store, &lid, &mut spec, before, p.env.max_turns)?;
         }
+        // One whose run was cut off (troupe restarted before it handed off)
+        // resumes that run from the log: nothing it did runs again.
+        let interrupted = previous.is_none() && thread_in_log(p.env.log.events_path(), &agent_id);
+        let resume = previous.is_some() || interrupted;
         // Isolation: the child writes in its own worktree of the session's
         // workspace, on branch troupe/<id>; its changes stay there until
         // someone merges them.
@@ -210,9 +215,10 @@ impl SpawnSubagentTool {
                 let id = worktree_id(&p.env.session_id, &agent_id);
                 let ws = Workspace::open(&p.env.workspace)
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
-                let wt = match &previous {
-                    Some(_) => ws.worktree(&id),
-                    None => ws.create_worktree(&id),
+                let wt = if resume {
+                    ws.worktree(&id)
+                } else {
+                    ws.create_worktree(&id)
                 };
                 Some(wt.map_err(|e| ToolError::Failed(e.to_string()))?)
             }
@@ -227,7 +233,7 @@ impl SpawnSubagentTool {
         );
         // The child's outcome reaches this agent as a typed message
         // (`AgentMsg::Handoff`); `done` only tells that it ended.
-        let shared = AgentShared::new(done, previous.is_some(), &store, &lid, budget);
+        let shared = AgentShared::new(done, resume, &store, &lid, budget);
         *shared.parent.lock() = Some(ParentLink {
             address: p.address.clone(),
             shared: Arc::downgrade(&p.shared),
@@ -275,6 +281,17 @@ pub fn child_sandbox(
     }
 }
 
+/// Whether the log holds a `thread.started` of agent `agent_id`.
+fn thread_in_log(events_path: &std::path::Path, agent_id: &str) -> bool {
+    let Ok(reader) = troupe_runtime::store::EventReader::open(events_path) else {
+        return false;
+    };
+    reader.filter_map(Result::ok).any(|(_, ev)| {
+        matches!(&ev.event, troupe_protocol::ThreadEvent::ThreadStarted(t)
+            if t.agent_id.as_deref() == Some(agent_id))
+    })
+}
+
 /// Prepares the next run of a child that handed off before: the new task
 /// becomes a durable steering intent (its next turn), the spec keeps the
 /// original task (the handoff's `task_context`, what the verifier checks),
@@ -306,10 +323,17 @@ fn continue_child(
 /// Starts an agent under the session's root supervisor (transient: a
 /// crash restarts it and it resumes from the log).
 pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
+    // The last segment: its supervisor's id is the rest (the session's
+    // for the root and proposers, the parent agent's for a subagent).
     let id = args
         .agent_id
-        .split_once('/')
-        .map_or(args.agent_id.clone(), |(_, rest)| rest.to_string());
+        .rsplit_once('/')
+        .map_or(args.agent_id.clone(), |(_, last)| last.to_string());
+    let restart = args
+        .spec
+        .supervision
+        .and_then(|s| s.restart)
+        .unwrap_or(RestartPolicy::Transient);
     let role = if args.depth == 0 {
         AgentRole::Root
     } else {
@@ -318,7 +342,7 @@ pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
     ChildSpec {
         id,
         role,
-        restart: RestartPolicy::Transient,
+        restart,
         start: Arc::new(move |sup| {
             let a = args.clone();
             Box::pin(async move {
@@ -353,7 +377,18 @@ impl Tool for SpawnSubagentTool {
                 "max_turns": {"type": "integer", "minimum": 1},
                 "budget_share": {"type": "number", "minimum": 0, "maximum": 1},
                 "isolation": {"type": "string", "enum": ["shared", "worktree"]},
-                "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."}
+                "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."},
+                "supervision": {
+                    "type": "object",
+                    "description": "How a crash of this subagent is handled: restart (transient: after a crash; temporary: never; permanent: always); and, for your first subagent, strategy and intensity (max_restarts within within_secs, then you are told it was given up).",
+                    "properties": {
+                        "strategy": {"type": "string", "enum": ["one_for_one", "one_for_all", "rest_for_one"]},
+                        "max_restarts": {"type": "integer", "minimum": 0},
+                        "within_secs": {"type": "integer", "minimum": 1},
+                        "restart": {"type": "string", "enum": ["permanent", "transient", "temporary"]}
+                    },
+                    "additionalProperties": false
+                }
             },
             "required": ["name", "task"],
             "additionalProperties": false
@@ -440,22 +475,32 @@ impl SpawnSubagentTool {
         let rx = self.parent.shared.inbox.expect(&agent_id);
         guard.waiting = Some(agent_id.clone());
         let timeout = self.parent.env.call_timeout;
-        let spec = agent_child_spec(child);
-        self.parent
+        // The session's defaults, then the parent's own spec (a pipeline
+        // proposer's or its spawner's), then this call's arguments.
+        let settings = self
+            .parent
             .env
-            .supervisor
-            .call(|r| SupervisorMsg::StartChild(spec.clone(), r), timeout)
-            .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?
-            .map_err(ToolError::Failed)?;
+            .supervision
+            .with_spec(self.parent.spec.supervision.as_ref())
+            .and_then(|s| s.with_spec(child.spec.supervision.as_ref()))
+            .map_err(ToolError::Schema)?;
+        let node = children_supervisor(&self.parent, &settings).await?;
+        start_under(&node, agent_child_spec(child), timeout).await?;
+        let given_up = |what: &str| {
+            let why = self.parent.shared.node.escalation().map_or_else(
+                || what.to_string(),
+                |why| format!("its supervisor gave up: {why}"),
+            );
+            ToolError::Failed(format!(
+                "subagent {agent_id} ended without a handoff: {why}"
+            ))
+        };
         let outcome = tokio::select! {
-            o = rx => o.map_err(|_| ToolError::Failed(format!("subagent {agent_id} stopped without a result")))?,
+            o = rx => o.map_err(|_| given_up("it stopped without a result"))?,
             o = done => {
                 // The child ended: its handoff message was sent first and
                 // arrives in a moment; a child that gave up sends none.
-                let ended = o.map_err(|_| ToolError::Failed(format!(
-                    "subagent {agent_id} stopped without a handoff (it crashed more often than its supervisor allows)"
-                )))?;
+                let ended = o.map_err(|_| given_up("it stopped without a result"))?;
                 self.await_delivery(&agent_id, ended).await
             }
             _ = ctx.cancel.cancelled() => {
@@ -501,6 +546,32 @@ impl SpawnSubagentTool {
             }
         }
     }
+}
+
+/// Starts `spec` under `node`; the previous incarnation of a continued
+/// child may still be leaving it.
+async fn start_under(
+    node: &Address<SupervisorMsg>,
+    spec: ChildSpec,
+    timeout: std::time::Duration,
+) -> Result<(), ToolError> {
+    for _ in 0..100 {
+        match node
+            .call(|r| SupervisorMsg::StartChild(spec.clone(), r), timeout)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if e.contains("already exists") => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(ToolError::Failed(e)),
+        }
+    }
+    Err(ToolError::Failed(format!(
+        "subagent `{}` is still running; wait for it",
+        spec.id
+    )))
 }
 
 /// The worktree id of subagent `agent_id`: the session id's last 8

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::oneshot;
-use troupe_actors::agent::{AgentArgs, AgentShared, AgentSpec, loop_id};
+use troupe_actors::agent::{AgentActor, AgentArgs, AgentShared, AgentSpec, loop_id};
 use troupe_actors::handoff::{HandoffDelivery, Inbox, journaled_count};
 use troupe_actors::subagent::SpawnSubagentTool;
 use troupe_actors::{Address, RunEnd, SupervisorConfig, start_root};
@@ -34,13 +34,13 @@ fn handoff_args() -> serde_json::Value {
 
 /// The root's arguments, as a fresh incarnation after a restart would have
 /// them (a new inbox: nothing delivered in this process yet).
-fn root_args(f: &SessionFixture) -> AgentArgs {
+fn root_args(f: &SessionFixture, resume: bool) -> AgentArgs {
     let env = Arc::clone(&f.env);
     let agent_id = "session/root".to_string();
     let (tx, _rx) = oneshot::channel();
     let shared = AgentShared::new(
         tx,
-        true,
+        resume,
         &LoopStateStore::new(&env.workspace),
         &loop_id(&env.session_id, &agent_id),
         BudgetNode::root_named(agent_id.clone(), CostBudget::unlimited()),
@@ -58,7 +58,7 @@ fn root_args(f: &SessionFixture) -> AgentArgs {
             ..AgentSpec::default()
         },
         shared,
-        autostart: true,
+        autostart: false,
     }
 }
 
@@ -79,7 +79,19 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
     // its call runs outside any loop, so only the child's events reach the
     // log.
     let args = json!({"name": "fixer", "task": "fix the parser"});
-    let first = SpawnSubagentTool::new(root_args(&f));
+    // An idle parent actor (it owns the child's supervisor node).
+    let parent = root_args(&f, false);
+    let (actor, _) = ractor::Actor::spawn(None, AgentActor, parent.clone())
+        .await
+        .unwrap();
+    // Its address is set in post_start, after spawn returns.
+    for _ in 0..500 {
+        if parent.address.get().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let first = SpawnSubagentTool::new(parent);
     let ctx = ToolContext {
         workspace: ws.path().to_path_buf(),
         spool_dir: None,
@@ -96,11 +108,12 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
         "{}",
         live.output
     );
+    actor.stop_and_wait(None, None).await.unwrap();
     f.tree.flush().await.unwrap();
     // The restarted parent (a fresh incarnation, nothing delivered in its
     // memory): the interrupted call settles with the journaled handoff
     // instead of "interrupted", once.
-    let tool = SpawnSubagentTool::new(root_args(&f));
+    let tool = SpawnSubagentTool::new(root_args(&f, true));
     let settled = tool
         .settle_interrupted(&args)
         .expect("settled from the journal");
@@ -165,7 +178,7 @@ async fn a_handoff_already_delivered_in_the_log_is_not_settled_again() {
     f.tree.flush().await.unwrap();
     // The root's spawn_subagent result (in the log) names the handoff: a
     // later incarnation does not deliver it again.
-    let tool = SpawnSubagentTool::new(root_args(&f));
+    let tool = SpawnSubagentTool::new(root_args(&f, true));
     let args = json!({"name": "fixer", "task": "fix the parser"});
     assert!(tool.settle_interrupted(&args).is_none());
     f.tree.shutdown().await.unwrap();

@@ -17,8 +17,10 @@ mod resume;
 mod resume_blocked;
 mod safe_text;
 mod sandbox_mode;
+mod session_worktrees;
 mod sessions;
 mod sessions_view;
+mod test_tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ use troupe_runtime::store::{
 
 use crate::Failure;
 use crate::safe_text::Escaping;
+use crate::session_worktrees;
 use crate::sessions_view as view;
 
 /// Arguments of `troupe sessions`.
@@ -84,6 +85,10 @@ enum SessionsCommand {
         /// Delete closed sessions older than this many days.
         #[arg(long, default_value_t = 30)]
         max_age_days: u64,
+        /// Also remove the unmerged worktrees (directory and branch) of
+        /// every session that is over; those of a resumable session stay.
+        #[arg(long)]
+        worktrees: bool,
     },
 }
 
@@ -170,8 +175,10 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             let last = events.last().cloned();
             let tree = agent_tree(events.into_iter());
             let cost = total_cost(&tree);
+            let worktrees = session_worktrees::leftover(&args.workspace, &id);
             if args.json {
                 let mut v = manifest_json(&m);
+                v["worktrees"] = worktrees.iter().map(session_worktrees::json).collect();
                 v["last_event"] = serde_json::to_value(&last)?;
                 v["agents"] = serde_json::to_value(&tree)?;
                 v["total_cost_usd"] = serde_json::to_value(cost)?;
@@ -218,6 +225,20 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                         view::agent_state(&m, r)
                     )?;
                 }
+                if !worktrees.is_empty() {
+                    writeln!(out, "unmerged worktrees")?;
+                }
+                for w in &worktrees {
+                    writeln!(
+                        out,
+                        "  {} branch {} at {}",
+                        w.id,
+                        w.branch.as_deref().unwrap_or("(detached)"),
+                        w.path
+                            .as_ref()
+                            .map_or_else(|| "(unknown)".into(), |p| p.display().to_string())
+                    )?;
+                }
             }
         }
         SessionsCommand::Events { id } => {
@@ -247,17 +268,29 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 tracing::warn!("{bad}");
             }
         }
-        SessionsCommand::Prune { keep, max_age_days } => {
+        SessionsCommand::Prune {
+            keep,
+            max_age_days,
+            worktrees,
+        } => {
             let policy = RetentionPolicy {
                 max_sessions: keep,
                 max_age: std::time::Duration::from_secs(max_age_days.saturating_mul(86_400)),
             };
             let report = store.apply_retention(policy, None).map_err(store_err)?;
+            let removed = if worktrees {
+                session_worktrees::prune(&args.workspace, &store)?
+            } else {
+                Vec::new()
+            };
             if args.json {
-                let v = json!({"deleted": report.deleted, "partially_deleted": report.partially_deleted});
+                let v = json!({"deleted": report.deleted, "partially_deleted": report.partially_deleted, "worktrees_removed": removed});
                 writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "deleted {} sessions", report.deleted.len())?;
+                if worktrees {
+                    writeln!(out, "removed {} worktrees", removed.len())?;
+                }
                 for id in report.partially_deleted {
                     writeln!(out, "kept foreign files in {id}")?;
                 }

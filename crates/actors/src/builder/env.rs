@@ -130,6 +130,7 @@ impl SessionBuilder {
         env.hooks = Some(Arc::new(hooks));
         env.limits = self.limits;
         env.sandbox = self.sandbox;
+        env.supervision = super::supervision::settings(&config.supervision);
         env.verification = crate::verify::Verification {
             settings: troupe_runtime::verifier::VerifierSettings::default().with_config(config),
             allow_unverified_merge: config.verifier.allow_unverified_merge,

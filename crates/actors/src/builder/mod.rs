@@ -18,6 +18,7 @@ mod env;
 mod error;
 mod handle;
 mod session;
+mod supervision;
 mod settings;
 
 pub use error::SessionError;

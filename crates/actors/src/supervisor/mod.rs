@@ -49,7 +49,8 @@ use troupe_runtime::store::EventSender;
 use crate::address::Address;
 
 /// When a child is restarted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RestartPolicy {
     /// Always (the persistence drain, nested supervisors).
     Permanent,
@@ -60,7 +61,8 @@ pub enum RestartPolicy {
 }
 
 /// Which children a failure restarts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Only the child that ended.
     #[default]
@@ -279,7 +281,7 @@ impl Supervisor {
 
 /// Asks a nested supervisor to shut down (its children first), then waits
 /// for it to exit; kills it at the timeout.
-async fn stop_nested(cell: ActorCell, timeout: Duration) {
+pub(crate) async fn stop_nested(cell: ActorCell, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let actor = ActorRef::<SupervisorMsg>::from(cell.clone());
     match actor.call(SupervisorMsg::Shutdown, Some(timeout)).await {

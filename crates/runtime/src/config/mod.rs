@@ -31,6 +31,7 @@ mod error;
 mod layers;
 mod locate;
 pub mod sections;
+pub mod supervision;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -49,6 +50,7 @@ pub use sections::{
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
     ToolsConfig, VerifierConfig, default_model,
 };
+pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 use crate::hooks::HookConfig;
 use crate::provider::{
@@ -99,6 +101,8 @@ pub struct Config {
     /// `read-only` or `workspace-write`, warn once and run unconfined
     /// instead of refusing to start.
     pub allow_unsandboxed: bool,
+    /// `[supervision]`.
+    pub supervision: SupervisionConfig,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

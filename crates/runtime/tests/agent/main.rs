@@ -7,6 +7,7 @@
 
 mod groups;
 mod limits;
+mod settle;
 mod steps;
 
 use std::sync::Arc;

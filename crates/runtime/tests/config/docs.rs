@@ -29,6 +29,8 @@ fn the_documented_defaults_are_the_defaults() {
     assert_eq!(c.permissions, d.permissions);
     assert_eq!(c.hooks, d.hooks);
     assert_eq!(c.session, d.session);
+    assert_eq!(c.verifier, d.verifier);
+    assert_eq!(c.supervision, d.supervision);
     assert_eq!(
         c.exec_timeout(),
         std::time::Duration::from_secs(10),

@@ -1,0 +1,299 @@
+//! The supervision tree mirrors the agent tree: a grandchild is restarted
+//! by its parent's supervisor node and resumes without re-running a write;
+//! an escalation reaches the parent agent as a tool result, not the
+//! session. Real HTTP to the scripted model server, a real session log.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use troupe_actors::tree::{SupervisionSettings, SupervisionSpec};
+use troupe_actors::{RestartPolicy, RunEnd, SupervisorConfig, start_root};
+use troupe_protocol::{CompletionSubtype, ThreadEvent};
+use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+use troupe_test_support::SessionFixture;
+use troupe_test_support::events::try_read_log;
+use troupe_testkit::{Reply, Script, ScriptedServer};
+
+/// A write tool that appends a line to a file, then panics on its first
+/// `panics` calls.
+struct Crashy {
+    file: PathBuf,
+    calls: AtomicU32,
+    panics: u32,
+}
+
+impl Tool for Crashy {
+    fn name(&self) -> &str {
+        "record"
+    }
+    fn description(&self) -> &str {
+        "records a step"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn capability(&self) -> Capability {
+        Capability::Write
+    }
+    fn call<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.file)
+                .unwrap();
+            writeln!(f, "{n}").unwrap();
+            if n <= self.panics {
+                panic!("record crashed on call {n}");
+            }
+            Ok(ToolOutput {
+                output: format!("recorded {n}"),
+                ..ToolOutput::default()
+            })
+        })
+    }
+}
+
+fn fast() -> SupervisorConfig {
+    SupervisorConfig {
+        backoff_base: Duration::from_millis(2),
+        backoff_max: Duration::from_millis(20),
+        ..SupervisorConfig::default()
+    }
+}
+
+fn handoff(what: &str, status: &str) -> Value {
+    json!({"state_summary": what, "boundary_status": [{"name": what, "status": status}]})
+}
+
+async fn run(script: Script, panics: u32) -> (SessionFixture, ScriptedServer, RunEnd, PathBuf) {
+    let ws = tempfile::tempdir().unwrap().keep();
+    let side = ws.join("side.txt");
+    let server = ScriptedServer::start(script).await.unwrap();
+    let tool = Arc::new(Crashy {
+        file: side.clone(),
+        calls: AtomicU32::new(0),
+        panics,
+    });
+    let f = SessionFixture::start(&ws, &server, fast(), |env| {
+        env.tools.register(tool);
+        env.supervision = SupervisionSettings {
+            backoff_base: Duration::from_millis(2),
+            backoff_max: Duration::from_millis(20),
+            ..SupervisionSettings::default()
+        };
+    })
+    .await
+    .unwrap();
+    let root = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), root.wait(&f.tree))
+        .await
+        .unwrap();
+    f.tree.flush().await.unwrap();
+    (f, server, end, side)
+}
+
+fn parent_of(events: &[ThreadEvent], agent: &str) -> Option<String> {
+    events.iter().find_map(|e| match e {
+        ThreadEvent::AgentStarted(s) if s.agent_id == agent => s.parent_id.clone(),
+        _ => None,
+    })
+}
+
+fn restarts_of(events: &[ThreadEvent], agent: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, ThreadEvent::AgentRestarted(r) if r.agent_id == agent))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_grandchild_is_restarted_by_its_parent_and_resumes() {
+    let script = Script::replies(vec![])
+        .with_route(
+            "task B",
+            vec![
+                Reply::tool_call("b1", "record", json!({})),
+                Reply::tool_call("b2", "handoff", handoff("record", "done")),
+                Reply::text("b done"),
+            ],
+        )
+        .with_route(
+            "task A",
+            vec![
+                Reply::tool_call(
+                    "a1",
+                    "spawn_subagent",
+                    json!({"name": "b", "task": "task B"}),
+                ),
+                Reply::tool_call("a2", "handoff", handoff("delegate to b", "done")),
+                Reply::text("a done"),
+            ],
+        )
+        .with_route(
+            "delegate",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "a", "task": "task A"}),
+                ),
+                Reply::text("root done"),
+            ],
+        );
+    let (f, server, end, side) = run(script, 2).await;
+    let RunEnd::Finished(outcome) = &end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(outcome.completed.subtype, CompletionSubtype::Success);
+    let evs = try_read_log(f.log.events_path()).unwrap();
+    // Every agent names its real parent.
+    assert_eq!(parent_of(&evs, "session/root").as_deref(), Some("session"));
+    assert_eq!(
+        parent_of(&evs, "session/root/a").as_deref(),
+        Some("session/root")
+    );
+    assert_eq!(
+        parent_of(&evs, "session/root/a/b").as_deref(),
+        Some("session/root/a")
+    );
+    // b crashed once (its write ran, then panicked), was restarted by a's
+    // node, and resumed: the write is reported interrupted, never re-run.
+    assert_eq!(restarts_of(&evs, "session/root/a/b"), 1);
+    assert_eq!(restarts_of(&evs, "session/root/a"), 0);
+    assert_eq!(restarts_of(&evs, "session/root"), 0);
+    let lines = std::fs::read_to_string(&side).unwrap();
+    assert_eq!(lines.lines().count(), 1, "a write ran twice: {lines}");
+    // Each handoff once, to the real parent.
+    let handoffs: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some((h.from_agent.clone(), h.handoff.target.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        handoffs,
+        vec![
+            ("session/root/a/b".to_string(), "session/root/a".to_string()),
+            ("session/root/a".to_string(), "session/root".to_string()),
+        ]
+    );
+    f.tree.shutdown().await.unwrap();
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exceeding_the_intensity_escalates_to_the_parent_agent_not_the_session() {
+    let script = Script::replies(vec![])
+        .with_route(
+            "task B",
+            // Every incarnation calls the crashing tool again (its earlier
+            // call is reported interrupted).
+            vec![
+                Reply::tool_call("b1", "record", json!({})),
+                Reply::tool_call("b2", "record", json!({})),
+                Reply::tool_call("b3", "record", json!({})),
+                Reply::tool_call("b4", "record", json!({})),
+            ],
+        )
+        .with_route(
+            "task A",
+            vec![
+                Reply::tool_call(
+                    "a1",
+                    "spawn_subagent",
+                    json!({"name": "b", "task": "task B", "supervision": {"max_restarts": 1, "within_secs": 60}}),
+                ),
+                Reply::tool_call("a2", "handoff", handoff("b was given up", "blocked")),
+                Reply::text("a done"),
+            ],
+        )
+        .with_route(
+            "delegate",
+            vec![
+                Reply::tool_call("r1", "spawn_subagent", json!({"name": "a", "task": "task A"})),
+                Reply::text("root done"),
+            ],
+        );
+    let (f, server, end, _side) = run(script, 100).await;
+    let RunEnd::Finished(outcome) = &end else {
+        panic!("the session escalated: {end:?}")
+    };
+    assert_eq!(outcome.completed.subtype, CompletionSubtype::Success);
+    // a's model was told, through its spawn_subagent result.
+    let told = server
+        .requests()
+        .iter()
+        .find_map(|r| r.function_call_output_text("a1"))
+        .expect("a got a result for its spawn_subagent call");
+    assert!(told.contains("supervisor gave up"), "{told}");
+    assert!(told.contains("session/root/a/b"), "{told}");
+    let evs = try_read_log(f.log.events_path()).unwrap();
+    assert_eq!(restarts_of(&evs, "session/root/a/b"), 1);
+    assert_eq!(restarts_of(&evs, "session/root/a"), 0);
+    // a handed off (blocked) to the root, which ended successfully.
+    let from_a = evs.iter().any(|e| {
+        matches!(e, ThreadEvent::Handoff(h) if h.from_agent == "session/root/a"
+            && h.handoff.boundary_status[0].status == troupe_protocol::BoundaryStatus::Blocked)
+    });
+    assert!(from_a);
+    f.tree.shutdown().await.unwrap();
+    server.shutdown().await;
+}
+
+#[test]
+fn spawn_arguments_override_the_defaults_within_the_limit() {
+    let defaults = SupervisionSettings::default();
+    let spec = SupervisionSpec {
+        strategy: Some(troupe_actors::Strategy::OneForAll),
+        max_restarts: Some(5),
+        within_secs: Some(10),
+        restart: Some(RestartPolicy::Temporary),
+    };
+    let s = defaults.with_spec(Some(&spec)).unwrap();
+    assert_eq!(s.strategy, troupe_actors::Strategy::OneForAll);
+    assert_eq!(s.intensity.max_restarts, 5);
+    assert_eq!(s.intensity.within, Duration::from_secs(10));
+    assert_eq!(s.restart, RestartPolicy::Temporary);
+    let too_many = SupervisionSpec {
+        max_restarts: Some(defaults.max_restarts_limit + 1),
+        ..SupervisionSpec::default()
+    };
+    let err = defaults.with_spec(Some(&too_many)).unwrap_err();
+    assert!(err.contains("max_restarts_limit"), "{err}");
+    let parsed: SupervisionSpec =
+        serde_json::from_value(json!({"strategy": "rest_for_one", "restart": "permanent"}))
+            .unwrap();
+    assert_eq!(parsed.strategy, Some(troupe_actors::Strategy::RestForOne));
+    assert!(serde_json::from_value::<SupervisionSpec>(json!({"bogus": 1})).is_err());
+}
+
+#[test]
+fn a_pipeline_file_sets_a_proposers_supervision() {
+    use troupe_actors::pipeline::PipelineSpec;
+    let text = "[[proposers]]\nname = \"p\"\ntask = \"t\"\n[proposers.supervision]\nrestart = \"temporary\"\nstrategy = \"one_for_all\"\nmax_restarts = 2\n";
+    let spec = PipelineSpec::parse(text, std::path::Path::new("p.toml")).unwrap();
+    let sup = spec.proposers[0].supervision.unwrap();
+    assert_eq!(sup.restart, Some(RestartPolicy::Temporary));
+    assert_eq!(sup.strategy, Some(troupe_actors::Strategy::OneForAll));
+    assert_eq!(sup.max_restarts, Some(2));
+    let bad = text.replace("max_restarts", "max_restart");
+    let err = PipelineSpec::parse(&bad, std::path::Path::new("p.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_restart"), "{err}");
+}
