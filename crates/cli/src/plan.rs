@@ -17,9 +17,9 @@ use troupe_runtime::store::{SessionStatus, SessionStore};
 
 use crate::Failure;
 use crate::exec::{ExecArgs, Launch, Target, canonical_workspace};
-use troupe_actors::ResumeMode;
 use crate::exec_resume::{merged, queue_message, root_turns};
 use crate::resume::{claim, load_settings};
+use troupe_actors::ResumeMode;
 
 /// The session file holding the mode.
 pub const MODE_FILE: &str = "mode";

@@ -18,8 +18,8 @@ mod env;
 mod error;
 mod handle;
 mod session;
-mod supervision;
 mod settings;
+mod supervision;
 
 pub use error::SessionError;
 pub use handle::AgentHandle;
