@@ -155,7 +155,10 @@ pub struct AgentShared {
     started: AtomicBool,
     done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
     /// `.vtcode/state/loop-<id>.json`: step index, usage, cost, status and
-    /// the durable steering queue. Written atomically at every step.
+    /// the durable steering queue. The steering queue is written durably
+    /// when it changes; the rest is derived from the log, written without
+    /// fsync at most every [`LOOP_STATE_INTERVAL`] and at the end, and
+    /// rebuilt from the log on resume.
     loop_state: Mutex<LoopState>,
     pub(crate) children: AtomicUsize,
     pub(crate) budget: Arc<BudgetNode>,
@@ -174,7 +177,16 @@ impl AgentShared {
         budget: Arc<BudgetNode>,
     ) -> Arc<Self> {
         let loop_state = resume
-            .then(|| store.load(loop_id).ok().flatten())
+            .then(|| match store.load(loop_id) {
+                Ok(state) => state,
+                Err(e) => {
+                    // Rebuilt from the log at resume (the steering queue
+                    // of a corrupt file is lost; the history keeps what
+                    // was applied).
+                    tracing::warn!(error = %e, "loop state unreadable; rebuilding it from the log");
+                    None
+                }
+            })
             .flatten()
             .unwrap_or_else(|| LoopState::new(loop_id));
         Arc::new(AgentShared {
@@ -277,6 +289,10 @@ pub enum AgentMsg {
 /// How long an aborted turn may take to wind down before it is dropped.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
 
+/// How often a running agent refreshes the derived part of its loop state
+/// file (step index, usage) between turns.
+pub const LOOP_STATE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The agent actor.
 pub struct AgentActor;
 
@@ -290,6 +306,8 @@ pub struct AgentState {
     cancel: CancellationToken,
     /// Steering intents pushed into the running turn, not yet durable.
     applying: Vec<String>,
+    /// When this incarnation last wrote its loop state file.
+    loop_saved: std::time::Instant,
 }
 
 impl Actor for AgentActor {
@@ -309,6 +327,7 @@ impl Actor for AgentActor {
             turn: None,
             cancel: CancellationToken::new(),
             applying: Vec::new(),
+            loop_saved: std::time::Instant::now(),
         })
     }
 
@@ -325,6 +344,14 @@ impl Actor for AgentActor {
             let events = agent_events(&env.log, &state.args.agent_id, &thread_id(&state.args))?;
             let report = agent.resume(&events).await;
             tracing::info!(agent = %state.args.agent_id, ?report, "agent resumed from the log");
+            {
+                // The derived fields come from the log, whatever the file said.
+                let mut st = state.args.shared.loop_state.lock();
+                st.step_index = u64::from(agent.turns());
+                st.usage = agent.usage();
+                st.status = LoopStatus::Running;
+                save_derived(&state.args, &st);
+            }
             // Steering: replay only the pending intents that are in neither
             // the applied window nor the history.
             let history: HashSet<String> = agent.applied_intents().iter().cloned().collect();
@@ -472,8 +499,16 @@ fn steer(args: &AgentArgs, text: String) -> Result<String, String> {
     Ok(id)
 }
 
+/// Durably: for a change of the steering queue.
 fn save_loop_state(args: &AgentArgs, st: &LoopState) {
     if let Err(e) = LoopStateStore::new(&args.env.workspace).save(st) {
+        tracing::warn!(error = %e, agent = %args.agent_id, "loop state not saved");
+    }
+}
+
+/// Without fsync: for the fields derived from the log.
+fn save_derived(args: &AgentArgs, st: &LoopState) {
+    if let Err(e) = LoopStateStore::new(&args.env.workspace).save_derived(st) {
         tracing::warn!(error = %e, agent = %args.agent_id, "loop state not saved");
     }
 }
@@ -605,7 +640,13 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
         st.step_index = u64::from(agent.turns());
         st.usage = agent.usage();
         st.touch();
-        save_loop_state(&state.args, &st);
+        if !state.applying.is_empty() {
+            save_loop_state(&state.args, &st);
+            state.loop_saved = std::time::Instant::now();
+        } else if state.loop_saved.elapsed() >= LOOP_STATE_INTERVAL {
+            save_derived(&state.args, &st);
+            state.loop_saved = std::time::Instant::now();
+        }
     }
     let cancel = state.cancel.clone();
     let me = myself.clone();
@@ -686,7 +727,8 @@ async fn finish(
             CompletionSubtype::ErrorMaxBudgetUsd => LoopStatus::BudgetExhausted,
             _ => LoopStatus::Failed,
         });
-        save_loop_state(args, &st);
+        // Derived: the log's thread.completed says the same.
+        save_derived(args, &st);
     }
     if let Some(tx) = args.shared.done.lock().take() {
         let _ = tx.send(AgentOutcome {
