@@ -18,7 +18,9 @@ use troupe_protocol::{CompletionSubtype, ThreadEvent};
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore, LoopStatus};
-use troupe_runtime::store::{LogConfig, MANIFEST_FILE, Manifest, SessionLog, SessionStatus};
+use troupe_runtime::store::{
+    LogConfig, MANIFEST_FILE, Manifest, SessionLog, SessionStatus, StoreError,
+};
 use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use troupe_test_support::SessionFixture;
 use troupe_testkit::{Rule, Script, ScriptedServer};
@@ -215,7 +217,20 @@ async fn resume_rebuilds_a_missing_corrupt_or_stale_loop_state_from_the_log() {
         drop((log, env));
         tool.damage(damage);
         // The second process: reopen the log, resume the root agent.
-        let (log, report) = SessionLog::reopen(&dir, LogConfig::default()).unwrap();
+        // (The first tree's last handles on the log go with its aborted
+        // turn; the claim is free once they have.)
+        let (log, report) = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match SessionLog::reopen(&dir, LogConfig::default()) {
+                    Err(StoreError::Claimed { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    other => break other.unwrap(),
+                }
+            }
+        })
+        .await
+        .unwrap();
         assert_eq!(
             report.completed, None,
             "{damage:?}: the thread had not ended"
