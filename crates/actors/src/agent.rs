@@ -155,10 +155,10 @@ pub struct AgentShared {
     started: AtomicBool,
     done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
     /// `.vtcode/state/loop-<id>.json`: step index, usage, cost, status and
-    /// the durable steering queue. The steering queue is written durably
-    /// when it changes; the rest is derived from the log, written without
-    /// fsync at most every [`LOOP_STATE_INTERVAL`] and at the end, and
-    /// rebuilt from the log on resume.
+    /// the durable steering queue. The file is written durably when the
+    /// steering queue changes; the other fields are derived from the log:
+    /// rebuilt from it at a resume, and refreshed in the file (without
+    /// fsync) at a resume and at the end, never per step.
     loop_state: Mutex<LoopState>,
     pub(crate) children: AtomicUsize,
     pub(crate) budget: Arc<BudgetNode>,
@@ -289,10 +289,6 @@ pub enum AgentMsg {
 /// How long an aborted turn may take to wind down before it is dropped.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
 
-/// How often a running agent refreshes the derived part of its loop state
-/// file (step index, usage) between turns.
-pub const LOOP_STATE_INTERVAL: Duration = Duration::from_secs(1);
-
 /// The agent actor.
 pub struct AgentActor;
 
@@ -306,8 +302,6 @@ pub struct AgentState {
     cancel: CancellationToken,
     /// Steering intents pushed into the running turn, not yet durable.
     applying: Vec<String>,
-    /// When this incarnation last wrote its loop state file.
-    loop_saved: std::time::Instant,
 }
 
 impl Actor for AgentActor {
@@ -327,7 +321,6 @@ impl Actor for AgentActor {
             turn: None,
             cancel: CancellationToken::new(),
             applying: Vec::new(),
-            loop_saved: std::time::Instant::now(),
         })
     }
 
@@ -640,12 +633,10 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
         st.step_index = u64::from(agent.turns());
         st.usage = agent.usage();
         st.touch();
+        // Only a change of the steering queue is written here; the step
+        // index and usage are in the log.
         if !state.applying.is_empty() {
             save_loop_state(&state.args, &st);
-            state.loop_saved = std::time::Instant::now();
-        } else if state.loop_saved.elapsed() >= LOOP_STATE_INTERVAL {
-            save_derived(&state.args, &st);
-            state.loop_saved = std::time::Instant::now();
         }
     }
     let cancel = state.cancel.clone();
@@ -727,8 +718,15 @@ async fn finish(
             CompletionSubtype::ErrorMaxBudgetUsd => LoopStatus::BudgetExhausted,
             _ => LoopStatus::Failed,
         });
-        // Derived: the log's thread.completed says the same.
-        save_derived(args, &st);
+        // Derived (the log's thread.completed says the same): refreshed in
+        // a file that exists, not created (a new file per agent costs more
+        // than its whole run).
+        if LoopStateStore::new(&args.env.workspace)
+            .path(&st.id)
+            .is_ok_and(|p| p.exists())
+        {
+            save_derived(args, &st);
+        }
     }
     if let Some(tx) = args.shared.done.lock().take() {
         let _ = tx.send(AgentOutcome {

@@ -5,9 +5,9 @@
 //! so a reader or a crash sees the previous state or the new one, never
 //! half of one. Only what the canonical log cannot rebuild (the steering
 //! queue) is written durably ([`LoopStateStore::save`]); the step index,
-//! usage and status are derived from the log, written without fsync and
-//! at most about once a second while a loop runs
-//! ([`LoopStateStore::save_derived`]), and rebuilt from the log on resume.
+//! usage and status are derived from the log, rebuilt from it on resume
+//! and written without fsync ([`LoopStateStore::save_derived`]), never per
+//! step.
 
 use std::path::{Path, PathBuf};
 
