@@ -390,6 +390,11 @@ impl SessionLog {
     /// Waits until event `seq` is durable.
     pub async fn wait_committed(&self, seq: u64, timeout: Duration) -> Result<(), StoreError> {
         let mut rx = self.progress();
+        if rx.borrow().committed >= seq {
+            return Ok(());
+        }
+        // The writer takes a gathering batch at once while anyone waits.
+        let _waiting = DurabilityWait::start(&self.inner.gate);
         let wait = rx.wait_for(|p| p.committed >= seq);
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(_)) => Ok(()),
@@ -489,6 +494,23 @@ impl SessionLog {
                 .map_err(|e| StoreError::io("sync", path, e))?;
         }
         Ok(file)
+    }
+}
+
+/// A registered durability waiter, unregistered on drop (also when the
+/// wait is cancelled).
+struct DurabilityWait<'a>(&'a Gate);
+
+impl<'a> DurabilityWait<'a> {
+    fn start(gate: &'a Gate) -> Self {
+        gate.durability_wait(true);
+        DurabilityWait(gate)
+    }
+}
+
+impl Drop for DurabilityWait<'_> {
+    fn drop(&mut self) {
+        self.0.durability_wait(false);
     }
 }
 
