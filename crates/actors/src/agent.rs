@@ -178,7 +178,10 @@ pub struct AgentShared {
     started: AtomicBool,
     done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
     /// `.vtcode/state/loop-<id>.json`: step index, usage, cost, status and
-    /// the durable steering queue. Written atomically at every step.
+    /// the durable steering queue. The file is written durably when the
+    /// steering queue changes; the other fields are derived from the log:
+    /// rebuilt from it at a resume, and refreshed in the file (without
+    /// fsync) at a resume and at the end, never per step.
     loop_state: Mutex<LoopState>,
     pub(crate) children: AtomicUsize,
     pub(crate) budget: Arc<BudgetNode>,
@@ -203,7 +206,16 @@ impl AgentShared {
         budget: Arc<BudgetNode>,
     ) -> Arc<Self> {
         let loop_state = resume
-            .then(|| store.load(loop_id).ok().flatten())
+            .then(|| match store.load(loop_id) {
+                Ok(state) => state,
+                Err(e) => {
+                    // Rebuilt from the log at resume (the steering queue
+                    // of a corrupt file is lost; the history keeps what
+                    // was applied).
+                    tracing::warn!(error = %e, "loop state unreadable; rebuilding it from the log");
+                    None
+                }
+            })
             .flatten()
             .unwrap_or_else(|| LoopState::new(loop_id));
         Arc::new(AgentShared {
@@ -366,6 +378,14 @@ impl Actor for AgentActor {
             let events = agent_events(&env.log, &state.args.agent_id, &thread_id(&state.args))?;
             let report = agent.resume(&events).await;
             tracing::info!(agent = %state.args.agent_id, ?report, "agent resumed from the log");
+            {
+                // The derived fields come from the log, whatever the file said.
+                let mut st = state.args.shared.loop_state.lock();
+                st.step_index = u64::from(agent.turns());
+                st.usage = agent.usage();
+                st.status = LoopStatus::Running;
+                save_derived(&state.args, &st);
+            }
             // Steering: replay only the pending intents that are in neither
             // the applied window nor the history.
             let history: HashSet<String> = agent.applied_intents().iter().cloned().collect();
@@ -553,8 +573,16 @@ fn steer(args: &AgentArgs, text: String) -> Result<String, String> {
     Ok(id)
 }
 
+/// Durably: for a change of the steering queue.
 fn save_loop_state(args: &AgentArgs, st: &LoopState) {
     if let Err(e) = LoopStateStore::new(&args.env.workspace).save(st) {
+        tracing::warn!(error = %e, agent = %args.agent_id, "loop state not saved");
+    }
+}
+
+/// Without fsync: for the fields derived from the log.
+fn save_derived(args: &AgentArgs, st: &LoopState) {
+    if let Err(e) = LoopStateStore::new(&args.env.workspace).save_derived(st) {
         tracing::warn!(error = %e, agent = %args.agent_id, "loop state not saved");
     }
 }
@@ -716,7 +744,11 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
         st.step_index = u64::from(agent.turns());
         st.usage = agent.usage();
         st.touch();
-        save_loop_state(&state.args, &st);
+        // Only a change of the steering queue is written here; the step
+        // index and usage are in the log.
+        if !state.applying.is_empty() {
+            save_loop_state(&state.args, &st);
+        }
     }
     let cancel = state.cancel.clone();
     let me = myself.clone();
@@ -792,7 +824,15 @@ async fn finish(
             CompletionSubtype::ErrorMaxBudgetUsd => LoopStatus::BudgetExhausted,
             _ => LoopStatus::Failed,
         });
-        save_loop_state(args, &st);
+        // Derived (the log's thread.completed says the same): refreshed in
+        // a file that exists, not created (a new file per agent costs more
+        // than its whole run).
+        if LoopStateStore::new(&args.env.workspace)
+            .path(&st.id)
+            .is_ok_and(|p| p.exists())
+        {
+            save_derived(args, &st);
+        }
     }
     let outcome = AgentOutcome {
         completed: done,

@@ -148,7 +148,14 @@ impl ModelClient for ProviderClient {
     fn stream(&self, request: &ModelRequest) -> ModelEventStream {
         let config = &self.inner.config;
         let url = config.kind.endpoint(&config.base_url, &request.model);
-        let body = Bytes::from(self.request_body(request).to_string());
+        let body = match config.kind {
+            // Written straight from the request (no Value tree).
+            ProviderKind::OpenAi => Bytes::from(super::openai_wire::encode(
+                request,
+                config.effective_max_tokens_field(),
+            )),
+            _ => Bytes::from(self.request_body(request).to_string()),
+        };
         let run = Run {
             inner: Arc::clone(&self.inner),
             url,

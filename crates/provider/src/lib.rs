@@ -37,6 +37,7 @@ mod decode;
 mod error;
 pub mod gemini;
 pub mod openai;
+mod openai_wire;
 mod response;
 mod retry;
 mod secret;

@@ -51,6 +51,13 @@ pub struct LogConfig {
     /// How long the root `thread.completed` may wait for room in a full
     /// queue.
     pub terminal_wait: Duration,
+    /// How long the writer lets a batch gather more events while nobody
+    /// waits for them to be durable (a flush, a write tool's journal
+    /// entry, the root `thread.completed` commit at once): one write and
+    /// one fsync for the events of a turn instead of one per event.
+    /// Zero commits every event as soon as it is taken; ignored with
+    /// [`FsyncPolicy::Always`].
+    pub group_commit_delay: Duration,
 }
 
 impl Default for LogConfig {
@@ -62,6 +69,7 @@ impl Default for LogConfig {
             fsync: FsyncPolicy::Batch,
             manifest_interval: Duration::from_secs(1),
             terminal_wait: Duration::from_secs(30),
+            group_commit_delay: Duration::from_millis(2),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! File helpers shared by the store and, later, loop state: writes that
-//! must not tear.
+//! File helpers shared by the store and loop state: writes that must not
+//! tear, durable ([`write_atomic`]) or not ([`write_replace`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -32,6 +32,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Replaces `path` with `bytes` through a temp file and a rename, with no
+/// fsync: for derived state that can be rebuilt (a reader or a process
+/// crash sees the old file or the new one; after a power loss it may be
+/// the old one, or on some filesystems empty, and is rebuilt).
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".to_string());
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// fsyncs a directory so a rename or a new file in it is durable.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
@@ -50,5 +68,17 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temp file left behind");
+    }
+
+    #[test]
+    fn replace_without_sync_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("loop.json");
+        write_replace(&p, b"one").unwrap();
+        write_replace(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "temp file left behind");
+        assert!(write_replace(&dir.path().join("no/such/dir/f"), b"x").is_err());
     }
 }

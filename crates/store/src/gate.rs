@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use troupe_protocol::{CompletionSubtype, SCHEMA_VERSION, ThreadEvent};
 
-use super::config::LogConfig;
+use super::config::{FsyncPolicy, LogConfig};
 use super::error::EmitError;
 
 /// What the writer needs to know about an event without parsing it again.
@@ -129,6 +129,9 @@ pub(crate) struct GateState {
     /// The root `thread.started` was recorded since the log was opened.
     pub(crate) root_started: bool,
     pub(crate) writer_waiting: bool,
+    /// Callers waiting for an event to be durable: the writer does not
+    /// let a batch gather while there are any.
+    pub(crate) durability_waiters: usize,
 }
 
 /// The gate shared by producers and the writer.
@@ -250,6 +253,14 @@ impl Gate {
                 return Some(Arc::clone(batch));
             }
             if !st.queue.is_empty() {
+                if let Some(deadline) = self.gather_until(&st) {
+                    // Let the batch gather (nobody waits for it yet); a
+                    // waiter, a close or the deadline ends the wait.
+                    while self.gathering(&st)
+                        && !self.work.wait_until(&mut st, deadline).timed_out()
+                    {
+                    }
+                }
                 let mut bytes = 0usize;
                 let mut take = 0usize;
                 for r in st.queue.iter() {
@@ -270,6 +281,34 @@ impl Gate {
             st.writer_waiting = true;
             self.work.wait_for(&mut st, Duration::from_millis(500));
             st.writer_waiting = false;
+        }
+    }
+
+    /// When a batch may gather more events before it is taken: not with
+    /// `fsync = always` or a zero delay, not while anyone waits for
+    /// durability, not once the log is closing or the session has ended.
+    fn gather_until(&self, st: &GateState) -> Option<Instant> {
+        let delay = self.config.group_commit_delay;
+        (self.config.fsync != FsyncPolicy::Always && !delay.is_zero() && self.gathering(st))
+            .then(|| Instant::now() + delay)
+    }
+
+    fn gathering(&self, st: &GateState) -> bool {
+        st.durability_waiters == 0
+            && !st.closed
+            && !st.terminal_seen
+            && st.held_bytes < self.config.max_batch_bytes
+    }
+
+    /// Someone starts (`true`) or stops waiting for an event to be
+    /// durable; a gathering batch is taken at once.
+    pub(crate) fn durability_wait(&self, start: bool) {
+        let mut st = self.state.lock();
+        if start {
+            st.durability_waiters += 1;
+            self.work.notify_all();
+        } else {
+            st.durability_waiters = st.durability_waiters.saturating_sub(1);
         }
     }
 

@@ -390,6 +390,11 @@ impl SessionLog {
     /// Waits until event `seq` is durable.
     pub async fn wait_committed(&self, seq: u64, timeout: Duration) -> Result<(), StoreError> {
         let mut rx = self.progress();
+        if rx.borrow().committed >= seq {
+            return Ok(());
+        }
+        // The writer takes a gathering batch at once while anyone waits.
+        let _waiting = DurabilityWait::start(&self.inner.gate);
         let wait = rx.wait_for(|p| p.committed >= seq);
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(_)) => Ok(()),
@@ -492,6 +497,23 @@ impl SessionLog {
     }
 }
 
+/// A registered durability waiter, unregistered on drop (also when the
+/// wait is cancelled).
+struct DurabilityWait<'a>(&'a Gate);
+
+impl<'a> DurabilityWait<'a> {
+    fn start(gate: &'a Gate) -> Self {
+        gate.durability_wait(true);
+        DurabilityWait(gate)
+    }
+}
+
+impl Drop for DurabilityWait<'_> {
+    fn drop(&mut self) {
+        self.0.durability_wait(false);
+    }
+}
+
 struct RunningGuard(Arc<LogInner>);
 
 impl Drop for RunningGuard {
@@ -508,6 +530,8 @@ fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
     let path = inner.events_path.as_path();
     let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes);
     let mut last_manifest = Instant::now();
+    // What the manifest on disk says, and whether it was synced.
+    let mut written = (inner.manifest.lock().counts(), true);
     while let Some(batch) = inner.gate.next_batch() {
         buf.clear();
         for r in batch.iter() {
@@ -531,12 +555,18 @@ fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
         }
         // A status change is on disk before anyone hears the batch is
         // durable; counters are refreshed at most every manifest_interval.
+        // Counters alone are written without fsync: reopen recounts them
+        // from the log.
         let status_changed = update_manifest(inner, &batch);
         if status_changed || last_manifest.elapsed() >= inner.gate.config.manifest_interval {
             // The log is canonical and the manifest is rebuilt from it on
             // reopen, so a failed refresh is retried, not fatal.
-            match inner.manifest.lock().write(&inner.manifest_path) {
-                Ok(()) => last_manifest = Instant::now(),
+            let mut m = inner.manifest.lock();
+            match m.write_with(&inner.manifest_path, status_changed) {
+                Ok(()) => {
+                    last_manifest = Instant::now();
+                    written = (m.counts(), status_changed);
+                }
                 Err(e) => tracing::warn!(error = %e, "manifest refresh failed; will retry"),
             }
         }
@@ -551,7 +581,12 @@ fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
         file.sync_all().map_err(io_err("sync", path))?;
     }
     finish_exporters(inner);
-    inner.manifest.lock().write(&inner.manifest_path)?;
+    // The final manifest, unless the last (synced) write said it all.
+    let mut m = inner.manifest.lock();
+    if (m.counts(), true) != written {
+        m.write(&inner.manifest_path)?;
+    }
+    drop(m);
     inner.progress.send_modify(|p| p.finished = true);
     Ok(())
 }

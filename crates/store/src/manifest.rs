@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::CompletionSubtype;
 
 use super::error::StoreError;
-use crate::fsutil::write_atomic;
+use crate::fsutil::{write_atomic, write_replace};
 
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,10 +97,29 @@ impl Manifest {
 
     /// Writes the manifest atomically (temp file, fsync, rename).
     pub(crate) fn write(&mut self, path: &Path) -> Result<(), StoreError> {
+        self.write_with(path, true)
+    }
+
+    /// What a rewrite would change, `updated_at` aside.
+    pub(crate) fn counts(&self) -> (u64, u64, SessionStatus, bool) {
+        (
+            self.event_count,
+            self.turn_count,
+            self.status,
+            self.persistence_failed.is_some(),
+        )
+    }
+
+    /// Writes the manifest atomically; `durable: false` skips the fsyncs
+    /// (for a refresh of counters the log has anyway: reopen recounts them).
+    pub(crate) fn write_with(&mut self, path: &Path, durable: bool) -> Result<(), StoreError> {
+        if !durable {
+            self.updated_at = Utc::now();
+            let bytes = self.encode()?;
+            return write_replace(path, &bytes).map_err(|e| StoreError::io("write", path, e));
+        }
         self.updated_at = Utc::now();
-        let mut bytes = serde_json::to_vec_pretty(self)
-            .map_err(|e| StoreError::Writer(format!("manifest encode: {e}")))?;
-        bytes.push(b'\n');
+        let bytes = self.encode()?;
         match write_atomic(path, &bytes) {
             // A full disk has no room for the temporary copy; the file in
             // place has its blocks already (the log stays canonical either
@@ -110,6 +129,13 @@ impl Manifest {
             }
             other => other.map_err(|e| StoreError::io("write", path, e)),
         }
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, StoreError> {
+        let mut bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| StoreError::Writer(format!("manifest encode: {e}")))?;
+        bytes.push(b'\n');
+        Ok(bytes)
     }
 
     /// Records that the event log writer failed: cuts the partial write it

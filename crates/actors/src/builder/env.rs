@@ -42,7 +42,10 @@ impl SessionBuilder {
     pub(crate) fn clients(&self) -> Result<Clients, SessionError> {
         let config = &self.config;
         let primary_config = self.primary()?;
-        let primary: Arc<dyn ModelClient> = Arc::new(ProviderClient::new(primary_config.clone())?);
+        let primary: Arc<dyn ModelClient> = match &self.client {
+            Some(client) => Arc::clone(client),
+            None => Arc::new(ProviderClient::new(primary_config.clone())?),
+        };
         let fallback_provider = match &self.fallback_provider {
             Some(p) => Some(p.clone()),
             None => config.fallback_provider_config()?,

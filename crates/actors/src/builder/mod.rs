@@ -73,6 +73,7 @@ pub struct SessionBuilder {
     pub(crate) fallback_provider: Option<ProviderConfig>,
     pub(crate) plan_mode: bool,
     pub(crate) fresh_plan: bool,
+    pub(crate) client: Option<Arc<dyn troupe_runtime::provider::ModelClient>>,
 }
 
 impl Session {
@@ -102,6 +103,7 @@ impl Session {
             fallback_provider: None,
             plan_mode: false,
             fresh_plan: false,
+            client: None,
         }
     }
 
@@ -128,6 +130,15 @@ impl SessionBuilder {
     /// URL with `OPENAI_API_KEY`).
     pub fn provider(mut self, provider: ProviderConfig) -> Self {
         self.provider = Some(provider);
+        self
+    }
+
+    /// Sends the primary provider's requests through `client` (one client,
+    /// and its connection pool, shared by several sessions) instead of a
+    /// new one made from the provider's settings; the provider's settings
+    /// still decide what the catalog prices.
+    pub fn client(mut self, client: Arc<dyn troupe_runtime::provider::ModelClient>) -> Self {
+        self.client = Some(client);
         self
     }
 

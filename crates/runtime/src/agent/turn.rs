@@ -109,7 +109,8 @@ impl AgentLoop {
     /// Context hook point before a request: a stall reset, routing at
     /// 75 %, compaction at 90 % (docs/context.md).
     async fn prepare_context(&mut self) {
-        let tools = self.tools.definitions();
+        let registry = Arc::clone(&self.tools);
+        let tools = registry.shared_definitions();
         let provider = self.provider_label();
         let client = Arc::clone(&self.client);
         let hooks = self.hooks.clone();
@@ -122,7 +123,7 @@ impl AgentLoop {
             model: &self.model,
             provider: &provider,
             system: self.config.system_prompt.as_deref(),
-            tools: &tools,
+            tools,
             catalog: &self.catalog,
             client: client.as_ref(),
             hooks: hooks.as_deref(),
@@ -166,7 +167,8 @@ impl AgentLoop {
         if !error.is_context_overflow() && !transient && !self.context.recovering() {
             return self.model_failed(error);
         }
-        let tools = self.tools.definitions();
+        let registry = Arc::clone(&self.tools);
+        let tools = registry.shared_definitions();
         let provider = self.provider_label();
         let client = Arc::clone(&self.client);
         let hooks = self.hooks.clone();
@@ -179,7 +181,7 @@ impl AgentLoop {
             model: &self.model,
             provider: &provider,
             system: self.config.system_prompt.as_deref(),
-            tools: &tools,
+            tools,
             catalog: &self.catalog,
             client: client.as_ref(),
             hooks: hooks.as_deref(),

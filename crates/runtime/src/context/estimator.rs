@@ -88,9 +88,37 @@ pub fn estimate_tools(tools: &[ToolDefinition]) -> u64 {
             TOOL_DEFINITION_OVERHEAD
                 + estimate_text(&t.name)
                 + estimate_text(&t.description)
-                + estimate_text(&t.parameters.to_string())
+                + estimate_json(&t.parameters)
         })
         .sum()
+}
+
+/// [`estimate_text`] of `value`'s JSON text, counted as it is written
+/// (no String is built).
+fn estimate_json(value: &serde_json::Value) -> u64 {
+    struct Count {
+        ascii: u64,
+        other: u64,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            for &b in buf {
+                if b.is_ascii() {
+                    self.ascii += 1;
+                } else if b & 0xC0 != 0x80 {
+                    // The first byte of a non-ASCII char.
+                    self.other += 1;
+                }
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count { ascii: 0, other: 0 };
+    let _ = serde_json::to_writer(&mut c, value);
+    c.ascii.div_ceil(4) + c.other
 }
 
 /// Estimated tokens of the parts of a request.
@@ -138,6 +166,16 @@ impl Calibration {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_schema_is_estimated_as_its_json_text_without_building_it() {
+        for v in [
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+            serde_json::json!({"description": "größe — 大きさ", "enum": ["é", "x"]}),
+        ] {
+            assert_eq!(estimate_json(&v), estimate_text(&v.to_string()), "{v}");
+        }
+    }
+
     use super::*;
 
     #[test]

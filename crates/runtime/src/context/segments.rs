@@ -88,11 +88,32 @@ pub fn catalog_hash(tools: &[ToolDefinition]) -> String {
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let mut h = Fnv::new();
     for t in sorted {
-        h.bytes(t.name.as_bytes())
-            .bytes(t.description.as_bytes())
-            .bytes(t.parameters.to_string().as_bytes());
+        h.bytes(t.name.as_bytes()).bytes(t.description.as_bytes());
+        // The schema's JSON text, hashed as it is written (no String).
+        let _ = serde_json::to_writer(&mut h, &t.parameters);
+        h.separator();
     }
     hex(h.0)
+}
+
+impl Fnv {
+    fn separator(&mut self) {
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+impl std::io::Write for Fnv {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &x in buf {
+            self.0 ^= u64::from(x);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn messages_hash(messages: &[Message]) -> u64 {
@@ -197,6 +218,20 @@ impl SegmentTracker {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_catalog_hash_is_the_hash_of_the_schema_text() {
+        let t = ToolDefinition {
+            name: "add".into(),
+            description: "adds — two".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+        };
+        let mut h = Fnv::new();
+        h.bytes(t.name.as_bytes())
+            .bytes(t.description.as_bytes())
+            .bytes(t.parameters.to_string().as_bytes());
+        assert_eq!(catalog_hash(std::slice::from_ref(&t)), hex(h.0));
+    }
+
     use super::*;
 
     fn tool(name: &str) -> ToolDefinition {

@@ -1,9 +1,13 @@
-//! Loop run state: `.vtcode/state/loop-<id>.json`, rewritten atomically at
-//! every step so a scheduler can resume a loop across invocations.
+//! Loop run state: `.vtcode/state/loop-<id>.json`, so a scheduler can
+//! resume a loop across invocations.
 //!
-//! One writer per loop id: the file is replaced whole (temp file, fsync,
-//! rename), so a reader or a crash sees the previous state or the new
-//! one, never half of one.
+//! One writer per loop id: the file is replaced whole (temp file, rename),
+//! so a reader or a crash sees the previous state or the new one, never
+//! half of one. Only what the canonical log cannot rebuild (the steering
+//! queue) is written durably ([`LoopStateStore::save`]); the step index,
+//! usage and status are derived from the log, rebuilt from it on resume
+//! and written without fsync ([`LoopStateStore::save_derived`]), never per
+//! step.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +17,7 @@ use troupe_protocol::Usage;
 
 use super::budget::{BudgetStatus, CostBudget};
 use super::steering::SteeringQueue;
-use crate::fsutil::write_atomic;
+use crate::fsutil::{write_atomic, write_replace};
 
 /// The `schema_version` this code writes and reads.
 pub const LOOP_STATE_SCHEMA_VERSION: u32 = 1;
@@ -250,19 +254,47 @@ impl LoopStateStore {
         Ok(Some(state))
     }
 
-    /// Writes `state` to its file atomically, creating the directory.
+    /// Writes `state` to its file atomically and durably (temp file,
+    /// fsync, rename, directory fsync), creating the directory when it is
+    /// missing. For what the log cannot rebuild: steering intents.
     pub fn save(&self, state: &LoopState) -> Result<(), LoopStateError> {
+        self.write(state, write_atomic)
+    }
+
+    /// Writes `state` atomically but without fsync: for the fields the
+    /// canonical log can rebuild (step index, usage, status), which a
+    /// resume derives from the log again. A crash of the process leaves
+    /// the old file or the new one; a power loss may leave an old, empty
+    /// or missing one, which [`LoopStateStore::load`] reports and the
+    /// resume replaces.
+    pub fn save_derived(&self, state: &LoopState) -> Result<(), LoopStateError> {
+        self.write(state, write_replace)
+    }
+
+    fn write(
+        &self,
+        state: &LoopState,
+        put: fn(&Path, &[u8]) -> std::io::Result<()>,
+    ) -> Result<(), LoopStateError> {
         let path = self.path(&state.id)?;
-        std::fs::create_dir_all(&self.dir).map_err(|source| LoopStateError::Io {
-            path: self.dir.clone(),
-            source,
-        })?;
         let mut bytes = serde_json::to_vec_pretty(state).map_err(|e| LoopStateError::Corrupt {
             path: path.clone(),
             reason: format!("cannot encode: {e}"),
         })?;
         bytes.push(b'\n');
-        write_atomic(&path, &bytes).map_err(|source| LoopStateError::Io { path, source })
+        // The directory is created once, when a write finds it missing
+        // (no failing mkdir on every step).
+        match put(&path, &bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.dir).map_err(|source| LoopStateError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })?;
+                put(&path, &bytes)
+            }
+            other => other,
+        }
+        .map_err(|source| LoopStateError::Io { path, source })
     }
 
     /// The ids that have a state file, sorted. A missing directory is an

@@ -8,7 +8,8 @@
 //!   applied window, recovery that never replays an applied intent).
 //! - [`loop_state`]: `loop-<id>.json`, the [`LoopState`] of one loop (step
 //!   index, status, cumulative usage and cost, last artifact, steering
-//!   queue), written atomically by [`LoopStateStore`] at every step.
+//!   queue), written by [`LoopStateStore`]: durably when the steering
+//!   queue changes, the fields derived from the log without fsync.
 //! - [`memory`]: the append-only `notes.md` and `decisions.md`
 //!   ([`LoopMemory`]) and the `remember` tool ([`RememberTool`]) agents use
 //!   to add to them.

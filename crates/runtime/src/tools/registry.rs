@@ -47,6 +47,9 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, SharedTool>,
     policy: PermissionPolicy,
     limits: ToolLimits,
+    /// The definitions (each tool's `schema()` called once), built at the
+    /// first request and dropped when a tool is registered.
+    definitions: std::sync::OnceLock<Vec<ToolDefinition>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -91,6 +94,7 @@ impl ToolRegistry {
 
     /// Adds `tool`, replacing (and returning) one of the same name.
     pub fn register(&mut self, tool: SharedTool) -> Option<SharedTool> {
+        self.definitions = std::sync::OnceLock::new();
         self.tools.insert(tool.name().to_string(), tool)
     }
 
@@ -143,14 +147,22 @@ impl ToolRegistry {
 
     /// The definitions the model sees, sorted by name.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.tools
-            .values()
-            .map(|tool| ToolDefinition {
-                name: tool.name().to_string(),
-                description: tool.description().to_string(),
-                parameters: tool.schema(),
-            })
-            .collect()
+        self.shared_definitions().to_vec()
+    }
+
+    /// The definitions, built once per catalog: each tool's `schema()` is
+    /// called at the first request, not at every one.
+    pub fn shared_definitions(&self) -> &[ToolDefinition] {
+        self.definitions.get_or_init(|| {
+            self.tools
+                .values()
+                .map(|tool| ToolDefinition {
+                    name: tool.name().to_string(),
+                    description: tool.description().to_string(),
+                    parameters: tool.schema(),
+                })
+                .collect()
+        })
     }
 
     /// Only the `ReadOnly` tools (for the verifier), with the same policy.
@@ -166,6 +178,7 @@ impl ToolRegistry {
                 .collect(),
             policy: self.policy.clone(),
             limits: self.limits,
+            definitions: std::sync::OnceLock::new(),
         }
     }
 
@@ -190,7 +203,16 @@ impl ToolRegistry {
         };
         let args: Value =
             serde_json::from_str(text).map_err(|e| ToolError::InvalidJson(e.to_string()))?;
-        schema::validate(&tool.schema(), &args).map_err(ToolError::Schema)?;
+        let defs = self.shared_definitions();
+        let cached = defs
+            .binary_search_by(|d| d.name.as_str().cmp(name))
+            .ok()
+            .and_then(|i| defs.get(i));
+        match cached {
+            Some(def) => schema::validate(&def.parameters, &args),
+            None => schema::validate(&tool.schema(), &args),
+        }
+        .map_err(ToolError::Schema)?;
         Ok((tool, args))
     }
 

@@ -5,6 +5,7 @@
 mod crash;
 mod full_disk;
 mod gate;
+mod group_commit;
 mod lock;
 mod recovery;
 mod retention;
