@@ -247,7 +247,13 @@ pub struct Launch {
     sandbox: troupe_runtime::tools::SandboxMode,
     /// The previous agent's handoff (markdown) for the root's orientation.
     handoff: Option<String>,
+    /// Exporters made from the session id (`troupe serve`'s live feed).
+    exporters: Vec<ExporterFn>,
 }
+
+/// Makes an exporter from the session id once it is known.
+pub type ExporterFn =
+    Box<dyn FnOnce(&str) -> Box<dyn troupe_runtime::store::Exporter> + Send + 'static>;
 
 /// Which session a run opens.
 pub enum Target {
@@ -338,6 +344,7 @@ impl Launch {
             quiet_stdout: false,
             sandbox,
             handoff: None,
+            exporters: Vec::new(),
         })
     }
 
@@ -360,6 +367,11 @@ impl Launch {
         self
     }
 
+    /// The agents' sandbox mode as configured (recorded in settings.json).
+    pub fn sandbox_mode(&self) -> troupe_runtime::tools::SandboxMode {
+        self.config.sandbox_mode()
+    }
+
     /// The configured turn limit.
     pub fn max_turns(&self) -> u32 {
         self.config.agent.max_turns
@@ -369,6 +381,13 @@ impl Launch {
     /// orientation (a blocked run resumed, a build after a plan).
     pub fn handoff(mut self, markdown: String) -> Self {
         self.handoff = Some(markdown);
+        self
+    }
+
+    /// Adds an exporter made from the session id (attached before the
+    /// first event, like the output's).
+    pub fn exporter_for(mut self, make: ExporterFn) -> Self {
+        self.exporters.push(make);
         self
     }
 
@@ -452,6 +471,9 @@ impl Launch {
         }
         if let Some(exporter) = self.events.take() {
             b = b.exporter(Box::new(exporter));
+        }
+        for make in self.exporters.drain(..) {
+            b = b.exporter_for(make);
         }
         Ok((b, self.server))
     }

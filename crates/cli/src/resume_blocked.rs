@@ -10,9 +10,9 @@ use troupe_runtime::store::{Manifest, SessionStore};
 
 use crate::Failure;
 use crate::exec::{Launch, Target};
-use troupe_actors::ResumeMode;
 use crate::exec_resume::{queue_message, root_turns};
 use crate::resume::{claim, load_settings};
+use troupe_actors::ResumeMode;
 
 /// The handoff of session `id`'s root when its last run ended blocked.
 pub(crate) fn blocked_handoff(
