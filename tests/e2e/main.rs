@@ -20,6 +20,7 @@ mod resume_trust;
 mod retries;
 mod sandbox;
 mod seed;
+mod serve;
 mod sessions;
 mod terminal;
 mod truth;
