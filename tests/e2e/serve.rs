@@ -607,3 +607,76 @@ fn off_loopback_needs_a_token_and_a_wrong_token_gets_401() {
         assert!(!text.contains(secret), "the token reached an event");
     }
 }
+
+const DEMO_CALC: &str = "#!/bin/sh\n# A tiny calculator: sh calc.sh add A B\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\n  *) echo \"usage: calc.sh add A B\" >&2; exit 2 ;;\nesac\n";
+const DEMO_TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then\n  echo \"ok: add 2 2 = 4\"\nelse\n  echo \"FAIL: add 2 2 = $out (want 4)\"\n  exit 1\nfi\n";
+const DEMO_PIPELINE: &str = "[pipeline]\nname = \"demo\"\nmax_rounds = 2\n\n[[proposers]]\nname = \"fixer\"\ntask = \"The test `sh test.sh` fails. Find the bug in calc.sh, fix it, run the test, and hand off.\"\n";
+
+#[test]
+fn a_pipeline_runs_through_serve_and_merges_the_verified_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::write(ws.join("calc.sh"), DEMO_CALC).unwrap();
+    std::fs::write(ws.join("test.sh"), DEMO_TEST).unwrap();
+    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(ws, "calc: add(), with a test").unwrap();
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/demo-script.toml"),
+    )
+    .unwrap();
+    let server = Server::start(ws, &[], &[]);
+    let c = client();
+    rt().block_on(async {
+        let (status, e) = post(
+            &c,
+            server.url("/v1/sessions"),
+            json!({"prompt": "fix", "pipeline": "[pipeline]\nmax_round = 2\n", "script": script}),
+        )
+        .await;
+        assert_eq!(status, 400);
+        assert!(
+            e["error"].as_str().unwrap().starts_with("pipeline: "),
+            "{e}"
+        );
+        let id = start(
+            &c,
+            &server,
+            json!({"prompt": "fix the failing test", "pipeline": DEMO_PIPELINE, "script": script}),
+        )
+        .await;
+        let r = c
+            .get(server.url(&format!("/v1/sessions/{id}/events")))
+            .send()
+            .await
+            .unwrap();
+        let (events, early) = read_sse(r, |e| is_root_done(e, &id)).await;
+        assert!(!early, "the stream closed before thread.completed");
+        let done = events.last().unwrap();
+        assert_eq!(done.data["subtype"], "success", "{:?}", done.data);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.event == "troupe.verdict" && e.data["verdict"]["approved"] == true)
+        );
+        assert!(events.iter().any(|e| e.event == "troupe.handoff"));
+        let (status, e) = post(
+            &c,
+            server.url(&format!("/v1/sessions/{id}/resume")),
+            json!(null),
+        )
+        .await;
+        assert_eq!(status, 409, "{e}");
+    });
+    let test = Command::new("sh")
+        .arg("test.sh")
+        .current_dir(ws)
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "the fix did not merge: {}",
+        String::from_utf8_lossy(&test.stdout)
+    );
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -12,6 +12,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use troupe_actors::pipeline::PipelineSpec;
 use troupe_actors::{Address, AgentMsg, ResumeMode, RootRun};
 use troupe_runtime::state::SteeringError;
 use troupe_runtime::state::steering::MAX_PENDING;
@@ -58,13 +60,21 @@ pub struct SteerRequest {
     pub agent_id: Option<String>,
 }
 
+/// How a run is cancelled and steered.
+enum Control {
+    /// A `troupe exec` session: its root agent.
+    Root(Address<AgentMsg>),
+    /// A pipeline: its cancellation.
+    Pipeline(CancellationToken),
+}
+
 /// One session this server runs (or ran).
 pub struct Run {
     /// The session id.
     pub id: String,
     /// Its live events.
     pub feed: Arc<Feed>,
-    root: Address<AgentMsg>,
+    control: Control,
     timeout: Duration,
     /// `true` once its log is drained.
     done: watch::Receiver<bool>,
@@ -88,9 +98,12 @@ impl Run {
     /// root may already be stopping) and waits until the log is drained.
     pub async fn abort(&self) {
         if !self.ended() {
-            tokio::select! {
-                () = RootRun::abort(&self.root, self.timeout) => {}
-                () = self.wait() => {}
+            match &self.control {
+                Control::Root(root) => tokio::select! {
+                    () = RootRun::abort(root, self.timeout) => {}
+                    () = self.wait() => {}
+                },
+                Control::Pipeline(cancel) => cancel.cancel(),
             }
         }
         self.wait().await;
@@ -159,11 +172,6 @@ impl Runs {
         if req.prompt.trim().is_empty() {
             return Err(ApiError::bad("prompt: the prompt is empty"));
         }
-        if req.pipeline.is_some() {
-            return Err(ApiError::bad(
-                "pipeline: pipeline sessions are not served yet; run them with `troupe run PIPELINE.toml`",
-            ));
-        }
         if req.script.is_some() && req.provider.is_some() {
             return Err(ApiError::bad(
                 "provider: a session with a script runs offline; send either script or provider",
@@ -178,13 +186,25 @@ impl Runs {
         {
             return Err(ApiError::bad("max_budget_usd: must be a positive number"));
         }
+        let spec = match &req.pipeline {
+            Some(text) => {
+                let spec = PipelineSpec::parse(text, std::path::Path::new("pipeline"))
+                    .map_err(|e| ApiError::bad(format!("pipeline: {e}")))?;
+                crate::pipeline_cmd::check_repo(&self.workspace).map_err(ApiError::from_failure)?;
+                Some(spec)
+            }
+            None => None,
+        };
         let slot = self.reserve()?;
         let script = match &req.script {
             Some(text) => Some(self.write_script(text)?),
             None => None,
         };
-        let mut settings =
-            SessionSettings::new(troupe_actors::builder::KIND_EXEC, req.prompt.clone());
+        let (kind, task) = match &spec {
+            Some(spec) => ("pipeline", format!("pipeline {}", spec.pipeline.name)),
+            None => (troupe_actors::builder::KIND_EXEC, req.prompt.clone()),
+        };
+        let mut settings = SessionSettings::new(kind, task);
         settings.provider = req.provider;
         settings.model_pinned = req.model.is_some();
         settings.model = req.model;
@@ -194,11 +214,15 @@ impl Runs {
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
             .map_err(ApiError::from_failure)?;
-        settings.sandbox = Some(launch.sandbox_mode());
-        let task = settings.task.clone();
-        let run = self
-            .launch(launch, Target::New(settings), task, false)
-            .await?;
+        let run = match spec {
+            Some(spec) => self.launch_pipeline(launch, settings, spec).await?,
+            None => {
+                settings.sandbox = Some(launch.sandbox_mode());
+                let task = settings.task.clone();
+                self.launch(launch, Target::New(settings), task, false)
+                    .await?
+            }
+        };
         drop(slot);
         Ok(run)
     }
@@ -239,6 +263,75 @@ impl Runs {
         Ok(run)
     }
 
+    /// The live feed's exporter, made once the session id is known.
+    fn feed_exporter(&self, feed: &Arc<Feed>) -> crate::exec::ExporterFn {
+        let store = self.store();
+        let feed = Arc::clone(feed);
+        Box::new(move |id: &str| {
+            let dir = store.session_dir(id).unwrap_or_default();
+            feed.exporter(id, &dir)
+        })
+    }
+
+    /// Registers a run whose end `ended` resolves (after its log drained).
+    fn register(
+        &self,
+        id: &str,
+        feed: Arc<Feed>,
+        control: Control,
+        timeout: Duration,
+        ended: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Arc<Run> {
+        let (done_tx, done) = watch::channel(false);
+        let run = Arc::new(Run {
+            id: id.to_string(),
+            feed,
+            control,
+            timeout,
+            done,
+            streams: AtomicUsize::new(0),
+        });
+        self.runs.lock().insert(id.to_string(), Arc::clone(&run));
+        tokio::spawn(async move {
+            ended.await;
+            let _ = done_tx.send(true);
+        });
+        run
+    }
+
+    /// Opens a pipeline session and runs the pipeline in it (as `troupe
+    /// run`).
+    async fn launch_pipeline(
+        &self,
+        launch: Launch,
+        settings: SessionSettings,
+        spec: PipelineSpec,
+    ) -> Result<Arc<Run>, ApiError> {
+        let feed = Feed::new();
+        let started = launch
+            .quiet_stdout()
+            .exporter_for(self.feed_exporter(&feed))
+            .start(false, Some("pipeline"), Target::New(settings))
+            .await
+            .map_err(ApiError::from_failure)?;
+        let id = started.session.id().to_string();
+        let timeout = started.session.env().call_timeout;
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let sid = id.clone();
+        let ended = async move {
+            let driven = crate::pipeline_cmd::drive(&started.session, &sid, &spec, token).await;
+            if let Err(e) = &driven {
+                let why = crate::errors::message(&e.error);
+                tracing::warn!(session = %sid, error = %why, "pipeline failed");
+            }
+            if let Err(e) = started.close().await {
+                tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
+            }
+        };
+        Ok(self.register(&id, feed, Control::Pipeline(cancel), timeout, ended))
+    }
+
     /// Opens the session, starts its root agent and watches it to its end.
     async fn launch(
         &self,
@@ -248,14 +341,9 @@ impl Runs {
         resume: bool,
     ) -> Result<Arc<Run>, ApiError> {
         let feed = Feed::new();
-        let store = self.store();
-        let for_feed = Arc::clone(&feed);
         let started = launch
             .quiet_stdout()
-            .exporter_for(Box::new(move |id: &str| {
-                let dir = store.session_dir(id).unwrap_or_default();
-                for_feed.exporter(id, &dir)
-            }))
+            .exporter_for(self.feed_exporter(&feed))
             .start(false, Some("root"), target)
             .await
             .map_err(ApiError::from_failure)?;
@@ -268,28 +356,18 @@ impl Runs {
                 return Err(ApiError::internal(format!("session {id}: {e}")));
             }
         };
-        let (done_tx, done) = watch::channel(false);
-        let run = Arc::new(Run {
-            id: id.clone(),
-            feed,
-            root: root.address().clone(),
-            timeout,
-            done,
-            streams: AtomicUsize::new(0),
-        });
-        self.runs.lock().insert(id.clone(), Arc::clone(&run));
-        tokio::spawn(async move {
-            let end = root.wait().await;
-            if let Err(e) = &end {
-                tracing::warn!(session = %id, error = %e, "session ended without a result");
+        let control = Control::Root(root.address().clone());
+        let sid = id.clone();
+        let ended = async move {
+            if let Err(e) = root.wait().await {
+                tracing::warn!(session = %sid, error = %e, "session ended without a result");
             }
             // The tree shuts down, the log drains and syncs.
             if let Err(e) = started.close().await {
-                tracing::warn!(session = %id, error = %e, "session did not close cleanly");
+                tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
             }
-            let _ = done_tx.send(true);
-        });
-        Ok(run)
+        };
+        Ok(self.register(&id, feed, control, timeout, ended))
     }
 
     /// Writes a request's script where a resume finds it again.
@@ -347,15 +425,19 @@ impl Runs {
                 "session {id} is not running in this server; only a running session can be steered"
             )));
         };
-        let root = run.root.name().to_string();
+        let Control::Root(address) = &run.control else {
+            return Err(ApiError::conflict(format!(
+                "session {id} runs a pipeline; its agents cannot be steered (abort it instead)"
+            )));
+        };
+        let root = address.name().to_string();
         if let Some(agent) = req.agent_id.as_deref().filter(|a| *a != root) {
             return Err(ApiError::not_found(format!(
                 "agent_id: no running agent {agent} can be steered in session {id}; steer the root ({root})"
             )));
         }
         let text = req.text;
-        let reply = run
-            .root
+        let reply = address
             .call(
                 |reply| AgentMsg::Steer {
                     text: text.clone(),
