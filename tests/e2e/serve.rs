@@ -680,3 +680,70 @@ fn a_pipeline_runs_through_serve_and_merges_the_verified_fix() {
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A client that stops reading is disconnected once its buffer is full;
+/// the session and a reading client are not slowed.
+#[test]
+fn a_stalled_stream_is_disconnected_without_slowing_the_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let repo = workspace();
+    let ws = repo.path();
+    let server = Server::start(ws, &["--stream-buffer", "16"], &[]);
+    let c = client();
+    rt().block_on(async {
+        let script = "[rule]\ntool = \"exec_command\"\narguments = { command = \"true\" }\ncalls_per_step = 50\nuntil_tool_results = 500\nfinal_text = \"ran\"\n";
+        let id = start(&c, &server, json!({"prompt": "run a lot", "script": script, "max_turns": 300})).await;
+        let path = format!("/v1/sessions/{id}/events");
+        // The stalled client: a small receive window, and it never reads.
+        let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stalled = socket.connect(addr).await.unwrap();
+        stalled
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        // A reading client with a 16-event buffer falls behind the
+        // session's bursts too: it reconnects with Last-Event-ID each time
+        // it is disconnected, and loses nothing.
+        let t = Instant::now();
+        let mut all: Vec<Sse> = Vec::new();
+        let mut reconnects = 0;
+        loop {
+            let mut req = c.get(server.url(&path));
+            if let Some(last) = all.last() {
+                req = req.header("Last-Event-ID", last.id.to_string());
+                reconnects += 1;
+            }
+            let (got, early) = read_sse(req.send().await.unwrap(), |e| is_root_done(e, &id)).await;
+            all.extend(got);
+            if !early {
+                break;
+            }
+            assert!(reconnects < 1000, "never reached the end");
+        }
+        assert_eq!(all.last().unwrap().data["subtype"], "success");
+        assert!(t.elapsed() < Duration::from_secs(90), "the session was slowed: {:?}", t.elapsed());
+        let n = all.len() as u64;
+        assert_eq!(
+            all.iter().map(|e| e.id).collect::<Vec<_>>(),
+            (1..=n).collect::<Vec<_>>(),
+            "a gap or a duplicate after {reconnects} reconnects"
+        );
+        assert_eq!(n as usize, logged_types(ws, &id).len());
+        // The stalled client now reads what was buffered for it: the start
+        // of the stream, then the server's close, without the session's end.
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut got))
+            .await
+            .expect("the stalled stream was not closed")
+            .unwrap();
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 200"), "{}", &got[..got.len().min(200)]);
+        assert!(got.contains("id: 1\n"));
+        let end = format!("{{\"type\":\"thread.completed\",\"thread_id\":\"{id}\"");
+        assert!(!got.contains(&end), "the stalled client got the whole session ({n} events, {} bytes): no buffer bound", got.len());
+    });
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -20,7 +20,8 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use troupe_runtime::store::Exporter;
 
-/// Events a subscriber may have waiting before it is disconnected.
+/// Events a subscriber may have waiting before it is disconnected, by
+/// default (`--stream-buffer`).
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
 /// One committed event.
@@ -45,7 +46,6 @@ pub struct Subscription {
     pub rx: Option<mpsc::Receiver<Arc<LiveEvent>>>,
 }
 
-#[derive(Default)]
 struct Inner {
     session_id: String,
     /// The sequence number the next event gets.
@@ -55,15 +55,25 @@ struct Inner {
 }
 
 /// A session's live feed.
-#[derive(Default)]
 pub struct Feed {
     inner: Mutex<Inner>,
+    /// Each subscriber's buffer, in events.
+    buffer: usize,
 }
 
 impl Feed {
-    /// A feed for a session whose log is about to open.
-    pub fn new() -> Arc<Feed> {
-        Arc::new(Feed::default())
+    /// A feed for a session whose log is about to open; each subscriber
+    /// may have `buffer` events waiting.
+    pub fn new(buffer: usize) -> Arc<Feed> {
+        Arc::new(Feed {
+            inner: Mutex::new(Inner {
+                session_id: String::new(),
+                next: 1,
+                subscribers: Vec::new(),
+                closed: false,
+            }),
+            buffer: buffer.max(1),
+        })
     }
 
     /// The exporter to attach to session `id` (whose events.jsonl, in
@@ -89,7 +99,7 @@ impl Feed {
                 rx: None,
             };
         }
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let (tx, rx) = mpsc::channel(self.buffer);
         inner.subscribers.push(tx);
         Subscription {
             first_live: inner.next,
@@ -172,4 +182,55 @@ fn count_lines(path: &Path) -> u64 {
     std::fs::read(path)
         .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn event(n: u64) -> Vec<u8> {
+        format!(r#"{{"type":"turn.started","turn":{n}}}"#).into_bytes()
+    }
+
+    /// A subscriber that stops reading is dropped once its buffer is
+    /// full; one that reads gets every event in order; the exporter never
+    /// waits for either.
+    #[test]
+    fn a_full_subscriber_is_dropped_and_the_others_get_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "{}\n{}\n").unwrap();
+        let feed = Feed::new(SUBSCRIBER_BUFFER);
+        let mut exporter = feed.exporter("s1", dir.path());
+        let slow = feed.subscribe();
+        let mut fast = feed.subscribe();
+        assert_eq!(slow.first_live, 3, "two lines already in the file");
+        let total = SUBSCRIBER_BUFFER as u64 + 50;
+        let mut got = Vec::new();
+        for n in 0..total {
+            exporter.export(b"", &event(n)).unwrap();
+            while let Ok(ev) = fast.rx.as_mut().unwrap().try_recv() {
+                got.push(ev.seq);
+            }
+        }
+        assert_eq!(got, (3..3 + total).collect::<Vec<_>>());
+        let late = feed.subscribe();
+        assert_eq!(late.first_live, 3 + total);
+        let mut slow_rx = slow.rx.unwrap();
+        let mut slow_got = 0;
+        while let Ok(ev) = slow_rx.try_recv() {
+            assert_eq!(ev.seq, 3 + slow_got);
+            slow_got += 1;
+        }
+        assert_eq!(slow_got, SUBSCRIBER_BUFFER as u64);
+        assert!(slow_rx.is_closed(), "the full subscriber is disconnected");
+        exporter
+            .export(b"", br#"{"type":"thread.completed","thread_id":"s1"}"#)
+            .unwrap();
+        let last = fast.rx.as_mut().unwrap().try_recv().unwrap();
+        assert!(last.last, "the root thread.completed is marked last");
+        exporter.finish().unwrap();
+        assert!(feed.subscribe().rx.is_none(), "a closed feed replays only");
+    }
 }

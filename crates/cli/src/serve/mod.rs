@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// Most event streams open on one session (429 beyond).
     #[arg(long, default_value = "256", value_parser = crate::errors::positive_u32)]
     pub max_streams: u32,
+    /// Events one stream may have waiting; a client that falls this far
+    /// behind is disconnected (and reconnects with Last-Event-ID).
+    #[arg(long, default_value = "1024", value_parser = crate::errors::positive_u32)]
+    pub stream_buffer: u32,
 }
 
 /// Runs `troupe serve` until SIGTERM or Ctrl-C.
@@ -66,6 +70,7 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
         workspace,
         args.max_sessions as usize,
         args.max_streams as usize,
+        args.stream_buffer as usize,
     ));
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(serve(runs, listen, token))?;

@@ -118,6 +118,8 @@ pub struct Runs {
     pub max_sessions: usize,
     /// Most event streams per session.
     pub max_streams: usize,
+    /// Events a stream may have waiting before it is disconnected.
+    pub stream_buffer: usize,
     runs: Mutex<HashMap<String, Arc<Run>>>,
     /// Sessions being started (counted against the cap).
     starting: AtomicUsize,
@@ -127,11 +129,17 @@ pub struct Runs {
 
 impl Runs {
     /// No session yet.
-    pub fn new(workspace: PathBuf, max_sessions: usize, max_streams: usize) -> Runs {
+    pub fn new(
+        workspace: PathBuf,
+        max_sessions: usize,
+        max_streams: usize,
+        stream_buffer: usize,
+    ) -> Runs {
         Runs {
             workspace,
             max_sessions,
             max_streams,
+            stream_buffer,
             runs: Mutex::new(HashMap::new()),
             starting: AtomicUsize::new(0),
             accepting: AtomicBool::new(true),
@@ -307,7 +315,7 @@ impl Runs {
         settings: SessionSettings,
         spec: PipelineSpec,
     ) -> Result<Arc<Run>, ApiError> {
-        let feed = Feed::new();
+        let feed = Feed::new(self.stream_buffer);
         let started = launch
             .quiet_stdout()
             .exporter_for(self.feed_exporter(&feed))
@@ -340,7 +348,7 @@ impl Runs {
         task: String,
         resume: bool,
     ) -> Result<Arc<Run>, ApiError> {
-        let feed = Feed::new();
+        let feed = Feed::new(self.stream_buffer);
         let started = launch
             .quiet_stdout()
             .exporter_for(self.feed_exporter(&feed))
