@@ -20,10 +20,6 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use troupe_runtime::store::Exporter;
 
-/// Events a subscriber may have waiting before it is disconnected, by
-/// default (`--stream-buffer`).
-pub const SUBSCRIBER_BUFFER: usize = 1024;
-
 /// One committed event.
 #[derive(Debug)]
 pub struct LiveEvent {
@@ -189,6 +185,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    const SUBSCRIBER_BUFFER: usize = 1024;
 
     fn event(n: u64) -> Vec<u8> {
         format!(r#"{{"type":"turn.started","turn":{n}}}"#).into_bytes()
