@@ -747,3 +747,50 @@ fn a_stalled_stream_is_disconnected_without_slowing_the_session() {
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn sessions_and_streams_beyond_their_caps_get_429() {
+    let repo = workspace();
+    let ws = repo.path();
+    let server = Server::start(ws, &["--max-sessions", "1", "--max-streams", "1"], &[]);
+    let c = client();
+    rt().block_on(async {
+        let slow = json!({"prompt": "wait", "script": rule_script(100, 2000)});
+        let id = start(&c, &server, slow.clone()).await;
+        let (status, e) = post(&c, server.url("/v1/sessions"), slow.clone()).await;
+        assert_eq!(status, 429);
+        assert!(
+            e["error"].as_str().unwrap().contains("--max-sessions 1"),
+            "{e}"
+        );
+        let url = server.url(&format!("/v1/sessions/{id}/events"));
+        let first = c.get(&url).send().await.unwrap();
+        assert_eq!(first.status(), 200);
+        let second = c.get(&url).send().await.unwrap();
+        assert_eq!(second.status(), 429);
+        drop(first);
+        let (status, _) = post(
+            &c,
+            server.url(&format!("/v1/sessions/{id}/abort")),
+            json!(null),
+        )
+        .await;
+        assert_eq!(status, 200);
+        // The slot and the stream are free again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.get(&url).send().await.unwrap().status() != 200 {
+            assert!(Instant::now() < deadline, "the closed stream still counts");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let next = start(&c, &server, slow).await;
+        let (status, _) = post(
+            &c,
+            server.url(&format!("/v1/sessions/{next}/abort")),
+            json!(null),
+        )
+        .await;
+        assert_eq!(status, 200);
+    });
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}
