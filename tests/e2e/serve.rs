@@ -578,6 +578,19 @@ fn off_loopback_needs_a_token_and_a_wrong_token_gets_401() {
         assert_eq!(wrong.status(), 401);
         let right = c.get(&url).bearer_auth(secret).send().await.unwrap();
         assert_eq!(right.status(), 200);
+        // The live page is public: it holds no data, and its own requests
+        // send the token typed into it.
+        let page = c.get(server.url("/")).send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        assert!(
+            page.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        let html = page.text().await.unwrap();
+        assert!(html.contains("<title>troupe serve</title>") && html.contains("Last-Event-ID"));
+        assert!(!html.contains(secret));
         let started = c
             .post(&url)
             .bearer_auth(secret)

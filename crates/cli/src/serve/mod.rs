@@ -89,6 +89,16 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sessions/{id}/resume"),
 ];
 
+/// The live page: public (it holds no data; its requests carry the token).
+pub const PAGE: (&str, &str) = ("get", "/");
+
+/// The page's one file, embedded (no build step).
+const PAGE_HTML: &str = include_str!("page.html");
+
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(PAGE_HTML)
+}
+
 /// The handler of one route.
 fn handler(method: &str, path: &str) -> Option<MethodRouter<Arc<Runs>>> {
     Some(match (method, path) {
@@ -123,7 +133,10 @@ fn router(runs: Arc<Runs>, token: Option<Arc<auth::Token>>) -> Router {
         Some(token) => api.layer(axum::middleware::from_fn_with_state(token, auth::check)),
         None => api,
     };
-    api.layer(DefaultBodyLimit::max(MAX_BODY))
+    Router::new()
+        .route(PAGE.1, get(page))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
 }
 
 async fn serve(
@@ -215,6 +228,7 @@ mod tests {
         documented.sort();
         let mut routes: Vec<(String, String)> = super::ROUTES
             .iter()
+            .chain([&super::PAGE])
             .map(|(m, p)| (m.to_string(), p.to_string()))
             .collect();
         routes.sort();
