@@ -21,6 +21,7 @@ mod retries;
 mod sandbox;
 mod seed;
 mod serve;
+mod serve_limits;
 mod sessions;
 mod terminal;
 mod truth;
