@@ -19,7 +19,11 @@ pub(crate) struct Server {
 impl Server {
     pub(crate) fn start(ws: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_troupe"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--workspace"])
+        cmd.arg("serve");
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.arg("--workspace")
             .arg(ws)
             .args(extra)
             .env("TROUPE_LOG", "warn")

@@ -282,3 +282,32 @@ fn sessions_and_streams_beyond_their_caps_get_429() {
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn off_loopback_with_the_token_from_the_environment() {
+    let repo = workspace();
+    let secret = "env-token-abcdefghijklmnop";
+    let mut server = Server::start(
+        repo.path(),
+        &["--listen", "0.0.0.0:0"],
+        &[("TROUPE_SERVE_TOKEN", secret)],
+    );
+    assert!(
+        server.base.starts_with("http://0.0.0.0:"),
+        "{}",
+        server.base
+    );
+    server.base = server.base.replace("0.0.0.0", "127.0.0.1");
+    let c = client();
+    rt().block_on(async {
+        let url = server.url("/v1/sessions");
+        assert_eq!(c.get(&url).send().await.unwrap().status(), 401);
+        let wrong = c.get(&url).bearer_auth("env-token").send().await.unwrap();
+        assert_eq!(wrong.status(), 401);
+        let right = c.get(&url).bearer_auth(secret).send().await.unwrap();
+        assert_eq!(right.status(), 200);
+    });
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains(secret));
+}
