@@ -208,238 +208,10 @@ fn serve_streams_steers_aborts_lists_and_shows_over_http() {
     let c = client();
     let rt = rt();
     rt.block_on(async {
-        let id = start(
-            &c,
-            &server,
-            json!({"prompt": "count the steps", "script": rule_script(6, 150)}),
-        )
-        .await;
-        // First connection: a few events, then the client goes away.
-        let url = server.url(&format!("/v1/sessions/{id}/events"));
-        let first = c.get(&url).send().await.unwrap();
-        let (part1, _) = read_sse(first, |e| e.id >= 8).await;
-        let last = part1.last().unwrap().id;
-        // Steering while the stream is closed: durable, applied at the next turn.
-        let (status, steered) = post(
-            &c,
-            server.url(&format!("/v1/sessions/{id}/steer")),
-            json!({"text": "also say how many"}),
-        )
-        .await;
-        assert_eq!(status, 202, "{steered}");
-        let intent = steered["intent_id"].as_str().unwrap().to_string();
-        assert_eq!(steered["agent_id"], "session/root");
-        // Reconnect after the last event seen: the rest, live, to the end.
-        let again = c
-            .get(&url)
-            .header("Last-Event-ID", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (part2, ended_early) = read_sse(again, |e| is_root_done(e, &id)).await;
-        assert!(!ended_early, "the stream closed before thread.completed");
-        let all: Vec<Sse> = part1.into_iter().chain(part2).collect();
-        let seqs: Vec<u64> = all.iter().map(|e| e.id).collect();
-        let expected: Vec<u64> = (1..=all.len() as u64).collect();
-        assert_eq!(seqs, expected, "a gap or a duplicate across the reconnect");
-        // Exactly the log, in its order.
-        let types: Vec<String> = all.iter().map(|e| e.event.clone()).collect();
-        assert_eq!(types, logged_types(ws, &id));
-        assert!(all.iter().all(|e| e.data["type"] == e.event.as_str()));
-        let done = all.last().unwrap();
-        assert_eq!(done.data["subtype"], "success");
-        assert_eq!(done.data["result"], "done after 6 tool results");
-        assert!(
-            all.iter().any(|e| e.event == "troupe.user_message"
-                && e.data["intent_id"] == intent.as_str()
-                && e.data["text"] == "also say how many"),
-            "the steering intent never reached the agent"
-        );
-        // ?after=N on an ended session: the events after N, then it closes.
-        let n = all.len() as u64;
-        let tail = c
-            .get(format!("{url}?after={}", n - 3))
-            .send()
-            .await
-            .unwrap();
-        let (tail, closed) = read_sse(tail, |_| false).await;
-        assert!(closed);
-        assert_eq!(
-            tail.iter().map(|e| e.id).collect::<Vec<_>>(),
-            vec![n - 2, n - 1, n]
-        );
-
-        // list and show: what `sessions list/show --json` print.
-        let list: Value = c
-            .get(server.url("/v1/sessions"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let listed = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["session_id"] == id.as_str())
-            .expect("listed");
-        assert_eq!(listed["status"], "completed");
-        assert_eq!(listed["last_event"], "thread.completed");
-        let show: Value = c
-            .get(server.url(&format!("/v1/sessions/{id}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(show["subtype"], "success");
-        assert_eq!(show["event_count"], n);
-        let root = show["agents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["agent_id"] == "session/root")
-            .unwrap();
-        assert_eq!(root["role"], "root");
-        assert!(root["turns"].as_u64().unwrap() >= 7, "{root}");
-        let cli = super::troupe(
-            &[
-                "sessions",
-                "show",
-                &id,
-                "--json",
-                "--workspace",
-                ws.to_str().unwrap(),
-            ],
-            ws,
-        );
-        let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
-        assert_eq!(
-            cli, show,
-            "GET /v1/sessions/{{id}} differs from `sessions show --json`"
-        );
-
-        // A steered session over its 16-pending cap, then aborted.
-        let slow = start(
-            &c,
-            &server,
-            json!({"prompt": "wait", "script": rule_script(100, 4000)}),
-        )
-        .await;
-        // Its first turn is in flight (the model answers after 4 s).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !std::fs::read_to_string(events_file(ws, &slow))
-            .unwrap_or_default()
-            .contains("\"turn.started\"")
-        {
-            assert!(Instant::now() < deadline, "the first turn never started");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let steer_url = server.url(&format!("/v1/sessions/{slow}/steer"));
-        let mut codes = Vec::new();
-        for i in 0..17 {
-            codes.push(post(&c, steer_url.clone(), json!({"text": format!("note {i}")})).await);
-        }
-        assert!(codes[..16].iter().all(|(s, _)| *s == 202), "{codes:?}");
-        assert_eq!(codes[16].0, 429);
-        assert!(
-            codes[16].1["error"]
-                .as_str()
-                .unwrap()
-                .contains("16 follow-ups are already pending")
-        );
-        let abort_url = server.url(&format!("/v1/sessions/{slow}/abort"));
-        let (status, aborted) = post(&c, abort_url.clone(), json!(null)).await;
-        assert_eq!(status, 200, "{aborted}");
-        assert_eq!(aborted["status"], "completed");
-        assert_eq!(aborted["subtype"], "cancelled");
-        let types = logged_types(ws, &slow);
-        assert_eq!(
-            types.last().unwrap(),
-            "thread.completed",
-            "the log is drained, thread.completed last"
-        );
-        let (status, again) = post(&c, abort_url, json!(null)).await;
-        assert_eq!(
-            (status, &again["subtype"]),
-            (200, &json!("cancelled")),
-            "abort is idempotent"
-        );
-        let (status, late) = post(&c, steer_url, json!({"text": "too late"})).await;
-        assert_eq!(status, 409, "{late}");
-
-        // Bad input: named, one line, no session started.
-        let before = std::fs::read_dir(ws.join(".vtcode/sessions"))
-            .unwrap()
-            .count();
-        let (status, e) = post(
-            &c,
-            server.url("/v1/sessions"),
-            json!({"prompt": "x", "bogus": 1}),
-        )
-        .await;
-        assert_eq!(status, 400);
-        assert!(
-            e["error"]
-                .as_str()
-                .unwrap()
-                .contains("unknown field `bogus`"),
-            "{e}"
-        );
-        let r = c
-            .post(server.url("/v1/sessions"))
-            .header("content-type", "application/json")
-            .body("{\"prompt\": ")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400);
-        let huge = json!({"prompt": "x".repeat(1024 * 1024 + 1)});
-        let r = c
-            .post(server.url("/v1/sessions"))
-            .json(&huge)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 413);
-        let (status, e) = post(
-            &c,
-            server.url("/v1/sessions"),
-            json!({"prompt": "x", "script": "[rule]\ntool = 3\n"}),
-        )
-        .await;
-        assert_eq!(status, 400);
-        assert!(e["error"].as_str().unwrap().starts_with("script: "), "{e}");
-        let (status, _) = post(
-            &c,
-            server.url(&format!("/v1/sessions/{id}/steer")),
-            json!({"text": "x", "agent_id": "session/root/nobody"}),
-        )
-        .await;
-        assert_eq!(status, 409, "an ended session cannot be steered");
-        let r = c
-            .get(server.url("/v1/sessions/no-such-session"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404);
-        let r = c
-            .get(server.url("/v1/sessions/no-such-session/events"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404);
-        let r = c.delete(server.url("/v1/sessions")).send().await.unwrap();
-        assert_eq!(r.status(), 405);
-        assert_eq!(
-            std::fs::read_dir(ws.join(".vtcode/sessions"))
-                .unwrap()
-                .count(),
-            before
-        );
-
+        let (id, n) = stream_reconnect_steer(&c, &server, ws).await;
+        list_and_show(&c, &server, ws, &id, n).await;
+        steer_cap_then_abort(&c, &server, ws).await;
+        bad_inputs(&c, &server, ws, &id).await;
         // SIGTERM with a session running: it is cancelled, its log drained, exit 0.
         start(
             &c,
@@ -480,6 +252,252 @@ fn serve_streams_steers_aborts_lists_and_shows_over_http() {
             "thread.completed"
         );
     }
+}
+
+/// Start, stream, disconnect, steer, reconnect with Last-Event-ID.
+async fn stream_reconnect_steer(c: &reqwest::Client, server: &Server, ws: &Path) -> (String, u64) {
+    let id = start(
+        c,
+        server,
+        json!({"prompt": "count the steps", "script": rule_script(6, 150)}),
+    )
+    .await;
+    // First connection: a few events, then the client goes away.
+    let url = server.url(&format!("/v1/sessions/{id}/events"));
+    let first = c.get(&url).send().await.unwrap();
+    let (part1, _) = read_sse(first, |e| e.id >= 8).await;
+    let last = part1.last().unwrap().id;
+    // Steering while the stream is closed: durable, applied at the next turn.
+    let (status, steered) = post(
+        c,
+        server.url(&format!("/v1/sessions/{id}/steer")),
+        json!({"text": "also say how many"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{steered}");
+    let intent = steered["intent_id"].as_str().unwrap().to_string();
+    assert_eq!(steered["agent_id"], "session/root");
+    // Reconnect after the last event seen: the rest, live, to the end.
+    let again = c
+        .get(&url)
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    let (part2, ended_early) = read_sse(again, |e| is_root_done(e, &id)).await;
+    assert!(!ended_early, "the stream closed before thread.completed");
+    let all: Vec<Sse> = part1.into_iter().chain(part2).collect();
+    let seqs: Vec<u64> = all.iter().map(|e| e.id).collect();
+    let expected: Vec<u64> = (1..=all.len() as u64).collect();
+    assert_eq!(seqs, expected, "a gap or a duplicate across the reconnect");
+    // Exactly the log, in its order.
+    let types: Vec<String> = all.iter().map(|e| e.event.clone()).collect();
+    assert_eq!(types, logged_types(ws, &id));
+    assert!(all.iter().all(|e| e.data["type"] == e.event.as_str()));
+    let done = all.last().unwrap();
+    assert_eq!(done.data["subtype"], "success");
+    assert_eq!(done.data["result"], "done after 6 tool results");
+    assert!(
+        all.iter().any(|e| e.event == "troupe.user_message"
+            && e.data["intent_id"] == intent.as_str()
+            && e.data["text"] == "also say how many"),
+        "the steering intent never reached the agent"
+    );
+    // ?after=N on an ended session: the events after N, then it closes.
+    let n = all.len() as u64;
+    let tail = c
+        .get(format!("{url}?after={}", n - 3))
+        .send()
+        .await
+        .unwrap();
+    let (tail, closed) = read_sse(tail, |_| false).await;
+    assert!(closed);
+    assert_eq!(
+        tail.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![n - 2, n - 1, n]
+    );
+
+    (id, n)
+}
+
+/// list and show over HTTP, and show equal to the CLI's.
+async fn list_and_show(c: &reqwest::Client, server: &Server, ws: &Path, id: &str, n: u64) {
+    // list and show: what `sessions list/show --json` print.
+    let list: Value = c
+        .get(server.url("/v1/sessions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == id)
+        .expect("listed");
+    assert_eq!(listed["status"], "completed");
+    assert_eq!(listed["last_event"], "thread.completed");
+    let show: Value = c
+        .get(server.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(show["subtype"], "success");
+    assert_eq!(show["event_count"], n);
+    let root = show["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent_id"] == "session/root")
+        .unwrap();
+    assert_eq!(root["role"], "root");
+    assert!(root["turns"].as_u64().unwrap() >= 7, "{root}");
+    let cli = super::troupe(
+        &[
+            "sessions",
+            "show",
+            id,
+            "--json",
+            "--workspace",
+            ws.to_str().unwrap(),
+        ],
+        ws,
+    );
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(
+        cli, show,
+        "GET /v1/sessions/{{id}} differs from `sessions show --json`"
+    );
+}
+
+/// The 16-pending steering cap answers 429; abort is drained and idempotent.
+async fn steer_cap_then_abort(c: &reqwest::Client, server: &Server, ws: &Path) {
+    // A steered session over its 16-pending cap, then aborted.
+    let slow = start(
+        c,
+        server,
+        json!({"prompt": "wait", "script": rule_script(100, 4000)}),
+    )
+    .await;
+    // Its first turn is in flight (the model answers after 4 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(events_file(ws, &slow))
+        .unwrap_or_default()
+        .contains("\"turn.started\"")
+    {
+        assert!(Instant::now() < deadline, "the first turn never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let steer_url = server.url(&format!("/v1/sessions/{slow}/steer"));
+    let mut codes = Vec::new();
+    for i in 0..17 {
+        codes.push(post(c, steer_url.clone(), json!({"text": format!("note {i}")})).await);
+    }
+    assert!(codes[..16].iter().all(|(s, _)| *s == 202), "{codes:?}");
+    assert_eq!(codes[16].0, 429);
+    assert!(
+        codes[16].1["error"]
+            .as_str()
+            .unwrap()
+            .contains("16 follow-ups are already pending")
+    );
+    let abort_url = server.url(&format!("/v1/sessions/{slow}/abort"));
+    let (status, aborted) = post(c, abort_url.clone(), json!(null)).await;
+    assert_eq!(status, 200, "{aborted}");
+    assert_eq!(aborted["status"], "completed");
+    assert_eq!(aborted["subtype"], "cancelled");
+    let types = logged_types(ws, &slow);
+    assert_eq!(
+        types.last().unwrap(),
+        "thread.completed",
+        "the log is drained, thread.completed last"
+    );
+    let (status, again) = post(c, abort_url, json!(null)).await;
+    assert_eq!(
+        (status, &again["subtype"]),
+        (200, &json!("cancelled")),
+        "abort is idempotent"
+    );
+    let (status, late) = post(c, steer_url, json!({"text": "too late"})).await;
+    assert_eq!(status, 409, "{late}");
+}
+
+/// Bad input: named, one line, no session started.
+async fn bad_inputs(c: &reqwest::Client, server: &Server, ws: &Path, id: &str) {
+    // Bad input: named, one line, no session started.
+    let before = std::fs::read_dir(ws.join(".vtcode/sessions"))
+        .unwrap()
+        .count();
+    let (status, e) = post(
+        c,
+        server.url("/v1/sessions"),
+        json!({"prompt": "x", "bogus": 1}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `bogus`"),
+        "{e}"
+    );
+    let r = c
+        .post(server.url("/v1/sessions"))
+        .header("content-type", "application/json")
+        .body("{\"prompt\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let huge = json!({"prompt": "x".repeat(1024 * 1024 + 1)});
+    let r = c
+        .post(server.url("/v1/sessions"))
+        .json(&huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let (status, e) = post(
+        c,
+        server.url("/v1/sessions"),
+        json!({"prompt": "x", "script": "[rule]\ntool = 3\n"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(e["error"].as_str().unwrap().starts_with("script: "), "{e}");
+    let (status, _) = post(
+        c,
+        server.url(&format!("/v1/sessions/{id}/steer")),
+        json!({"text": "x", "agent_id": "session/root/nobody"}),
+    )
+    .await;
+    assert_eq!(status, 409, "an ended session cannot be steered");
+    let r = c
+        .get(server.url("/v1/sessions/no-such-session"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .get(server.url("/v1/sessions/no-such-session/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c.delete(server.url("/v1/sessions")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(
+        std::fs::read_dir(ws.join(".vtcode/sessions"))
+            .unwrap()
+            .count(),
+        before
+    );
 }
 
 #[test]
