@@ -21,6 +21,8 @@ mod retries;
 mod sandbox;
 mod scenario;
 mod seed;
+mod serve;
+mod serve_limits;
 mod sessions;
 mod terminal;
 mod truth;

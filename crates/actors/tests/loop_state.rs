@@ -12,12 +12,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_actors::agent::{AgentEnv, SubagentLimits, loop_id};
+use troupe_actors::agent::{AgentEnv, loop_id};
 use troupe_actors::{SessionTree, SupervisorConfig, start_root};
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
-use troupe_runtime::context::ContextSettings;
-use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig, RetryPolicy};
-use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore, LoopStatus};
+use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
+use troupe_runtime::state::{LoopState, LoopStateStore, LoopStatus};
 use troupe_runtime::store::{
     LogConfig, MANIFEST_FILE, Manifest, SessionLog, SessionStatus, StoreError,
 };
@@ -134,28 +133,22 @@ fn resumed_env(
     .unwrap();
     let mut tools = ToolRegistry::builtin();
     tools.register(tool);
-    AgentEnv {
-        session_id: log.manifest().session_id,
-        log,
-        workspace: ws.to_path_buf(),
-        client: Arc::new(client),
-        fallback: None,
-        model: "scripted".into(),
-        model_pinned: true,
-        provider_label: "scripted".into(),
-        system_prompt: "test".into(),
-        max_turns: 50,
-        max_parallel_tools: 4,
-        max_budget_usd: None,
-        catalog: Arc::new(ModelCatalog::builtin()),
-        tools,
-        hooks: None,
-        limits: SubagentLimits::default(),
-        call_timeout: Duration::from_secs(20),
-        supervisor: tree.supervisor_address().clone(),
-        context: ContextSettings::default(),
-        caps: CostBudget::unlimited(),
-    }
+    let mut env = AgentEnv::new(
+        &log,
+        ws,
+        Arc::new(client),
+        "scripted",
+        tree.supervisor_address().clone(),
+    )
+    .with_tools(tools)
+    .with_system_prompt("test")
+    .with_max_turns(50);
+    env.session_id = log.manifest().session_id;
+    env.model_pinned = true;
+    env.provider_label = "scripted".into();
+    env.max_parallel_tools = 4;
+    env.call_timeout = Duration::from_secs(20);
+    env
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

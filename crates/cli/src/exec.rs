@@ -277,7 +277,13 @@ pub struct Launch {
     plan_mode: bool,
     /// The build after an approved plan (`--implement`).
     fresh_plan: bool,
+    /// Exporters made from the session id (`troupe serve`'s live feed).
+    exporters: Vec<ExporterFn>,
 }
+
+/// Makes an exporter from the session id once it is known.
+pub type ExporterFn =
+    Box<dyn FnOnce(&str) -> Box<dyn troupe_runtime::store::Exporter> + Send + 'static>;
 
 /// Which session a run opens.
 pub enum Target {
@@ -370,6 +376,7 @@ impl Launch {
             handoff: None,
             plan_mode: false,
             fresh_plan: false,
+            exporters: Vec::new(),
         })
     }
 
@@ -390,6 +397,11 @@ impl Launch {
     pub fn quiet_stdout(mut self) -> Self {
         self.quiet_stdout = true;
         self
+    }
+
+    /// The agents' sandbox mode as configured (recorded in settings.json).
+    pub fn sandbox_mode(&self) -> troupe_runtime::tools::SandboxMode {
+        self.config.sandbox_mode()
     }
 
     /// The configured turn limit.
@@ -421,6 +433,13 @@ impl Launch {
     /// execution context (`context.reset`, `plan_preserved`).
     pub fn fresh_plan(mut self) -> Self {
         self.fresh_plan = true;
+        self
+    }
+
+    /// Adds an exporter made from the session id (attached before the
+    /// first event, like the output's).
+    pub fn exporter_for(mut self, make: ExporterFn) -> Self {
+        self.exporters.push(make);
         self
     }
 
@@ -525,6 +544,9 @@ impl Launch {
         }
         if let Some(exporter) = self.events.take() {
             b = b.exporter(Box::new(exporter));
+        }
+        for make in self.exporters.drain(..) {
+            b = b.exporter_for(make);
         }
         Ok((b, self.server))
     }

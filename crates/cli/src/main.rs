@@ -17,6 +17,7 @@ mod resume;
 mod resume_blocked;
 mod safe_text;
 mod sandbox_mode;
+mod serve;
 mod session_worktrees;
 mod sessions;
 mod sessions_view;
@@ -64,6 +65,9 @@ enum Command {
     /// Run one agent per line of a JSONL tasks file in one session, at
     /// most --concurrency at a time; one result line per task on stdout.
     Batch(batch::BatchArgs),
+    /// Serve the HTTP API (docs/serve.md): start, stream, steer, abort and
+    /// resume sessions. Prints the bound address first.
+    Serve(serve::ServeArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -156,6 +160,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Schema => {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();

@@ -72,14 +72,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     })?;
     let spec = PipelineSpec::parse(&text, &args.pipeline).map_err(Failure::bad_input)?;
     let workspace = canonical_workspace(&args.workspace)?;
-    let repo = troupe_worktree::Workspace::open(&workspace).map_err(Failure::bad_input)?;
-    // A repository with no commit has no HEAD to branch worktrees from.
-    if troupe_worktree::recent_commits(repo.root(), 1).map_or(true, |c| c.is_empty()) {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "{} has no commit yet: commit something first, worktrees branch from HEAD",
-            workspace.display()
-        )));
-    }
+    check_repo(&workspace)?;
     let script = args
         .script
         .as_deref()
@@ -99,6 +92,19 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         network_access: None,
     };
     execute(&workspace, &settings, &spec, args.json, false)
+}
+
+/// A pipeline needs a git repository with a commit (worktrees branch
+/// from HEAD).
+pub(crate) fn check_repo(workspace: &Path) -> Result<(), Failure> {
+    let repo = troupe_worktree::Workspace::open(workspace).map_err(Failure::bad_input)?;
+    if troupe_worktree::recent_commits(repo.root(), 1).map_or(true, |c| c.is_empty()) {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "{} has no commit yet: commit something first, worktrees branch from HEAD",
+            workspace.display()
+        )));
+    }
+    Ok(())
 }
 
 pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
@@ -213,7 +219,9 @@ fn execute(
         let id = started.session.id().to_string();
         // Whatever happens while the pipeline runs, the session is closed:
         // the tree shut down and the log drained.
-        let driven = drive(&started.session, &id, spec).await;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        watch_ctrl_c(cancel.clone());
+        let driven = drive(&started.session, &id, spec, cancel).await;
         let dir = started.session.dir().to_path_buf();
         let closed = started.close().await;
         let (reports, tree, done) = driven?;
@@ -238,11 +246,13 @@ fn execute(
     })
 }
 
-/// Runs the pipeline in an open session and records its end.
-async fn drive(
+/// Runs the pipeline in an open session and records its end; `cancel`
+/// ends it `cancelled` (Ctrl-C, `troupe serve`'s abort).
+pub(crate) async fn drive(
     open: &troupe_actors::Session,
     id: &str,
     spec: &PipelineSpec,
+    cancel: tokio_util::sync::CancellationToken,
 ) -> Result<(Vec<ProposalReport>, Vec<AgentRow>, ThreadCompletedEvent), Failure> {
     let tx = open.log().sender();
     let pipeline_agent = format!("{}/pipeline", open.tree().supervisor_address().name());
@@ -254,8 +264,6 @@ async fn drive(
         agent_id: Some(pipeline_agent),
     }))?;
     let verifier = VerifierSettings::default().with_config(open.config());
-    let cancel = tokio_util::sync::CancellationToken::new();
-    watch_ctrl_c(cancel.clone());
     let reports = run_pipeline(
         &PipelineRun {
             tree: open.tree(),

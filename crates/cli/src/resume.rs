@@ -107,7 +107,7 @@ pub(crate) fn load_settings(
 }
 
 /// The root agent's task: the first user message in the log.
-fn first_task(store: &SessionStore, id: &str) -> Option<String> {
+pub(crate) fn first_task(store: &SessionStore, id: &str) -> Option<String> {
     store
         .events(id)
         .ok()?

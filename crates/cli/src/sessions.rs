@@ -136,17 +136,13 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     .map(|r| r.filter_map(Result::ok).map(|(_, e)| e.event).collect())
                     .unwrap_or_default();
                 let last = events.last().map(|e| e.type_name()).unwrap_or("none");
+                if args.json {
+                    list.push(list_entry(&m, &events)?);
+                    continue;
+                }
                 let tree = agent_tree(events.iter().cloned());
                 let agents = tree.iter().filter(|r| r.turns > 0).count();
                 let cost = total_cost(&tree);
-                if args.json {
-                    let mut v = manifest_json(&m);
-                    v["last_event"] = serde_json::Value::String(last.into());
-                    v["agents"] = serde_json::to_value(&tree)?;
-                    v["total_cost_usd"] = serde_json::to_value(cost)?;
-                    list.push(v);
-                    continue;
-                }
                 rows.push(view::ListRow {
                     status: view::status(&m),
                     agents,
@@ -172,18 +168,13 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 .filter_map(Result::ok)
                 .map(|(_, ev)| ev.event)
                 .collect();
-            let last = events.last().cloned();
-            let tree = agent_tree(events.into_iter());
-            let cost = total_cost(&tree);
             let worktrees = session_worktrees::leftover(&args.workspace, &id);
             if args.json {
-                let mut v = manifest_json(&m);
-                v["worktrees"] = worktrees.iter().map(session_worktrees::json).collect();
-                v["last_event"] = serde_json::to_value(&last)?;
-                v["agents"] = serde_json::to_value(&tree)?;
-                v["total_cost_usd"] = serde_json::to_value(cost)?;
-                writeln!(out, "{v}")?;
+                writeln!(out, "{}", show_entry(&args.workspace, &m, &events)?)?;
             } else {
+                let last = events.last().cloned();
+                let tree = agent_tree(events.into_iter());
+                let cost = total_cost(&tree);
                 writeln!(out, "session  {}", m.session_id)?;
                 writeln!(out, "status   {}", view::status(&m))?;
                 if let Some(error) = &m.persistence_failed {
@@ -317,6 +308,49 @@ fn task_of(store: &SessionStore, id: &str, events: &[ThreadEvent]) -> String {
             })
         })
         .unwrap_or_default()
+}
+
+/// One session of `sessions list --json` (and `GET /v1/sessions`): the
+/// manifest, the last event's type, the agent tree and the total cost.
+pub(crate) fn list_entry(
+    m: &Manifest,
+    events: &[ThreadEvent],
+) -> Result<serde_json::Value, serde_json::Error> {
+    let last = events.last().map(|e| e.type_name()).unwrap_or("none");
+    let tree = agent_tree(events.iter().cloned());
+    let mut v = manifest_json(m);
+    v["last_event"] = serde_json::Value::String(last.into());
+    v["agents"] = serde_json::to_value(&tree)?;
+    v["total_cost_usd"] = serde_json::to_value(total_cost(&tree))?;
+    Ok(v)
+}
+
+/// `sessions show --json` (and `GET /v1/sessions/{id}`): as
+/// [`list_entry`], with the whole last event.
+pub(crate) fn show_entry(
+    workspace: &std::path::Path,
+    m: &Manifest,
+    events: &[ThreadEvent],
+) -> Result<serde_json::Value, serde_json::Error> {
+    let tree = agent_tree(events.iter().cloned());
+    let mut v = manifest_json(m);
+    v["worktrees"] = session_worktrees::leftover(workspace, &m.session_id)
+        .iter()
+        .map(session_worktrees::json)
+        .collect();
+    v["last_event"] = serde_json::to_value(events.last())?;
+    v["agents"] = serde_json::to_value(&tree)?;
+    v["total_cost_usd"] = serde_json::to_value(total_cost(&tree))?;
+    Ok(v)
+}
+
+/// A session's events, in log order (bad lines skipped).
+pub(crate) fn read_events(store: &SessionStore, id: &str) -> Result<Vec<ThreadEvent>, StoreError> {
+    Ok(store
+        .events(id)?
+        .filter_map(Result::ok)
+        .map(|(_, ev)| ev.event)
+        .collect())
 }
 
 fn manifest_json(m: &Manifest) -> serde_json::Value {
