@@ -132,22 +132,44 @@ test("the live page shows the agent tree to its end and aborts a session", { tim
 
   const rows = page.locator("#tree tbody tr");
   const agents = await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.agent));
-  assert.equal(agents[0], "session/root", `tree rows: ${agents}`);
-  const sub = agents.find((a) => a !== "session/root" && a.includes("scribe"));
+  // The supervision tree's own actors (session, session/drain) come
+  // first; the subagent's row follows the root's, indented under it.
+  const sub = agents.find((a) => a.startsWith("session/root/") && a.includes("scribe"));
   assert.ok(sub, `no scribe subagent row in ${agents}`);
+  assert.ok(agents.indexOf(sub) > agents.indexOf("session/root"), `tree rows: ${agents}`);
+  const indent = async (a) => (await cell(page, a, "agent").textContent()).search(/[^\u00a0]/);
+  assert.ok((await indent(sub)) > (await indent("session/root")), "the subagent is nested under the root");
+  assert.equal(await cell(page, "session/root", "role").textContent(), "root");
   assert.equal(await cell(page, sub, "state").textContent(), "success");
   assert.equal(await cell(page, sub, "role").textContent(), "subagent");
-  assert.ok(Number(await cell(page, sub, "turn").textContent()) >= 1);
-  assert.ok(Number(await cell(page, sub, "tokens").textContent()) > 0);
-  assert.match(await cell(page, "session/root", "cost").textContent(), /^\$\d+\.\d{4}$/);
+  // Every row says what `GET /v1/sessions/{id}` (`sessions show`) says.
+  const tree = (await (await fetch(`${base}/v1/sessions/${done}`)).json()).agents;
+  assert.deepEqual(agents, tree.map((a) => a.agent_id));
+  for (const a of tree) {
+    const row = { role: a.role, state: a.state, turn: String(a.turns),
+      tokens: String(a.usage.input_tokens + a.usage.output_tokens), restarts: String(a.restarts),
+      cost: a.cost_usd == null ? "" : "$" + a.cost_usd.toFixed(4) };
+    for (const [field, want] of Object.entries(row)) {
+      assert.equal(await cell(page, a.agent_id, field).textContent(), want, `${a.agent_id} ${field}`);
+    }
+  }
+  assert.ok(Number(await cell(page, sub, "tokens").textContent()) > 0, "the subagent's tokens count");
 
   // Tool calls with their status: the subagent's command and the root's
   // spawn_subagent, both completed.
-  const command = page.locator('[data-testid="entry-tool"]', { hasText: "echo notes > notes.txt" });
-  await command.first().waitFor();
-  assert.equal(await command.first().getAttribute("data-status"), "completed");
-  const spawnCall = page.locator('[data-testid="entry-tool"]', { hasText: "tool spawn_subagent" });
-  assert.equal(await spawnCall.first().getAttribute("data-status"), "completed");
+  // Each agent's items are its own (item ids repeat across agents).
+  const tool = (title) => page.locator('[data-testid="entry-tool"]').filter({
+    has: page.locator("div.small", { hasText: title }),
+  });
+  const command = tool(`${sub} · $ echo notes > notes.txt · completed (exit 0)`);
+  assert.equal(await command.count(), 1);
+  assert.equal(await command.getAttribute("data-status"), "completed");
+  const spawnCall = tool("session/root · tool spawn_subagent · completed");
+  assert.equal(await spawnCall.count(), 1);
+  assert.equal(await spawnCall.getAttribute("data-status"), "completed");
+  assert.match(await spawnCall.locator("pre").textContent(), /"name":"scribe"/);
+  const handoffCall = tool(`${sub} · tool handoff · completed`);
+  assert.equal(await handoffCall.count(), 1);
   // The handoff, with the boundary status of each deliverable.
   const handoff = page.locator('[data-testid="entry-handoff"]');
   assert.equal(await handoff.count(), 1);
