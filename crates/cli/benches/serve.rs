@@ -59,12 +59,32 @@ fn main() {
     let ws = repo.path();
     let (mut child, addr) = spawn_serve(ws, subscribers, sessions);
     let pid = child.id();
-    let (serve, body) = rt.block_on(fan_out(&addr, ws, pid, subscribers));
-    let base = rt.block_on(baseline(&body, subscribers));
+    let (serve, paced) = rt.block_on(fan_out(&addr, ws, pid, subscribers));
+    let base = rt.block_on(baseline(&paced, subscribers));
     let wall = rt.block_on(many_sessions(&addr, ws, sessions));
     let _ = child.kill();
     let _ = child.wait();
     report(subscribers, &serve, &base, sessions, wall);
+}
+
+/// The bytes one subscriber got, and the gap before each event's first
+/// arrival (µs, idle gaps capped at 100 ms): the baseline replays both.
+struct Paced {
+    body: Vec<u8>,
+    gaps_us: Vec<u64>,
+}
+
+fn first_gaps(all: &[Seen]) -> Vec<u64> {
+    let firsts: Vec<Instant> = (0..all[0].events.len())
+        .map(|e| all.iter().map(|s| s.events[e].1).min().unwrap())
+        .collect();
+    let mut gaps = vec![0];
+    gaps.extend(
+        firsts
+            .windows(2)
+            .map(|w| ((w[1] - w[0]).as_micros() as u64).min(100_000)),
+    );
+    gaps
 }
 
 /// RSS per idle subscriber (bytes) and fan-out spreads (µs, sorted).
@@ -118,7 +138,7 @@ async fn start_session(c: &reqwest::Client, addr: &str, script: String) -> Strin
     v["session_id"].as_str().unwrap().to_string()
 }
 
-async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measured, Vec<u8>) {
+async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measured, Paced) {
     let c = reqwest::Client::new();
     let id = start_session(&c, addr, script(300, 30, 2000)).await;
     let before = vm_rss(pid);
@@ -143,13 +163,16 @@ async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measur
     }
     let n = count_lines(&ws.join(".vtcode/sessions").join(&id).join("events.jsonl"));
     check_all(&all, n, "troupe serve");
-    let body = all[0].body.clone();
+    let paced = Paced {
+        body: all[0].body.clone(),
+        gaps_us: first_gaps(&all),
+    };
     let m = Measured {
         rss_per_sub: (after.saturating_sub(before)) as f64 / subscribers as f64,
         spreads: spreads(&all),
         events: n,
     };
-    (m, body)
+    (m, paced)
 }
 
 async fn connect(addr: &str, path: &str) -> TcpStream {
@@ -232,13 +255,16 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
 
-/// The baseline: the same bytes, event by event back to back, from a
-/// minimal tokio server in a child process to the same number of raw TCP
-/// readers.
-async fn baseline(body: &[u8], subscribers: usize) -> Measured {
+/// The baseline: the same bytes, event by event with the same gaps, from
+/// a minimal tokio server in a child process to the same number of raw
+/// TCP readers.
+async fn baseline(paced: &Paced, subscribers: usize) -> Measured {
+    let body = &paced.body[..];
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("body");
     std::fs::write(&file, body).unwrap();
+    let gaps: Vec<String> = paced.gaps_us.iter().map(u64::to_string).collect();
+    std::fs::write(dir.path().join("body.gaps"), gaps.join("\n")).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--baseline")
         .arg(&file)
@@ -287,6 +313,11 @@ async fn baseline(body: &[u8], subscribers: usize) -> Measured {
 fn baseline_child(args: &[String]) {
     let at = args.iter().position(|a| a == "--baseline").unwrap();
     let body = std::fs::read(&args[at + 1]).unwrap();
+    let gaps: Vec<u64> = std::fs::read_to_string(format!("{}.gaps", args[at + 1]))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
     let n: usize = args[at + 2].parse().unwrap();
     raise_nofile(n as u64 * 2 + 512);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -319,7 +350,12 @@ fn baseline_child(args: &[String]) {
         let mut go = String::new();
         std::io::stdin().read_line(&mut go).unwrap();
         let mut rest = &body[..];
+        let mut gaps = gaps.into_iter();
         while let Some(at) = find(rest, b"\n\n") {
+            let gap = gaps.next().unwrap_or(0);
+            if gap >= 1000 {
+                tokio::time::sleep(Duration::from_micros(gap)).await;
+            }
             let block = std::sync::Arc::new(rest[..at + 2].to_vec());
             rest = &rest[at + 2..];
             for tx in &senders {
