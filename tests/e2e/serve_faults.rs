@@ -95,3 +95,61 @@ fn reconnecting_subscribers_lose_nothing_and_get_no_duplicates() {
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Runs one session and reads it to its end; with `stalled` raw clients
+/// on its stream that never read. Returns the wall time.
+async fn timed_session(
+    c: &reqwest::Client,
+    server: &Server,
+    stalled: usize,
+) -> std::time::Duration {
+    use tokio::io::AsyncWriteExt;
+    let script = "[rule]\ntool = \"exec_command\"\narguments = { command = \"true\" }\ncalls_per_step = 10\nuntil_tool_results = 200\nfinal_text = \"ran\"\ndelay_ms = 20\n";
+    let t = std::time::Instant::now();
+    let id = start(
+        c,
+        server,
+        json!({"prompt": "run", "script": script, "max_turns": 100}),
+    )
+    .await;
+    let path = format!("/v1/sessions/{id}/events");
+    let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..stalled {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    let resp = c.get(server.url(&path)).send().await.unwrap();
+    let (ids, done) = read_some(resp, usize::MAX, &id).await;
+    assert!(done);
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    let took = t.elapsed();
+    drop(held);
+    took
+}
+
+/// Stalled subscribers (they never read) do not slow the session or a
+/// reading subscriber: the same session takes at most ~1.5× as long.
+#[test]
+fn stalled_subscribers_do_not_slow_the_session() {
+    let repo = workspace();
+    let server = Server::start(repo.path(), &["--stream-buffer", "128"], &[]);
+    let c = client();
+    rt().block_on(async {
+        let _warm = timed_session(&c, &server, 0).await;
+        let alone = timed_session(&c, &server, 0).await;
+        let stalled = timed_session(&c, &server, 8).await;
+        let limit = alone.mul_f64(1.5) + std::time::Duration::from_millis(500);
+        assert!(
+            stalled <= limit,
+            "with 8 stalled subscribers {stalled:?}, alone {alone:?}"
+        );
+    });
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}
