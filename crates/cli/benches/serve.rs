@@ -118,8 +118,7 @@ fn spawn_serve(ws: &Path, subscribers: usize, sessions: usize) -> (Child, String
     (child, addr)
 }
 
-/// The busy session: waits `delay_ms` before each model reply, so the
-/// subscribers are connected (and idle) before its first burst.
+/// A scripted session: the model waits `delay_ms` before each reply.
 fn script(results: usize, per_step: usize, delay_ms: u64) -> String {
     format!(
         "[rule]\ntool = \"exec_command\"\narguments = {{ command = \"true\" }}\ncalls_per_step = {per_step}\nuntil_tool_results = {results}\nfinal_text = \"ran\"\ndelay_ms = {delay_ms}\n"
@@ -140,8 +139,8 @@ async fn start_session(c: &reqwest::Client, addr: &str, script: String) -> Strin
 
 async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measured, Paced) {
     let c = reqwest::Client::new();
+    let t = Instant::now();
     let id = start_session(&c, addr, script(300, 30, 2000)).await;
-    let before = vm_rss(pid);
     let path = format!("/v1/sessions/{id}/events");
     let mut conns = Vec::new();
     for _ in 0..subscribers {
@@ -155,8 +154,7 @@ async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measur
             async move { read_stream(&mut s, &mut head).await },
         ));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = vm_rss(pid);
+    println!("{subscribers} streams registered in {:?}", t.elapsed());
     let mut all = Vec::new();
     for t in ready {
         all.push(t.await.unwrap());
@@ -168,11 +166,37 @@ async fn fan_out(addr: &str, ws: &Path, pid: u32, subscribers: usize) -> (Measur
         gaps_us: first_gaps(&all),
     };
     let m = Measured {
-        rss_per_sub: (after.saturating_sub(before)) as f64 / subscribers as f64,
+        rss_per_sub: idle_rss(addr, pid, subscribers).await,
         spreads: spreads(&all),
         events: n,
     };
     (m, paced)
+}
+
+/// RSS per stream on a session whose model never answers: all streams
+/// registered and idle; then the session is aborted (its streams end).
+async fn idle_rss(addr: &str, pid: u32, subscribers: usize) -> f64 {
+    let c = reqwest::Client::new();
+    let id = start_session(&c, addr, script(1, 1, 600_000)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = vm_rss(pid);
+    let path = format!("/v1/sessions/{id}/events");
+    let mut held = Vec::new();
+    for _ in 0..subscribers {
+        let mut s = connect(addr, &path).await;
+        let head = read_head(&mut s).await;
+        held.push((s, head));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = vm_rss(pid);
+    let r = c
+        .post(format!("http://{addr}/v1/sessions/{id}/abort"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "abort: {}", r.status());
+    drop(held);
+    after.saturating_sub(before) as f64 / subscribers as f64
 }
 
 async fn connect(addr: &str, path: &str) -> TcpStream {
