@@ -22,6 +22,7 @@ mod sandbox;
 mod scenario;
 mod seed;
 mod serve;
+mod serve_faults;
 mod serve_limits;
 mod sessions;
 mod terminal;
