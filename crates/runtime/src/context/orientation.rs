@@ -372,7 +372,7 @@ impl Orientation<'_> {
         let Some(ws) = self.workspace else {
             return String::new();
         };
-        let state = ws.join(".vtcode/state");
+        let state = ws.join(crate::state::STATE_DIR);
         let mut out = String::new();
         for (name, title) in [("notes.md", "Notes"), ("decisions.md", "Decisions")] {
             if let Some(text) = tail_of(&state.join(name)) {
