@@ -15,18 +15,35 @@ use troupe_runtime::store::{SessionLog, StoreError, WriterHandle};
 
 use crate::address::Address;
 
+/// Why a flush or a shutdown of the drain did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// The accepted events did not become durable (in time).
+    #[error(transparent)]
+    Flush(StoreError),
+    /// The log could not be completed on disk at shutdown.
+    #[error("{source}; {missing} accepted events are not on disk")]
+    Incomplete {
+        /// Why the writer did not finish.
+        #[source]
+        source: StoreError,
+        /// Accepted events that are not durable.
+        missing: u64,
+    },
+}
+
 /// Messages of the [`DrainActor`].
 pub enum DrainMsg {
     /// Reply once every event accepted before this message is durable.
     Flush {
         /// Gets `Ok` when durable, or why not.
-        ack: RpcReplyPort<Result<(), String>>,
+        ack: RpcReplyPort<Result<(), DrainError>>,
     },
     /// Close the log: refuse new events, write and sync every accepted one,
     /// write the final manifest, then reply.
     Shutdown {
         /// Gets `Ok` once the log is complete on disk, or why not.
-        ack: RpcReplyPort<Result<(), String>>,
+        ack: RpcReplyPort<Result<(), DrainError>>,
     },
     /// Sent by the writer thread when it ends.
     WriterExited(Result<(), String>),
@@ -95,7 +112,7 @@ impl Actor for DrainActor {
                 // Waiting here would block Shutdown and WriterExited; the
                 // waiter ends when the events are durable or at the timeout.
                 tokio::spawn(async move {
-                    let _ = ack.send(log.flush(timeout).await.map_err(|e| e.to_string()));
+                    let _ = ack.send(log.flush(timeout).await.map_err(DrainError::Flush));
                 });
             }
             DrainMsg::Shutdown { ack } => {
@@ -103,13 +120,13 @@ impl Actor for DrainActor {
                 let timeout = state.args.timeout;
                 log.close();
                 tokio::spawn(async move {
-                    let r = log.wait_finished(timeout).await.map_err(|e| {
+                    let r = log.wait_finished(timeout).await.map_err(|source| {
                         let (accepted, _) = log.counts();
                         let durable = log.progress().borrow().committed;
-                        format!(
-                            "{e}; {} accepted events are not on disk",
-                            accepted.saturating_sub(durable)
-                        )
+                        DrainError::Incomplete {
+                            source,
+                            missing: accepted.saturating_sub(durable),
+                        }
                     });
                     let _ = ack.send(r);
                 });

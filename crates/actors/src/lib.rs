@@ -55,11 +55,11 @@ pub use agent::{
 pub use builder::{
     AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
 };
-pub use drain::{DrainActor, DrainArgs, DrainMsg};
+pub use drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
 pub use env::Builtins;
 pub use run::{RootRun, RunEnd, start_root, start_root_with};
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{
-    ChildInfo, ChildSpec, EscalateFn, Intensity, RestartPolicy, StartFn, StopFn, Strategy,
-    Supervisor, SupervisorArgs, SupervisorConfig, SupervisorMsg,
+    ChildInfo, ChildSpec, EscalateFn, Escalation, Intensity, RestartPolicy, StartChildError,
+    StartFn, StopFn, Strategy, Supervisor, SupervisorArgs, SupervisorConfig, SupervisorMsg,
 };

@@ -107,9 +107,9 @@ impl RootRun {
         tokio::select! {
             o = self.done => match o {
                 Ok(o) => RunEnd::Finished(Box::new(o)),
-                Err(_) => RunEnd::Escalated(tree.escalation().unwrap_or_else(|| "the root agent stopped without a result".into())),
+                Err(_) => RunEnd::Escalated(tree.escalation().map_or_else(|| "the root agent stopped without a result".into(), |e| e.to_string())),
             },
-            why = tree.escalated() => RunEnd::Escalated(why),
+            why = tree.escalated() => RunEnd::Escalated(why.to_string()),
         }
     }
 

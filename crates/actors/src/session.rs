@@ -24,15 +24,24 @@ use troupe_runtime::store::EventReader;
 use troupe_runtime::store::{EventSender, SessionLog};
 
 use crate::address::{Address, AddressError};
-use crate::drain::{DrainActor, DrainArgs, DrainMsg};
+use crate::drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
 use crate::supervisor::{
-    ChildInfo, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorConfig,
-    SupervisorMsg,
+    ChildInfo, ChildSpec, Escalation, RestartPolicy, StartChildError, Supervisor, SupervisorArgs,
+    SupervisorConfig, SupervisorMsg,
 };
 
 /// Errors of the session tree.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionTreeError {
+    /// A child was refused or failed to start.
+    #[error("could not start {what}: {source}")]
+    StartChild {
+        /// Which child.
+        what: String,
+        /// Why.
+        #[source]
+        source: StartChildError,
+    },
     /// An actor could not be spawned.
     #[error("could not start {what}: {reason}")]
     Spawn {
@@ -46,10 +55,16 @@ pub enum SessionTreeError {
     Call(#[from] AddressError),
     /// The supervisor gave up on a child.
     #[error("session failed: {0}")]
-    Escalated(String),
-    /// The log could not be completed on disk.
+    Escalated(Escalation),
+    /// A flush of the log failed.
     #[error("event log incomplete: {0}")]
-    Log(String),
+    Log(#[from] DrainError),
+    /// The log could not be completed on disk at shutdown.
+    #[error("event log incomplete: {missing} accepted events are not on disk")]
+    Incomplete {
+        /// Accepted events that are not durable.
+        missing: u64,
+    },
 }
 
 /// A running session tree.
@@ -59,8 +74,8 @@ pub struct SessionTree {
     join: JoinHandle<()>,
     drain: Address<DrainMsg>,
     log: SessionLog,
-    escalation: Arc<Mutex<Option<String>>>,
-    escalated: watch::Receiver<Option<String>>,
+    escalation: Arc<Mutex<Option<Escalation>>>,
+    escalated: watch::Receiver<Option<Escalation>>,
     timeout: Duration,
 }
 
@@ -79,9 +94,9 @@ impl SessionTree {
             config,
             events: Some(log.sender()),
             escalation: Arc::clone(&escalation),
-            on_escalate: Some(Arc::new(move |why: &str| {
+            on_escalate: Some(Arc::new(move |why: &Escalation| {
                 end_escalated(&fail_log, why);
-                let _ = escalated_tx.send(Some(why.to_string()));
+                let _ = escalated_tx.send(Some(why.clone()));
             })),
         };
         let (supervisor, join) =
@@ -145,17 +160,17 @@ impl SessionTree {
     }
 
     /// Why the tree escalated, if it did.
-    pub fn escalation(&self) -> Option<String> {
+    pub fn escalation(&self) -> Option<Escalation> {
         self.escalation.lock().clone()
     }
 
     /// A watch of the escalation: `Some(reason)` once the tree gave up.
-    pub fn escalation_watch(&self) -> watch::Receiver<Option<String>> {
+    pub fn escalation_watch(&self) -> watch::Receiver<Option<Escalation>> {
         self.escalated.clone()
     }
 
     /// Resolves with the reason once the tree escalated (never otherwise).
-    pub async fn escalated(&self) -> String {
+    pub async fn escalated(&self) -> Escalation {
         let mut rx = self.escalated.clone();
         loop {
             if let Some(why) = rx.borrow_and_update().clone() {
@@ -178,7 +193,7 @@ impl SessionTree {
         self.supervisor_address
             .call(|r| SupervisorMsg::StartChild(spec.clone(), r), self.timeout)
             .await?
-            .map_err(|reason| SessionTreeError::Spawn { what, reason })
+            .map_err(|source| SessionTreeError::StartChild { what, source })
     }
 
     /// The root supervisor's children, in start order.
@@ -250,10 +265,9 @@ impl SessionTree {
         if !self.log.progress().borrow().finished {
             let (accepted, _) = self.log.counts();
             let durable = self.log.progress().borrow().committed;
-            return Err(SessionTreeError::Log(format!(
-                "{} accepted events are not on disk",
-                accepted.saturating_sub(durable)
-            )));
+            return Err(SessionTreeError::Incomplete {
+                missing: accepted.saturating_sub(durable),
+            });
         }
         stopped.map_err(SessionTreeError::Call)
     }
@@ -297,7 +311,7 @@ pub fn drain_spec(args: DrainArgs) -> ChildSpec {
 
 /// The tree gave up: fail the session closed and record how it ended, with
 /// the reason (which names the agent) and the usage the log shows.
-fn end_escalated(log: &SessionLog, why: &str) {
+fn end_escalated(log: &SessionLog, why: &Escalation) {
     let manifest = log.manifest();
     let (mut usage, mut turns) = (Usage::default(), 0u32);
     if let Ok(reader) = EventReader::open(log.events_path()) {
@@ -313,7 +327,7 @@ fn end_escalated(log: &SessionLog, why: &str) {
     let _ = tx.emit(&ThreadEvent::Error(ErrorEvent {
         message: format!("session failed: {why}"),
     }));
-    log.fail_closed(why);
+    log.fail_closed(why.to_string());
     let done = ThreadEvent::ThreadCompleted(ThreadCompletedEvent {
         thread_id: manifest.root_thread_id,
         session_id: manifest.session_id,

@@ -18,7 +18,7 @@ use crate::agent::{
     AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
 };
 use crate::handoff::{ParentLink, delivered_in_log, handoff_id, journaled_handoff};
-use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
+use crate::supervisor::{ChildSpec, RestartPolicy, StartChildError, SupervisorMsg};
 use crate::tree::children_supervisor;
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_worktree::{Workspace, Worktree};
@@ -562,10 +562,10 @@ async fn start_under(
             .map_err(|e| ToolError::Failed(e.to_string()))?
         {
             Ok(()) => return Ok(()),
-            Err(e) if e.contains("already exists") => {
+            Err(StartChildError::Duplicate(_)) => {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            Err(e) => return Err(ToolError::Failed(e)),
+            Err(e) => return Err(ToolError::Failed(e.to_string())),
         }
     }
     Err(ToolError::Failed(format!(

@@ -23,7 +23,7 @@ use troupe_runtime::tools::ToolError;
 use crate::address::Address;
 use crate::agent::{AgentArgs, AgentShared};
 use crate::supervisor::{
-    Intensity, RestartPolicy, Strategy, Supervisor, SupervisorArgs, SupervisorConfig,
+    Escalation, Intensity, RestartPolicy, Strategy, Supervisor, SupervisorArgs, SupervisorConfig,
     SupervisorMsg, stop_nested,
 };
 
@@ -197,7 +197,7 @@ fn node_args(
         },
         events: Some(parent.env.log.sender()),
         escalation: Arc::new(Mutex::new(None)),
-        on_escalate: Some(Arc::new(move |why: &str| {
+        on_escalate: Some(Arc::new(move |why: &Escalation| {
             tracing::warn!(reason = %why, "a subagent supervisor escalated to its agent");
             *escalated.lock() = Some(why.to_string());
             // The waiting spawn_subagent calls end now, with this reason.

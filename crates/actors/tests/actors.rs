@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use troupe_actors::supervisor::{ChildSpec, RestartPolicy, SupervisorConfig};
-use troupe_actors::{Address, Intensity, SessionTree, SessionTreeError};
+use troupe_actors::{Address, Intensity, SessionTree, SessionTreeError, StartChildError};
 use troupe_protocol::{AgentRole, ItemDetails, ItemEvent, TextItem, ThreadEvent, ThreadItem};
 use troupe_runtime::store::{Fault, LogConfig, SessionLog, SessionStore};
 use troupe_test_support::events::try_read_log;
@@ -148,7 +148,7 @@ async fn restart_intensity_exceeded_escalates_and_names_the_agent() {
     assert!(log.failed_closed().is_some());
     assert!(tree.sender().emit(&msg(1)).is_err());
     match tree.shutdown().await {
-        Err(SessionTreeError::Escalated(w)) => assert!(w.contains("session/drain")),
+        Err(SessionTreeError::Escalated(w)) => assert_eq!(w.child, "session/drain", "{w}"),
         other => panic!("expected escalation, got {other:?}"),
     }
 }
@@ -408,4 +408,33 @@ async fn nothing_of_the_tree_follows_the_root_thread_completed() {
         .unwrap();
     assert_eq!(drain.state, "stopped: session ended");
     assert!(log.progress().borrow().finished);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_child_is_refused_with_a_typed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = new_log(tmp.path());
+    let tree = SessionTree::start(log.clone(), fast_config())
+        .await
+        .unwrap();
+    tree.start_child(worker_spec("a", RestartPolicy::Transient).0)
+        .await
+        .unwrap();
+    let again = tree
+        .start_child(worker_spec("a", RestartPolicy::Transient).0)
+        .await
+        .unwrap_err();
+    match &again {
+        SessionTreeError::StartChild { what, source } => {
+            assert_eq!(what, "a");
+            assert_eq!(*source, StartChildError::Duplicate("a".into()));
+        }
+        other => panic!("expected a refused start, got {other:?}"),
+    }
+    assert_eq!(
+        again.to_string(),
+        "could not start a: child `a` already exists"
+    );
+    tree.sender().emit(&completed()).unwrap();
+    tree.shutdown().await.unwrap();
 }

@@ -396,7 +396,10 @@ async fn intensity_counts_all_children_of_a_supervisor() {
     // exceeds 3 in the window.
     b_args.send(WorkerMsg::Panic).await;
     wait_until("escalation", 5, || tree.escalation().is_some()).await;
-    let why = tree.escalation().unwrap();
+    let escalation = tree.escalation().unwrap();
+    assert_eq!(escalation.child, "session/b");
+    assert_eq!(escalation.max_restarts, 3);
+    let why = escalation.to_string();
     assert!(
         why.starts_with("restart intensity exceeded for session/b:"),
         "{why}"
@@ -407,7 +410,7 @@ async fn intensity_counts_all_children_of_a_supervisor() {
     wait_until("a stopped", 5, || j.lock().unwrap().contains(&"a".into())).await;
     assert!(log.failed_closed().is_some());
     match tree.shutdown().await {
-        Err(SessionTreeError::Escalated(w)) => assert!(w.contains("session/b"), "{w}"),
+        Err(SessionTreeError::Escalated(w)) => assert_eq!(w, escalation),
         other => panic!("expected escalation, got {other:?}"),
     }
     let s = stopped(&final_events(&log).await);
@@ -450,7 +453,13 @@ async fn nested_supervisor_escalation_is_restarted_then_escalates_further() {
     tree.start_child(spec).await.unwrap();
 
     wait_until("the root escalates", 10, || tree.escalation().is_some()).await;
-    let why = tree.escalation().unwrap();
+    let escalation = tree.escalation().unwrap();
+    assert_eq!(escalation.child, "session/agents");
+    assert!(
+        escalation.reason.contains("session/agents/w"),
+        "the nested escalation is the last failure: {escalation:?}"
+    );
+    let why = escalation.to_string();
     assert!(
         why.starts_with("restart intensity exceeded for session/agents:"),
         "{why}"
@@ -475,7 +484,7 @@ async fn nested_supervisor_escalation_is_restarted_then_escalates_further() {
     .await;
     assert!(log.failed_closed().is_some());
     match tree.shutdown().await {
-        Err(SessionTreeError::Escalated(w)) => assert!(w.contains("session/agents/w"), "{w}"),
+        Err(SessionTreeError::Escalated(w)) => assert_eq!(w, escalation),
         other => panic!("expected escalation, got {other:?}"),
     }
     let evs = final_events(&log).await;

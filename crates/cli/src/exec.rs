@@ -629,7 +629,7 @@ impl Started {
             }
             Err(e) => {
                 let why = match e {
-                    SessionError::Escalated(why) => why,
+                    SessionError::Escalated(why) => why.to_string(),
                     SessionError::Stopped(_) => "the root agent stopped without a result".into(),
                     other => other.to_string(),
                 };

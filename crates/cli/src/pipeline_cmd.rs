@@ -133,7 +133,9 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
     };
     let workspace = canonical_workspace(&dir)?;
     make_demo_repo(&workspace)?;
-    let script = workspace.join(".vtcode").join("demo-script.toml");
+    let script = workspace
+        .join(troupe_runtime::store::STATE_DIR)
+        .join("demo-script.toml");
     std::fs::create_dir_all(script.parent().unwrap_or(&workspace))?;
     std::fs::write(&script, DEMO_SCRIPT)?;
     let spec =

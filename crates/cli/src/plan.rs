@@ -260,6 +260,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_plan_artifact_lives_under_the_state_dir() {
+        let under = Path::new(PLAN_ARTIFACT).strip_prefix(troupe_runtime::store::STATE_DIR);
+        assert_eq!(under.unwrap(), Path::new("tasks/plan.md"));
+    }
+
+    #[test]
     fn list_items_become_tracked_tasks() {
         let t = tracked(
             "Summary.\n\n1. Fix the parser\n- Add a test\n* Run it\n10. Ship\nnot an item\n-nope",

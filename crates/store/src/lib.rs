@@ -20,6 +20,12 @@
 //! replacement writes it again after cutting any partial write: accepted
 //! events are never dropped.
 
+/// troupe's directory under a workspace (sessions, state, tasks,
+/// worktrees). Every path built from it uses this constant; the design
+/// fixes the name. `troupe-worktree`, which depends on nothing of ours,
+/// keeps an equal `STATE_DIR` of its own (a test checks they agree).
+pub const STATE_DIR: &str = ".vtcode";
+
 mod config;
 mod error;
 mod export;
@@ -66,7 +72,7 @@ impl SessionStore {
     /// The store of `workspace`: `<workspace>/.vtcode/sessions`.
     pub fn for_workspace(workspace: &Path) -> SessionStore {
         SessionStore {
-            root: workspace.join(".vtcode").join("sessions"),
+            root: workspace.join(STATE_DIR).join("sessions"),
         }
     }
 

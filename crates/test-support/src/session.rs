@@ -98,7 +98,10 @@ pub async fn gone(
 
 /// Waits until the tree has escalated; returns the reason.
 pub async fn escalated(tree: &SessionTree, timeout: Duration) -> Result<String, WaitTimeout> {
-    poll_for("the tree to escalate", timeout, || tree.escalation()).await
+    poll_for("the tree to escalate", timeout, || {
+        tree.escalation().map(|e| e.to_string())
+    })
+    .await
 }
 
 /// A supervised session in workspace `ws` whose agents call `server`.

@@ -58,5 +58,5 @@ pub use merge::MergeOutcome;
 pub use paths::resolve_in_worktree;
 pub use prune::PruneReport;
 pub use repo::{init_repo_with_commit, recent_commits};
-pub use workspace::{WORKTREES_DIR, Workspace, WorktreeInfo};
+pub use workspace::{STATE_DIR, WORKTREES_DIR, Workspace, WorktreeInfo};
 pub use worktree::{ChangeKind, ChangedFile, Diff, Status, Worktree};

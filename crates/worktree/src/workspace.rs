@@ -11,7 +11,13 @@ use crate::fastadd;
 use crate::id::{branch_name, validate_id};
 use crate::worktree::Worktree;
 
-/// Where worktrees live, relative to the workspace root.
+/// troupe's directory under a workspace. This crate depends on nothing of
+/// troupe's, so it spells the name itself; it must equal
+/// `troupe_store::STATE_DIR` (a test in `troupe-actors` checks).
+pub const STATE_DIR: &str = ".vtcode";
+
+/// Where worktrees live, relative to the workspace root (under
+/// [`STATE_DIR`]).
 pub const WORKTREES_DIR: &str = ".vtcode/worktrees";
 
 /// The line added to `.git/info/exclude` when `.vtcode/` is not ignored yet.

@@ -7,6 +7,7 @@ use troupe_runtime::provider::ProviderError;
 use troupe_runtime::store::{EmitError, StoreError};
 
 use crate::session::SessionTreeError;
+use crate::supervisor::Escalation;
 
 /// Why a session could not be built, an agent not spawned, or the session
 /// not closed cleanly.
@@ -66,7 +67,7 @@ pub enum SessionError {
     DuplicateAgent(String),
     /// The supervisor gave up (the reason names the agent).
     #[error("session failed: {0}")]
-    Escalated(String),
+    Escalated(Escalation),
     /// The agent stopped without a result (the session was shut down).
     #[error("agent {0} stopped without a result")]
     Stopped(String),

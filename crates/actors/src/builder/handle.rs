@@ -7,6 +7,7 @@ use tokio::sync::{oneshot, watch};
 use super::SessionError;
 use crate::address::Address;
 use crate::agent::{AgentMsg, AgentOutcome};
+use crate::supervisor::Escalation;
 
 /// A running agent: wait for its outcome, steer it, abort it.
 pub struct AgentHandle {
@@ -14,7 +15,7 @@ pub struct AgentHandle {
     pub(crate) thread_id: String,
     pub(crate) address: Address<AgentMsg>,
     pub(crate) done: oneshot::Receiver<AgentOutcome>,
-    pub(crate) escalated: watch::Receiver<Option<String>>,
+    pub(crate) escalated: watch::Receiver<Option<Escalation>>,
     pub(crate) timeout: Duration,
 }
 

@@ -29,7 +29,10 @@
 //!   child of another; its escalation is a failure its parent handles with
 //!   its own strategy and intensity.
 
+mod error;
 mod strategy;
+
+pub use error::{Escalation, StartChildError};
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -191,7 +194,7 @@ pub struct ChildInfo {
 /// Messages of a [`Supervisor`].
 pub enum SupervisorMsg {
     /// Start a child and add it to the tree (after the existing ones).
-    StartChild(ChildSpec, RpcReplyPort<Result<(), String>>),
+    StartChild(ChildSpec, RpcReplyPort<Result<(), StartChildError>>),
     /// Restart child `id` and, under `one_for_all` / `rest_for_one`, the
     /// siblings stopped with it (sent by the supervisor to itself after the
     /// backoff; a child already running is left alone).
@@ -217,7 +220,7 @@ pub struct SupervisorArgs {
     /// Where `agent.*` events go (the session log), if anywhere.
     pub events: Option<EventSender>,
     /// Set to the reason when the supervisor escalates.
-    pub escalation: Arc<Mutex<Option<String>>>,
+    pub escalation: Arc<Mutex<Option<Escalation>>>,
     /// Called with the reason when the supervisor escalates (a top-level
     /// supervisor uses it to fail the session closed), after its other
     /// children were stopped and just before it fails. It runs while
@@ -227,7 +230,7 @@ pub struct SupervisorArgs {
 }
 
 /// See [`SupervisorArgs::on_escalate`].
-pub type EscalateFn = Arc<dyn Fn(&str) + Send + Sync>;
+pub type EscalateFn = Arc<dyn Fn(&Escalation) + Send + Sync>;
 
 impl Supervisor {
     /// A child spec that runs a supervisor (permanent, role `Supervisor`)
@@ -314,7 +317,7 @@ struct Child {
 pub struct SupervisorState {
     config: SupervisorConfig,
     events: Option<EventSender>,
-    escalation: Arc<Mutex<Option<String>>>,
+    escalation: Arc<Mutex<Option<Escalation>>>,
     on_escalate: Option<EscalateFn>,
     children: Vec<Child>,
     /// Restarts of all children within the intensity window.
@@ -447,12 +450,12 @@ async fn start_child(
     myself: &ActorRef<SupervisorMsg>,
     state: &mut SupervisorState,
     spec: ChildSpec,
-) -> Result<(), String> {
+) -> Result<(), StartChildError> {
     if state.shutting_down {
-        return Err("supervisor is shutting down".into());
+        return Err(StartChildError::ShuttingDown);
     }
     if state.children.iter().any(|c| c.spec.id == spec.id) {
-        return Err(format!("child `{}` already exists", spec.id));
+        return Err(StartChildError::Duplicate(spec.id));
     }
     let agent_id = state.agent_id(&spec.id);
     state.emit(ThreadEvent::AgentStarted(AgentStartedEvent {
@@ -464,9 +467,12 @@ async fn start_child(
     let cell = match (spec.start)(myself.get_cell()).await {
         Ok(cell) => cell,
         Err(e) => {
-            let why = format!("child `{}` failed to start: {e}", spec.id);
-            state.emit_stopped(agent_id, why.clone());
-            return Err(why);
+            let err = StartChildError::Failed {
+                id: spec.id.clone(),
+                reason: e.to_string(),
+            };
+            state.emit_stopped(agent_id, err.to_string());
+            return Err(err);
         }
     };
     state.children.push(Child {

@@ -10,7 +10,8 @@ use ractor::{ActorProcessingErr, ActorRef};
 use troupe_protocol::{AgentRestartedEvent, AgentRole, ThreadEvent};
 
 use super::{
-    Child, RestartPolicy, Strategy, SupervisorConfig, SupervisorMsg, SupervisorState, stop_cell,
+    Child, Escalation, RestartPolicy, Strategy, SupervisorConfig, SupervisorMsg, SupervisorState,
+    stop_cell,
 };
 
 /// Whether a child that ended is restarted, by its restart type.
@@ -65,17 +66,23 @@ fn backoff(config: &SupervisorConfig, restarts: usize) -> Duration {
 
 /// Counts one restart against the supervisor's intensity window; `Err`
 /// with the escalation reason when it would exceed it.
-fn count_restart(state: &mut SupervisorState, agent_id: &str, reason: &str) -> Result<(), String> {
+fn count_restart(
+    state: &mut SupervisorState,
+    agent_id: &str,
+    reason: &str,
+) -> Result<(), Escalation> {
     let now = Instant::now();
     let intensity = state.config.intensity;
     prune(&mut state.restarts, now, intensity.within);
     let max = intensity.max_restarts;
     if state.restarts.len() >= max as usize {
-        return Err(format!(
-            "restart intensity exceeded for {agent_id}: more than {max} restarts in {:?} \
-             (supervisor {}); last failure: {reason}",
-            intensity.within, state.config.id
-        ));
+        return Err(Escalation {
+            child: agent_id.to_string(),
+            supervisor: state.config.id.clone(),
+            max_restarts: max,
+            within: intensity.within,
+            reason: reason.to_string(),
+        });
     }
     state.restarts.push_back(now);
     Ok(())
@@ -159,11 +166,11 @@ async fn stop_group(state: &mut SupervisorState, index: usize, agent_id: &str, r
 async fn escalate(
     state: &mut SupervisorState,
     agent_id: String,
-    why: String,
+    why: Escalation,
 ) -> ActorProcessingErr {
     tracing::error!(%why, "escalating");
     state.shutting_down = true;
-    state.emit_stopped(agent_id, why.clone());
+    state.emit_stopped(agent_id, why.to_string());
     let reason = format!("supervisor {} escalated", state.config.id);
     let timeout = state.config.shutdown_timeout;
     for i in (0..state.children.len()).rev() {
@@ -186,7 +193,7 @@ async fn escalate(
         f(&why);
     }
     drop(slot);
-    why.into()
+    Box::new(why)
 }
 
 /// Handles `SupervisorMsg::Restart`: starts every child of `id`'s group
@@ -400,7 +407,11 @@ mod tests {
         for _ in 0..3 {
             count_restart(&mut s, "session/a", "boom").unwrap();
         }
-        let why = count_restart(&mut s, "session/b", "bang").unwrap_err();
+        let err = count_restart(&mut s, "session/b", "bang").unwrap_err();
+        assert_eq!(err.child, "session/b");
+        assert_eq!(err.max_restarts, 3);
+        assert_eq!(err.reason, "bang");
+        let why = err.to_string();
         assert!(why.contains("session/b"), "{why}");
         assert!(why.contains("more than 3 restarts"), "{why}");
         assert!(why.contains("supervisor session"), "{why}");
@@ -430,11 +441,20 @@ mod tests {
         let mut s = state(Strategy::OneForOne, 3, Duration::from_secs(60));
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = Arc::clone(&seen);
-        s.on_escalate = Some(Arc::new(move |why: &str| sink.lock().push(why.into())));
-        let err = escalate(&mut s, "session/a".into(), "too many".into()).await;
-        assert_eq!(err.to_string(), "too many");
+        s.on_escalate = Some(Arc::new(move |why: &Escalation| {
+            sink.lock().push(why.reason.clone())
+        }));
+        let why = Escalation {
+            child: "session/a".into(),
+            supervisor: "session".into(),
+            max_restarts: 3,
+            within: Duration::from_secs(60),
+            reason: "too many".into(),
+        };
+        let err = escalate(&mut s, "session/a".into(), why.clone()).await;
+        assert_eq!(err.to_string(), why.to_string());
         assert!(s.shutting_down, "no restart after an escalation");
-        assert_eq!(s.escalation.lock().as_deref(), Some("too many"));
+        assert_eq!(s.escalation.lock().as_ref(), Some(&why));
         assert_eq!(*seen.lock(), vec!["too many".to_string()]);
     }
 }

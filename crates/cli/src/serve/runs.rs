@@ -385,7 +385,11 @@ impl Runs {
         } else {
             "toml"
         };
-        let dir = self.workspace.join(".vtcode").join("serve").join("scripts");
+        let dir = self
+            .workspace
+            .join(troupe_runtime::store::STATE_DIR)
+            .join("serve")
+            .join("scripts");
         std::fs::create_dir_all(&dir)
             .map_err(|e| ApiError::internal(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join(format!("{}.{ext}", uuid::Uuid::new_v4()));

@@ -125,7 +125,7 @@ pub enum StepOutcome {
 
 /// Mutable state of the loop.
 #[derive(Debug, Default)]
-struct LoopState {
+struct RunState {
     messages: Vec<Message>,
     turns: u32,
     usage: Usage,
@@ -159,7 +159,7 @@ pub struct AgentLoop {
     hooks: Option<Arc<HookRunner>>,
     guard: Option<Arc<dyn SpendGuard>>,
     context: ContextManager,
-    state: LoopState,
+    state: RunState,
 }
 
 /// An outside account a loop charges after every model call (the actor
@@ -193,7 +193,7 @@ impl AgentLoop {
             hooks: None,
             guard: None,
             context,
-            state: LoopState::default(),
+            state: RunState::default(),
         }
     }
 

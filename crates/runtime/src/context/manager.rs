@@ -14,7 +14,7 @@ use super::archive::HistoryArchive;
 use super::compactor::{CompactOptions, Selection, Spool, assemble, select, task_of};
 use super::estimator::{Calibration, estimate_parts};
 use super::groups::in_tool_loop;
-use super::orientation::{LoopState, Orientation};
+use super::orientation::{LoopSnapshot, Orientation};
 use super::reset::{ResetManifest, StallTracker};
 use super::routing::{route_target, window_of};
 use super::segments::{SegmentStart, SegmentTracker};
@@ -574,7 +574,7 @@ impl ContextManager {
             task: self.task.as_deref(),
             reason: reason.to_owned(),
             manifest: manifest_path,
-            state: LoopState::from_history(messages, input.turns, input.registry),
+            state: LoopSnapshot::from_history(messages, input.turns, input.registry),
             workspace: workspace.as_deref(),
             commits: &self.settings.recent_commits,
             handoff: self.settings.handoff.as_deref(),

@@ -4,6 +4,7 @@
 //! and the compaction summary. Summaries and references, not full
 //! content: the segment starts lean.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use super::summary::preview;
@@ -99,9 +100,10 @@ fn artifact_line(workspace: &Path, path: &Path) -> String {
     format!("- {rel} ({size} bytes): {first}")
 }
 
-/// The loop's state when the reset happened, from its history.
+/// The loop's state when the reset happened, read off its history (not the
+/// persisted [`crate::state::LoopState`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct LoopState {
+pub struct LoopSnapshot {
     /// Turns run so far in the thread.
     pub turns: u32,
     /// Tool calls in the discarded history.
@@ -114,10 +116,10 @@ pub struct LoopState {
     pub last_calls: Vec<String>,
 }
 
-impl LoopState {
+impl LoopSnapshot {
     /// Reads the state off `messages`.
     pub fn from_history(messages: &[Message], turns: u32, tools: &ToolRegistry) -> Self {
-        let mut s = LoopState {
+        let mut s = LoopSnapshot {
             turns,
             ..Self::default()
         };
@@ -178,6 +180,117 @@ fn tail_of(path: &Path) -> Option<String> {
     Some(text[start..].to_owned())
 }
 
+/// Entries of each loop-memory file shown at an agent's start.
+const START_MEMORY_ENTRIES: usize = 10;
+
+/// What the orientation of one agent at its start (or restart) is built
+/// from: the `[Orientation Context]` section of its system prompt (the
+/// orient phase; bounds: docs/context.md). [`Orientation`] is the other
+/// one, the first message of a segment after a context reset.
+#[derive(Debug, Clone, Copy)]
+pub struct StartOrientation<'a> {
+    /// The workspace (progress ledger, harness artifacts, loop memory).
+    pub workspace: &'a Path,
+    /// The agent's logical address.
+    pub agent_id: &'a str,
+    /// Its parent, for a subagent.
+    pub parent_id: Option<&'a str>,
+    /// Its loop state, when one was saved before (a restart or resume).
+    pub loop_state: Option<&'a crate::state::LoopState>,
+    /// Recent commits, newest first (at most 5 are shown; the caller does
+    /// the git lookup).
+    pub commits: &'a [String],
+    /// The previous agent's handoff (markdown), when one exists: a blocked
+    /// run resumed, the build after a plan.
+    pub handoff: Option<&'a str>,
+}
+
+impl StartOrientation<'_> {
+    /// Renders the `[Orientation Context]` section.
+    pub fn render(&self) -> String {
+        let mut out = format!("{ORIENTATION_HEADER}\n");
+        let _ = writeln!(out, "\n## Progress");
+        let _ = writeln!(out, "- agent: {}", self.agent_id);
+        match self.loop_state {
+            Some(st) if st.step_index > 0 => {
+                let cost = st
+                    .cost_usd
+                    .map(|c| format!("${c:.4}"))
+                    .unwrap_or_else(|| "unknown".into());
+                let _ = writeln!(
+                    out,
+                    "- resumed at step {} (status {:?}), {} tokens so far, cost {cost}",
+                    st.step_index,
+                    st.status,
+                    st.usage.total_tokens()
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "- a fresh start: no step has run yet");
+            }
+        }
+        out.push_str(&durable_artifacts(self.workspace));
+        out.push('\n');
+        out.push_str(&start_memory(self.workspace));
+        let _ = writeln!(out, "\n## Recent commits");
+        if self.commits.is_empty() {
+            let _ = writeln!(out, "- none (not a git repository, or no commits)");
+        }
+        for c in self.commits.iter().take(5) {
+            let _ = writeln!(out, "- {c}");
+        }
+        if let Some(handoff) = self.handoff {
+            let _ = writeln!(out, "\n## Handoff from the previous agent");
+            let _ = writeln!(out, "{}", bounded(handoff, HANDOFF_LIMIT).trim_end());
+        }
+        if let Some(parent) = self.parent_id {
+            let _ = writeln!(out, "\n## Handoff");
+            let _ = writeln!(
+                out,
+                "You are a subagent of {parent}. When you are done or blocked, call `handoff` once with the \
+                 status of every deliverable (done, in_progress, not_started, blocked), then end with a short message."
+            );
+        }
+        out
+    }
+}
+
+/// The start orientation's loop-memory sections: the newest entries.
+fn start_memory(workspace: &Path) -> String {
+    let mut out = String::new();
+    let memory = crate::state::LoopMemory::for_workspace(workspace);
+    for (title, entries) in [
+        ("Notes", memory.notes(START_MEMORY_ENTRIES)),
+        ("Decisions", memory.decisions(START_MEMORY_ENTRIES)),
+    ] {
+        let _ = writeln!(out, "\n## Loop memory: {title}");
+        match entries {
+            Ok(e) if !e.is_empty() => {
+                for entry in e {
+                    let _ = writeln!(out, "{}", entry.render().trim_end());
+                }
+            }
+            Ok(_) => {
+                let _ = writeln!(out, "- none yet (add with the `remember` tool)");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "- unreadable: {e}");
+            }
+        }
+    }
+    out
+}
+
+/// The first `limit` bytes of `text` (on a character boundary), marked
+/// when cut.
+fn bounded(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let end = preview(text, limit).len();
+    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
+}
+
 /// Everything the orientation holds.
 #[derive(Debug, Clone, Default)]
 pub struct Orientation<'a> {
@@ -188,7 +301,7 @@ pub struct Orientation<'a> {
     /// Where the manifest was written.
     pub manifest: Option<String>,
     /// The loop state.
-    pub state: LoopState,
+    pub state: LoopSnapshot,
     /// The workspace, for loop memory.
     pub workspace: Option<&'a Path>,
     /// Recent commits, newest first.
@@ -259,7 +372,7 @@ impl Orientation<'_> {
         let Some(ws) = self.workspace else {
             return String::new();
         };
-        let state = ws.join(".vtcode/state");
+        let state = ws.join(crate::state::STATE_DIR);
         let mut out = String::new();
         for (name, title) in [("notes.md", "Notes"), ("decisions.md", "Decisions")] {
             if let Some(text) = tail_of(&state.join(name)) {

@@ -144,7 +144,8 @@ pub fn section<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 
 /// `.vtcode/memory.md` under `workspace`, bounded, if it exists.
 pub fn read_memory(workspace: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(workspace.join(".vtcode/memory.md")).ok()?;
+    let text =
+        std::fs::read_to_string(workspace.join(crate::store::STATE_DIR).join("memory.md")).ok()?;
     let text = text.trim();
     (!text.is_empty()).then(|| preview(text, MEMORY_LIMIT).to_owned())
 }

@@ -37,6 +37,9 @@ pub use steering::{Intent, IntentId, SteeringError, SteeringQueue};
 use std::path::{Path, PathBuf};
 
 /// The state directory, relative to the workspace root.
+///
+/// Under [`crate::store::STATE_DIR`] (a `const` cannot be joined, so the
+/// path is spelled out; a test checks the prefix).
 pub const STATE_DIR: &str = ".vtcode/state";
 
 /// `<workspace>/.vtcode/state`.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::ToolError;
 
 /// The default list: troupe's state, git's control files, troupe.toml.
-pub const DEFAULT_PROTECTED_PATHS: [&str; 3] = [".vtcode", ".git", "troupe.toml"];
+pub const DEFAULT_PROTECTED_PATHS: [&str; 3] = [crate::store::STATE_DIR, ".git", "troupe.toml"];
 
 /// The paths the write and edit tools refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]

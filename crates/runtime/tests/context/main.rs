@@ -9,4 +9,5 @@ mod long_run;
 mod recovery;
 mod reset;
 mod routing;
+mod start;
 mod thresholds;

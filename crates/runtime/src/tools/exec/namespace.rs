@@ -30,7 +30,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// The entries of a workspace that stay read-only in `workspace-write`.
-pub const PROTECTED_ENTRIES: [&str; 3] = [".git", ".vtcode", "troupe.toml"];
+pub const PROTECTED_ENTRIES: [&str; 3] = [".git", crate::store::STATE_DIR, "troupe.toml"];
 
 /// What the child does, prepared in the parent.
 #[derive(Debug)]
