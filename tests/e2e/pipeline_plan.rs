@@ -155,8 +155,10 @@ fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let script = Script::replies(vec![])
-        .with_route(
+        // Each verifier is a new conversation: round 1's sees H-55e0.
+        .with_route_all(
             "independent verifier",
+            vec!["H-55e0".into()],
             vec![
                 Reply::tool_call(
                     "v1",
@@ -164,10 +166,9 @@ fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
                     json!({"approved": false, "findings": [{"message": "F-21c9 add still off by one", "path": "calc.sh"}]}),
                 ),
                 Reply::text("rejected"),
-                Reply::tool_call("w1", "submit_verdict", json!({"approved": true})),
-                Reply::text("approved"),
             ],
         )
+        .with_route("independent verifier", approve())
         .with_route(
             "Fix calc.sh",
             vec![
