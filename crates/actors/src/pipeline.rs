@@ -164,6 +164,19 @@ impl PipelineSpec {
                 )));
             }
         }
+        for p in spec
+            .proposers
+            .iter()
+            .filter(|p| p.mode == ProposerMode::Plan)
+        {
+            let planner = format!("{}-plan", p.name);
+            if names.contains(&planner) {
+                return Err(invalid(format!(
+                    "proposer `{}` plans as `{planner}`, which is another proposer's name; rename one",
+                    p.name
+                )));
+            }
+        }
         Ok(spec)
     }
 }

@@ -102,3 +102,39 @@ pub(crate) fn rejected_handoff(handoff: &HandoffRequest, verdict: &Verdict) -> S
         findings_list(verdict)
     )
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+
+    use crate::pipeline::{PipelineSpec, ProposerMode};
+
+    #[test]
+    fn mode_parses_and_bad_modes_or_clashing_planners_are_named() {
+        let p = Path::new("p.toml");
+        let spec = PipelineSpec::parse(
+            "[[proposers]]\nname = \"a\"\nmode = \"plan\"\ntask = \"t\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(spec.proposers[0].mode, ProposerMode::Plan);
+        let default =
+            PipelineSpec::parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\n", p).unwrap();
+        assert_eq!(default.proposers[0].mode, ProposerMode::Build);
+        let bad = PipelineSpec::parse(
+            "[[proposers]]\nname = \"a\"\nmode = \"dream\"\ntask = \"t\"\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("dream") && bad.contains("plan"), "{bad}");
+        let clash = PipelineSpec::parse(
+            "[[proposers]]\nname = \"a\"\nmode = \"plan\"\ntask = \"t\"\n[[proposers]]\nname = \"a-plan\"\ntask = \"u\"\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(clash.contains("plans as `a-plan`"), "{clash}");
+    }
+}
