@@ -15,6 +15,7 @@ mod key_reach;
 mod multi_agent;
 mod orphans;
 mod pipeline;
+mod pipeline_plan;
 mod resume;
 mod resume_trust;
 mod retries;

@@ -250,6 +250,36 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
         steered,
         "the findings reached the subagent as its next turn"
     );
+    // Its orientation in the second run shows its own first handoff; the
+    // first run had no previous agent.
+    let reqs = server.server.requests();
+    let fixer: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.first_user_text().as_deref() == Some(task))
+        .filter(|r| {
+            !r.system
+                .as_deref()
+                .unwrap_or("")
+                .contains("independent verifier")
+        })
+        .collect();
+    let second = fixer
+        .iter()
+        .find(|r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("The verifier rejected it"))
+        })
+        .expect("the continued subagent called the model");
+    let sys = second.system.as_deref().unwrap_or("");
+    assert!(sys.contains("## Handoff from the previous agent"), "{sys}");
+    assert!(sys.contains("first attempt"), "{sys}");
+    assert!(
+        !fixer[0]
+            .system
+            .as_deref()
+            .unwrap_or("")
+            .contains("## Handoff from the previous agent")
+    );
 }
 
 /// Two approved changes to the same lines: the first merges, the second

@@ -162,15 +162,17 @@ fn handoff(summary: &str) -> serde_json::Value {
 fn rejected_then_fixed_then_approved() {
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
+    // Round 2's proposer sees its round-1 handoff ("first attempt") in its
+    // orientation, so the verifier routes also need the verifier's prompt.
     let script = Script::replies(vec![])
         // Verifier of round 1: the test fails, reject with a finding.
-        .with_route("first attempt", vec![
+        .with_route_all("first attempt", vec!["independent verifier".into()], vec![
             Reply::tool_call("v1", "exec_command", json!({"command": "sh test.sh"})),
             Reply::tool_call("v2", "submit_verdict", json!({"approved": false, "findings": [{"message": "add 2 2 prints 5, want 4", "path": "calc.sh"}], "checks": [{"command": "sh test.sh", "exit_code": 1, "output_excerpt": "FAIL"}]})),
             Reply::text("rejected"),
         ])
         // Verifier of round 2: approve.
-        .with_route("second attempt", vec![
+        .with_route_all("second attempt", vec!["independent verifier".into()], vec![
             Reply::tool_call("w1", "exec_command", json!({"command": "sh test.sh"})),
             Reply::tool_call("w2", "submit_verdict", json!({"approved": true, "checks": [{"command": "sh test.sh", "exit_code": 0, "output_excerpt": "ok"}]})),
             Reply::text("approved"),

@@ -83,6 +83,16 @@ pub struct AgentSpec {
     /// Supervision overrides (strategy, intensity, restart type).
     #[serde(default)]
     pub supervision: Option<crate::tree::SupervisionSpec>,
+    /// Plan mode: its write and exec tools are refused
+    /// (`troupe_runtime::tools::plan_mode`); it ends with a plan. Set by
+    /// troupe (a pipeline's `mode = "plan"`), never by a model.
+    #[serde(skip)]
+    pub plan_mode: bool,
+    /// The previous agent's handoff (markdown) shown in its orientation:
+    /// the plan of a planning step, or a rejected round's handoff with
+    /// the verifier's findings. Set by troupe, never by a model.
+    #[serde(skip)]
+    pub handoff: Option<String>,
 }
 
 /// Limits on the subagent tree.
@@ -616,6 +626,9 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
             args.spec.task.clone(),
         )));
     }
+    if args.spec.plan_mode {
+        tools = troupe_runtime::tools::plan_mode(&tools);
+    }
     if env.builtins.memory {
         tools.register(Arc::new(RememberTool::new(
             LoopMemory::for_workspace(&env.workspace),
@@ -637,9 +650,9 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
                     agent_id: &args.agent_id,
                     parent_id: args.parent_id.as_deref(),
                     loop_state: Some(&args.shared.loop_state.lock()),
-                    handoff: (args.depth == 0)
+                    handoff: args.spec.handoff.as_deref().or((args.depth == 0)
                         .then_some(env.context.handoff.as_deref())
-                        .flatten(),
+                        .flatten()),
                 })
             )
         } else {
@@ -687,7 +700,7 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
     // report.
     context.progress_ledger = env.builtins.orientation && args.depth == 0;
     if args.depth > 0 {
-        context.handoff = None;
+        context.handoff.clone_from(&args.spec.handoff);
     }
     agent
         .with_context(context)

@@ -82,6 +82,23 @@ pub struct ProposerSpec {
     /// intensity of its own subagents' supervisor node.
     #[serde(default)]
     pub supervision: Option<crate::tree::SupervisionSpec>,
+    /// `build` (default): it works on the task at once. `plan`: a
+    /// read-only planning step first (write and exec tools refused, sandbox
+    /// `read-only`) ends with a plan, and the build rounds start with that
+    /// plan as the previous agent's handoff.
+    #[serde(default)]
+    pub mode: ProposerMode,
+}
+
+/// A proposer's `mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProposerMode {
+    /// Build at once.
+    #[default]
+    Build,
+    /// Plan read-only first, then build the plan.
+    Plan,
 }
 
 /// Why a pipeline could not run.
@@ -143,6 +160,19 @@ impl PipelineSpec {
             if p.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
                 return Err(invalid(format!(
                     "proposer `{}`: model is empty; give a model name or remove the key",
+                    p.name
+                )));
+            }
+        }
+        for p in spec
+            .proposers
+            .iter()
+            .filter(|p| p.mode == ProposerMode::Plan)
+        {
+            let planner = format!("{}-plan", p.name);
+            if names.contains(&planner) {
+                return Err(invalid(format!(
+                    "proposer `{}` plans as `{planner}`, which is another proposer's name; rename one",
                     p.name
                 )));
             }
@@ -251,6 +281,18 @@ async fn run_proposer(
         }
     };
     let agent_id = format!("{}/{}", run.tree.supervisor_address().name(), p.name);
+    // What the next round's orientation shows as the previous agent's
+    // handoff: the plan, then a rejected round's handoff and findings.
+    let mut previous = None;
+    if p.mode == ProposerMode::Plan {
+        match crate::pipeline_plan::plan_step(run, p, &wt).await {
+            Ok(plan) => previous = Some(plan),
+            Err(reason) => {
+                report.status = ProposalStatus::Failed { reason };
+                return report;
+            }
+        }
+    }
     let mut turns_so_far = 0;
     for round in 1..=spec.pipeline.max_rounds {
         if run.cancel.is_cancelled() {
@@ -265,6 +307,7 @@ async fn run_proposer(
             round,
             rejected: report.verdict.as_ref(),
             turns_so_far,
+            handoff: previous.take(),
         };
         let handoff = match propose(run, p, &wt, proposal).await {
             Ok((h, turns)) => {
@@ -299,6 +342,12 @@ async fn run_proposer(
             worktree: wt.path().to_path_buf(),
         };
         let verdict = verify(run, spec, &p.name, round, request).await;
+        if !verdict.approved {
+            previous = report
+                .handoff
+                .as_ref()
+                .map(|h| crate::pipeline_plan::rejected_handoff(h, &verdict));
+        }
         report.verdict = Some(verdict.clone());
         if verdict.approved {
             report.status = merge(run, workspace, &wt, merges).await;
@@ -315,6 +364,8 @@ struct Proposal<'a> {
     rejected: Option<&'a Verdict>,
     /// Turns its thread ran in earlier rounds (the turn limit is per round).
     turns_so_far: u32,
+    /// The previous agent's handoff for its orientation (markdown).
+    handoff: Option<String>,
 }
 
 /// Runs (round 1) or continues (later rounds, with the verifier's findings
@@ -331,6 +382,7 @@ async fn propose(
         round,
         rejected,
         turns_so_far,
+        handoff,
     } = proposal;
     let env = &run.env;
     let sandbox =
@@ -369,6 +421,7 @@ async fn propose(
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
             sandbox,
             supervision: p.supervision,
+            handoff,
             ..AgentSpec::default()
         },
         address: address.clone(),
@@ -376,6 +429,20 @@ async fn propose(
         workspace: wt.path().to_path_buf(),
         autostart: true,
     };
+    let outcome = run_agent(run, args, &p.name, rx).await?;
+    Ok((outcome.handoff, outcome.completed.num_turns))
+}
+
+/// Starts one pipeline agent (retrying while a previous incarnation of
+/// the same id leaves the tree) and waits for its outcome.
+pub(crate) async fn run_agent(
+    run: &PipelineRun<'_>,
+    args: AgentArgs,
+    name: &str,
+    rx: oneshot::Receiver<crate::agent::AgentOutcome>,
+) -> Result<crate::agent::AgentOutcome, String> {
+    let env = &run.env;
+    let address = args.address.clone();
     // The previous round's incarnation may still be leaving the tree.
     let spec = agent_child_spec(args);
     let mut tries = 0;
@@ -391,7 +458,7 @@ async fn propose(
     }
     let mut rx = rx;
     let outcome = tokio::select! {
-        o = &mut rx => o.map_err(|_| format!("proposer {} stopped without a handoff", p.name))?,
+        o = &mut rx => o.map_err(|_| format!("proposer {name} stopped without a handoff"))?,
         _ = run.cancel.cancelled() => {
             // The agent ends its thread as cancelled; wait for it, bounded.
             let _ = address.call(crate::agent::AgentMsg::Abort, env.call_timeout).await;
@@ -399,14 +466,21 @@ async fn propose(
             return Err("cancelled".into());
         }
     };
-    Ok((outcome.handoff, outcome.completed.num_turns))
+    Ok(outcome)
 }
 
 fn findings_message(verdict: &Verdict) -> String {
     let mut text = String::from(
         "The independent verifier rejected your change. Fix every finding below in this worktree, \
-         run the checks again, then call `handoff` again.\n\nFindings:\n",
+         run the checks again, then call `handoff` again.\n\n",
     );
+    text.push_str(&findings_list(verdict));
+    text
+}
+
+/// The verdict's findings and failed checks, as markdown.
+pub(crate) fn findings_list(verdict: &Verdict) -> String {
+    let mut text = String::from("Findings:\n");
     for f in &verdict.findings {
         match &f.path {
             Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),

@@ -317,6 +317,8 @@ fn continue_child(
     if !before.task_context.trim().is_empty() {
         spec.task.clone_from(&before.task_context);
     }
+    // Its orientation shows its own last handoff.
+    spec.handoff = Some(before.to_markdown());
     Ok(())
 }
 
