@@ -52,6 +52,7 @@ fn wire_messages(req: &ModelRequest) -> Vec<Value> {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut blocks = Vec::new();
                 if !content.is_empty() {

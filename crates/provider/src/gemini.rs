@@ -55,6 +55,7 @@ fn wire_contents(req: &ModelRequest) -> Vec<Value> {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut parts = Vec::new();
                 if !content.is_empty() {

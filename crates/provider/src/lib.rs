@@ -56,7 +56,10 @@ pub use response::ModelResponse;
 pub use retry::{RetryPolicy, parse_retry_after};
 pub use secret::{KeySource, SecretString};
 pub use sse::{SseDecoder, SseEvent};
-pub use types::{FinishReason, Message, ModelEvent, ModelRequest, ToolCall, ToolDefinition};
+pub use types::{
+    FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort, ToolCall,
+    ToolDefinition,
+};
 
 /// The events of one streamed model call. The first `Err` is the last item.
 pub type ModelEventStream = futures::stream::BoxStream<'static, Result<ModelEvent, ProviderError>>;

@@ -66,6 +66,7 @@ fn wire_messages(req: &ModelRequest) -> Vec<Value> {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut msg = json!({"role": "assistant", "content": content});
                 if !tool_calls.is_empty() {

@@ -106,6 +106,7 @@ impl Serialize for Messages<'_> {
                 Message::Assistant {
                     content,
                     tool_calls,
+                    ..
                 } if !tool_calls.is_empty() => seq.serialize_element(&Assistant {
                     content: Some(content.as_str()).filter(|c| !c.is_empty()),
                     role: "assistant",
@@ -193,6 +194,7 @@ mod tests {
                     arguments: "{\"a\":1,\"b\":2}".into(),
                     signature: None,
                 }],
+                reasoning: Vec::new(),
             })
             .with_message(Message::tool_result("c1", "3"))
             .with_message(Message::Assistant {
@@ -203,11 +205,13 @@ mod tests {
                     arguments: "{}".into(),
                     signature: None,
                 }],
+                reasoning: Vec::new(),
             })
             .with_message(Message::tool_result("c2", "0"))
             .with_message(Message::Assistant {
                 content: "It is 3.".into(),
                 tool_calls: vec![],
+                reasoning: Vec::new(),
             });
         req.tools = vec![ToolDefinition {
             name: "add".into(),

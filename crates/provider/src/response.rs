@@ -4,7 +4,7 @@ use futures::{Stream, StreamExt};
 use troupe_protocol::Usage;
 
 use super::ProviderError;
-use super::types::{FinishReason, ModelEvent, ToolCall};
+use super::types::{FinishReason, ModelEvent, ReasoningBlock, ToolCall};
 
 /// A complete model response: what the events of one stream add up to.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -13,6 +13,8 @@ pub struct ModelResponse {
     pub text: String,
     /// The reasoning text.
     pub reasoning: String,
+    /// The complete reasoning blocks, in order.
+    pub reasoning_blocks: Vec<ReasoningBlock>,
     /// The tool calls, in order.
     pub tool_calls: Vec<ToolCall>,
     /// Usage, when the provider reported it.
@@ -29,6 +31,7 @@ impl ModelResponse {
         match event {
             ModelEvent::TextDelta { text } => self.text.push_str(text),
             ModelEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
+            ModelEvent::ReasoningBlock { block } => self.reasoning_blocks.push(block.clone()),
             ModelEvent::ToolCallStart { .. } | ModelEvent::ToolCallDelta { .. } => {}
             ModelEvent::ToolCallEnd { call, .. } => self.tool_calls.push(call.clone()),
             ModelEvent::Usage { usage } => self.usage = Some(*usage),

@@ -30,6 +30,58 @@ pub struct ModelRequest {
     /// Sampling temperature; omitted from the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// How hard a reasoning model should think; each client maps it to its
+    /// provider's field. `None` sends nothing (the model's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+}
+
+/// Reasoning effort, in Codex's terms (`model_reasoning_effort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    /// As little reasoning as the model allows.
+    Minimal,
+    /// Light reasoning.
+    Low,
+    /// The usual default of reasoning models.
+    Medium,
+    /// Deep reasoning.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The wire name (`minimal`, `low`, `medium`, `high`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
+/// One reasoning ("thinking") block of an assistant turn, kept so it can be
+/// sent back on the following turns where the provider requires it
+/// (Anthropic extended thinking with tools, Responses reasoning items with
+/// `store: false`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningBlock {
+    /// The visible reasoning text (or its summary); may be empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// The provider's opaque token for this block: Anthropic's thinking
+    /// `signature`, the Responses API's `encrypted_content`, Gemini's
+    /// `thoughtSignature` on a thought part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Anthropic `redacted_thinking` data (opaque; no text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+    /// The provider's id of the block (the Responses API's `rs_...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 impl ModelRequest {
@@ -77,6 +129,10 @@ pub enum Message {
         /// Tool calls, in the order the model made them.
         #[serde(default)]
         tool_calls: Vec<ToolCall>,
+        /// Reasoning blocks to send back with this turn (empty for
+        /// providers and models that need none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningBlock>,
     },
     /// The result of one tool call, sent back to the model.
     ToolResult {
@@ -103,6 +159,7 @@ impl Message {
         Self::Assistant {
             content: content.into(),
             tool_calls: Vec::new(),
+            reasoning: Vec::new(),
         }
     }
 
@@ -204,6 +261,13 @@ pub enum ModelEvent {
     ReasoningDelta {
         /// The text piece.
         text: String,
+    },
+    /// A reasoning block is complete (after its `ReasoningDelta`s, if
+    /// any), with the signature or encrypted content the provider wants
+    /// echoed back.
+    ReasoningBlock {
+        /// The complete block.
+        block: ReasoningBlock,
     },
     /// A tool call begins.
     ToolCallStart {

@@ -157,6 +157,7 @@ async fn bare_run(s: &Shared, mut on_turn: impl FnMut(Duration)) {
             tools: s.tools.definitions(),
             max_output_tokens: None,
             temperature: None,
+            reasoning_effort: None,
         };
         let r = ModelResponse::collect(s.client.stream(&request))
             .await
@@ -168,6 +169,7 @@ async fn bare_run(s: &Shared, mut on_turn: impl FnMut(Duration)) {
         messages.push(Message::Assistant {
             content: r.text.clone(),
             tool_calls: r.tool_calls.clone(),
+            reasoning: Vec::new(),
         });
         for call in r.tool_calls {
             let out = tool.call(serde_json::json!({}), &s.ctx).await.unwrap();

@@ -38,6 +38,7 @@ fn history(tokens: u64) -> Vec<Message> {
                 arguments: format!(r#"{{"path":"src/part_{i}.rs"}}"#),
                 signature: None,
             }],
+            reasoning: Vec::new(),
         });
         let line = format!("fn item_{i}() -> u32 {{ {i} }} // lorem ipsum dolor sit amet\n");
         msgs.push(Message::tool_result(

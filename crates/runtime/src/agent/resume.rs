@@ -82,6 +82,7 @@ impl Rebuilt {
         self.messages.push(Message::Assistant {
             content: turn.text,
             tool_calls: turn.calls.clone(),
+            reasoning: Vec::new(),
         });
         for call in turn.calls {
             match turn.outputs.iter().find(|o| o.call_id == call.id) {

@@ -99,6 +99,7 @@ impl AgentLoop {
         self.state.messages.push(Message::Assistant {
             content: response.text.clone(),
             tool_calls: bounded.calls.clone(),
+            reasoning: Vec::new(),
         });
         let outcome = self.run_tools(bounded.calls, bounded.refused).await;
         self.context.after_tools(&self.state.messages, &self.tools);
@@ -240,6 +241,7 @@ impl AgentLoop {
             tools: self.tools.definitions(),
             max_output_tokens: None,
             temperature: None,
+            reasoning_effort: None,
         }
     }
 

@@ -218,9 +218,11 @@ fn bounded(m: &Message, index: usize, max_tokens: u64, spool: Option<&Spool<'_>>
         Message::Assistant {
             content,
             tool_calls,
+            ..
         } => Message::Assistant {
             content: cut(content),
             tool_calls: tool_calls.clone(),
+            reasoning: Vec::new(),
         },
         Message::ToolResult {
             call_id,
@@ -305,6 +307,7 @@ mod tests {
                     arguments: "{}".into(),
                     signature: None,
                 }],
+                reasoning: Vec::new(),
             },
             Message::tool_result(format!("c{i}"), "x".repeat(bytes)),
         ]

@@ -60,6 +60,7 @@ pub fn estimate_message(message: &Message) -> u64 {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 estimate_text(content)
                     + tool_calls

@@ -127,6 +127,7 @@ mod tests {
             Message::Assistant {
                 content: String::new(),
                 tool_calls: vec![call("a"), call("b")],
+                reasoning: Vec::new(),
             },
             Message::tool_result("a", "1"),
             Message::tool_result("b", "2"),
@@ -134,6 +135,7 @@ mod tests {
             Message::Assistant {
                 content: String::new(),
                 tool_calls: vec![call("c")],
+                reasoning: Vec::new(),
             },
         ];
         let g = groups(&msgs);

@@ -29,6 +29,7 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
             out.push(Message::Assistant {
                 content,
                 tool_calls,
+                reasoning: Vec::new(),
             });
         }
     };
@@ -280,7 +281,7 @@ mod tests {
         let m = messages_from_events(events);
         assert_eq!(m.len(), 4, "{m:?}");
         assert!(
-            matches!(&m[1], Message::Assistant { content, tool_calls } if content == "looking" && tool_calls[0].arguments == r#"{"path":"a"}"#)
+            matches!(&m[1], Message::Assistant { content, tool_calls, .. } if content == "looking" && tool_calls[0].arguments == r#"{"path":"a"}"#)
         );
         assert_eq!(m[2], Message::tool_result("c1", "A"));
         assert_eq!(m[3], Message::assistant("done"));

@@ -128,6 +128,7 @@ mod tests {
                 arguments: args.into(),
                 signature: None,
             }],
+            reasoning: Vec::new(),
         });
         msgs.push(Message::ToolResult {
             call_id: id,

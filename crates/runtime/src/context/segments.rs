@@ -124,6 +124,7 @@ fn messages_hash(messages: &[Message]) -> u64 {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 h.bytes(b"a").bytes(content.as_bytes());
                 for c in tool_calls {

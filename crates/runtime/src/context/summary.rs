@@ -57,6 +57,7 @@ fn lines(older: &[Message], per_line: usize) -> Vec<String> {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 if !content.trim().is_empty() {
                     out.push(format!("- assistant: {}", flat(content)));
@@ -131,6 +132,7 @@ pub fn summary_request(
         tools: Vec::new(),
         max_output_tokens: Some(max_output_tokens),
         temperature: None,
+        reasoning_effort: None,
     }
 }
 

@@ -27,6 +27,7 @@ fn conversation() -> ModelRequest {
                 signature: None,
             },
         ],
+        reasoning: Vec::new(),
     })
     .with_message(Message::tool_result("c1", "a b"))
     .with_message(Message::ToolResult {

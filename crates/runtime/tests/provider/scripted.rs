@@ -531,6 +531,7 @@ async fn tool_results_go_back_to_the_call_they_answer() {
                         signature: None,
                     },
                 ],
+                reasoning: Vec::new(),
             })
             .with_message(Message::tool_result("c1", "contents of a"))
             .with_message(Message::ToolResult {
