@@ -25,6 +25,7 @@ mod seed;
 mod serve;
 mod serve_faults;
 mod serve_limits;
+mod serve_steer;
 mod sessions;
 mod terminal;
 mod truth;

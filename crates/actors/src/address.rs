@@ -57,6 +57,11 @@ impl<M: Message> Address<M> {
         &self.name
     }
 
+    /// Whether `other` is this same logical address (a clone of it).
+    pub fn same_as(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.current, &other.current)
+    }
+
     /// Points the address at a (new) incarnation.
     pub fn set(&self, actor: ActorRef<M>) {
         *self.current.write() = Some(actor);

@@ -167,6 +167,8 @@ pub struct AgentEnv {
     pub verification: crate::verify::Verification,
     /// Defaults of every agent's supervisor node (`[supervision]`).
     pub supervision: crate::tree::SupervisionSettings,
+    /// The session's running agents by id (shared by every clone).
+    pub agents: crate::directory::AgentDirectory,
 }
 
 /// How an agent ended.
@@ -381,6 +383,8 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         let mut agent = build_loop(state);
+        let args = &state.args;
+        args.env.agents.register(&args.agent_id, &args.address);
         let resuming = state.args.shared.started.load(Ordering::SeqCst);
         if resuming {
             let env = &state.args.env;
@@ -861,6 +865,7 @@ async fn finish(
             outcome: outcome.clone(),
         });
     }
+    args.env.agents.remove(&args.agent_id, &args.address);
     if let Some(tx) = args.shared.done.lock().take() {
         let _ = tx.send(outcome);
     }

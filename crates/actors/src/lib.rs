@@ -23,6 +23,8 @@
 //!   restarted and resumes from the log); [`subagent`]: the
 //!   `spawn_subagent` and `handoff` tools; [`run`]: running the root agent
 //!   to its end.
+//! - [`directory`]: [`AgentDirectory`], a session's running agents by id,
+//!   so any of them can be steered from outside the tree.
 //! - [`builder`]: [`Session::builder`], the library's entry: a session
 //!   assembled once (log, settings, retention, tree, environment), any
 //!   number of agents spawned into it ([`AgentHandle`]), closed once.
@@ -34,6 +36,7 @@ pub mod address;
 pub mod agent;
 pub mod builder;
 pub mod change_tools;
+pub mod directory;
 pub mod drain;
 pub mod env;
 pub mod handoff;
@@ -56,6 +59,7 @@ pub use agent::{
 pub use builder::{
     AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
 };
+pub use directory::{AgentDirectory, SteerError};
 pub use drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
 pub use env::Builtins;
 pub use run::{RootRun, RunEnd, start_root, start_root_with};

@@ -50,6 +50,12 @@ pub struct Route {
     /// `also = ["Fix the parser"]` matches only the verifier told that task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<String>,
+    /// Substrings none of which may occur (in the system prompt or the
+    /// first user message): `when = "Delegate"`, `unless = ["C-9"]` keeps a
+    /// subagent whose task holds `C-9` off its parent's route even though
+    /// its orientation quotes the parent's task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unless: Vec<String>,
     /// The route's replies.
     pub replies: Vec<Reply>,
 }
@@ -57,11 +63,10 @@ pub struct Route {
 impl Route {
     /// Whether a conversation with this system prompt and first user
     /// message takes this route: `when` and every `also` occur in one or
-    /// the other.
+    /// the other, and no `unless` occurs in either.
     pub fn matches(&self, system: &str, first_user: &str) -> bool {
-        std::iter::once(&self.when)
-            .chain(&self.also)
-            .all(|s| system.contains(s.as_str()) || first_user.contains(s.as_str()))
+        let occurs = |s: &String| system.contains(s.as_str()) || first_user.contains(s.as_str());
+        std::iter::once(&self.when).chain(&self.also).all(occurs) && !self.unless.iter().any(occurs)
     }
 }
 
@@ -108,6 +113,24 @@ impl Script {
         self.routes.push(Route {
             when: when.into(),
             also: Vec::new(),
+            unless: Vec::new(),
+            replies,
+        });
+        self
+    }
+
+    /// Adds a route taken when `when` occurs and none of `unless` does (in
+    /// the system prompt or first user message).
+    pub fn with_route_unless(
+        mut self,
+        when: impl Into<String>,
+        unless: Vec<String>,
+        replies: Vec<Reply>,
+    ) -> Script {
+        self.routes.push(Route {
+            when: when.into(),
+            also: Vec::new(),
+            unless,
             replies,
         });
         self
@@ -124,6 +147,7 @@ impl Script {
         self.routes.push(Route {
             when: when.into(),
             also,
+            unless: Vec::new(),
             replies,
         });
         self
@@ -199,6 +223,11 @@ impl Script {
             if route.also.iter().any(String::is_empty) {
                 return Err(TestkitError::InvalidScript(format!(
                     "routes[{r}]: an `also` entry is empty; remove it or give a substring"
+                )));
+            }
+            if route.unless.iter().any(String::is_empty) {
+                return Err(TestkitError::InvalidScript(format!(
+                    "routes[{r}]: an `unless` entry is empty (it would exclude every conversation); remove it or give a substring"
                 )));
             }
             for (i, reply) in route.replies.iter().enumerate() {

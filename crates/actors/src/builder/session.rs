@@ -236,6 +236,25 @@ impl Session {
         self.tally.lock().clone()
     }
 
+    /// The agents running now, at any depth (subagents too), by id.
+    pub fn agents(&self) -> &crate::directory::AgentDirectory {
+        &self.env.agents
+    }
+
+    /// Queues `text` for the next turn boundary of agent `agent_id`, at any
+    /// depth of the tree (durable before it is acknowledged); returns the
+    /// intent id.
+    pub async fn steer(
+        &self,
+        agent_id: &str,
+        text: &str,
+    ) -> Result<String, crate::directory::SteerError> {
+        self.env
+            .agents
+            .steer(agent_id, text, self.env.call_timeout)
+            .await
+    }
+
     /// Starts an agent on `spec` as a child of the session's supervisor:
     /// id `session/<name>`, its own thread (`<session>:session/<name>`),
     /// restarted (and resumed from the log) if it crashes. Names are

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use troupe_actors::pipeline::PipelineSpec;
-use troupe_actors::{Address, AgentMsg, ResumeMode, RootRun};
+use troupe_actors::{Address, AgentDirectory, AgentMsg, ResumeMode, RootRun, SteerError};
 use troupe_runtime::state::SteeringError;
 use troupe_runtime::state::steering::MAX_PENDING;
 use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
@@ -75,6 +75,8 @@ pub struct Run {
     /// Its live events.
     pub feed: Arc<Feed>,
     control: Control,
+    /// Its running agents, by id (any of them can be steered).
+    agents: AgentDirectory,
     timeout: Duration,
     /// `true` once its log is drained.
     done: watch::Receiver<bool>,
@@ -287,6 +289,7 @@ impl Runs {
         id: &str,
         feed: Arc<Feed>,
         control: Control,
+        agents: AgentDirectory,
         timeout: Duration,
         ended: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Arc<Run> {
@@ -295,6 +298,7 @@ impl Runs {
             id: id.to_string(),
             feed,
             control,
+            agents,
             timeout,
             done,
             streams: AtomicUsize::new(0),
@@ -324,6 +328,7 @@ impl Runs {
             .map_err(ApiError::from_failure)?;
         let id = started.session.id().to_string();
         let timeout = started.session.env().call_timeout;
+        let agents = started.session.agents().clone();
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let sid = id.clone();
@@ -337,7 +342,7 @@ impl Runs {
                 tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
             }
         };
-        Ok(self.register(&id, feed, Control::Pipeline(cancel), timeout, ended))
+        Ok(self.register(&id, feed, Control::Pipeline(cancel), agents, timeout, ended))
     }
 
     /// Opens the session, starts its root agent and watches it to its end.
@@ -365,6 +370,7 @@ impl Runs {
             }
         };
         let control = Control::Root(root.address().clone());
+        let agents = started.session.agents().clone();
         let sid = id.clone();
         let ended = async move {
             if let Err(e) = root.wait().await {
@@ -375,7 +381,7 @@ impl Runs {
                 tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
             }
         };
-        Ok(self.register(&id, feed, control, timeout, ended))
+        Ok(self.register(&id, feed, control, agents, timeout, ended))
     }
 
     /// Writes a request's script where a resume finds it again.
@@ -437,33 +443,30 @@ impl Runs {
                 "session {id} is not running in this server; only a running session can be steered"
             )));
         };
-        let Control::Root(address) = &run.control else {
-            return Err(ApiError::conflict(format!(
-                "session {id} runs a pipeline; its agents cannot be steered (abort it instead)"
-            )));
+        let agent = match (&run.control, req.agent_id) {
+            (_, Some(agent)) => agent,
+            (Control::Root(root), None) => root.name().to_string(),
+            (Control::Pipeline(_), None) => {
+                return Err(ApiError::bad(format!(
+                    "agent_id: session {id} runs a pipeline, which has no root agent; name the agent to steer (running: {})",
+                    running(&run.agents)
+                )));
+            }
         };
-        let root = address.name().to_string();
-        if let Some(agent) = req.agent_id.as_deref().filter(|a| *a != root) {
-            return Err(ApiError::not_found(format!(
-                "agent_id: no running agent {agent} can be steered in session {id}; steer the root ({root})"
-            )));
-        }
-        let text = req.text;
-        let reply = address
-            .call(
-                |reply| AgentMsg::Steer {
-                    text: text.clone(),
-                    reply,
-                },
-                run.timeout,
-            )
-            .await
-            .map_err(|e| ApiError::conflict(format!("session {id}: {e}")))?;
         let full = SteeringError::Full { max: MAX_PENDING }.to_string();
-        match reply {
-            Ok(intent) => Ok((intent, root)),
-            Err(why) if why == full => Err(ApiError::too_many(why)),
-            Err(why) => Err(ApiError::bad(format!("text: {why}"))),
+        match run.agents.steer(&agent, &req.text, run.timeout).await {
+            Ok(intent) => Ok((intent, agent)),
+            Err(SteerError::Unknown(_)) => Err(ApiError::not_found(format!(
+                "agent_id: no running agent {agent} in session {id} (running: {})",
+                running(&run.agents)
+            ))),
+            Err(SteerError::Refused { reason, .. }) if reason == full => {
+                Err(ApiError::too_many(reason))
+            }
+            Err(SteerError::Refused { reason, .. }) => {
+                Err(ApiError::bad(format!("text: {reason}")))
+            }
+            Err(e) => Err(ApiError::conflict(format!("session {id}: {e}"))),
         }
     }
 
@@ -493,5 +496,15 @@ pub fn store_error(e: StoreError) -> ApiError {
         }
         StoreError::Claimed { .. } => ApiError::conflict(e.to_string()),
         other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// The running agents' ids, for an error message.
+fn running(agents: &AgentDirectory) -> String {
+    let ids = agents.ids();
+    if ids.is_empty() {
+        "none".to_string()
+    } else {
+        ids.join(", ")
     }
 }
