@@ -348,6 +348,12 @@ impl Config {
         })
     }
 
+    /// The kind behind a provider name (a kind, or a `[providers.<name>]`
+    /// table with its `wire_api`); `None` for an unknown name.
+    pub fn provider_kind(&self, name: &str) -> Option<ProviderKind> {
+        self.kind_of(name)
+    }
+
     /// The kind behind a provider name.
     fn kind_of(&self, name: &str) -> Option<ProviderKind> {
         match self.providers.get(name) {
