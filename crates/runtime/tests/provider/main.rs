@@ -11,5 +11,6 @@ mod common;
 mod fixtures;
 mod quirks;
 mod raw_server;
+mod responses;
 mod scripted;
 mod secrets;
