@@ -14,8 +14,8 @@ use super::types::{Message, ModelRequest, ReasoningBlock};
 pub const INCLUDE_ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 
 /// True when the request asks for reasoning: an effort is set, or the model
-/// belongs to a reasoning family (`o1`, `o3`, `o4-mini`, `gpt-5*`,
-/// `codex-*`). Only then are `reasoning` and `include` sent, since
+/// belongs to a reasoning family (`o1`, `o3`, `o4-mini`, `gpt-5*` but
+/// `gpt-5-chat*`, `codex-*`). Only then are `reasoning` and `include` sent, since
 /// non-reasoning models (`gpt-4o`, `gpt-4.1`) reject them.
 pub fn wants_reasoning(req: &ModelRequest) -> bool {
     if req.reasoning_effort.is_some() {
@@ -24,7 +24,8 @@ pub fn wants_reasoning(req: &ModelRequest) -> bool {
     let model = req.model.rsplit('/').next().unwrap_or(&req.model);
     let mut chars = model.chars();
     let o_series = chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit());
-    o_series || model.starts_with("gpt-5") || model.starts_with("codex")
+    let gpt5 = model.starts_with("gpt-5") && !model.starts_with("gpt-5-chat");
+    o_series || gpt5 || model.starts_with("codex")
 }
 
 /// Builds the JSON body of a streamed Responses API request.

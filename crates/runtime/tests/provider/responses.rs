@@ -122,7 +122,12 @@ fn reasoning_is_asked_for_only_of_reasoning_models_or_with_an_effort() {
         assert_eq!(b["reasoning"], json!({"summary": "auto"}), "{model}");
         assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
     }
-    for model in ["gpt-4o", "omni-moderation", "gpt-4.1-mini"] {
+    for model in [
+        "gpt-4o",
+        "omni-moderation",
+        "gpt-4.1-mini",
+        "gpt-5-chat-latest",
+    ] {
         let b = responses::request_body(&ModelRequest::new(model));
         assert!(b.get("reasoning").is_none(), "{model}");
     }
