@@ -12,5 +12,6 @@ mod fixtures;
 mod quirks;
 mod raw_server;
 mod responses;
+mod responses_http;
 mod scripted;
 mod secrets;
