@@ -19,7 +19,7 @@ pub use super::responses_wire::{
 };
 
 use super::ProviderError;
-use super::decode::{PendingCall, StreamDecoder, parse_json};
+use super::decode::{PendingCall, StreamDecoder, parse_json, random_id_prefix};
 use super::error::is_context_overflow_text;
 use super::sse::SseEvent;
 use super::types::{FinishReason, ModelEvent, ReasoningBlock};
@@ -160,6 +160,8 @@ struct PendingReasoning {
 /// come first); deltas find their call by `item_id`, else `output_index`.
 #[derive(Debug, Default)]
 pub struct ResponsesDecoder {
+    /// For the (unusual) call sent with neither a `call_id` nor an item id.
+    id_prefix: String,
     calls: Vec<PendingCall>,
     /// Per call (same positions as `calls`): its item id and output index.
     call_keys: Vec<(String, u64)>,
@@ -171,7 +173,10 @@ pub struct ResponsesDecoder {
 impl ResponsesDecoder {
     /// A decoder for one response.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            id_prefix: random_id_prefix(),
+            ..Self::default()
+        }
     }
 
     fn call_pos(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
@@ -215,7 +220,7 @@ impl ResponsesDecoder {
                     name: item.name.unwrap_or_default(),
                     ..PendingCall::default()
                 };
-                call.start_if_ready("responses", out);
+                call.start_if_ready(&self.id_prefix, out);
                 if let Some(args) = item.arguments.filter(|a| !a.is_empty()) {
                     call.push_args(&args, out);
                 }
@@ -256,7 +261,7 @@ impl ResponsesDecoder {
                 {
                     call.push_args(args, out);
                 }
-                call.end("responses", out);
+                call.end(&self.id_prefix, out);
             }
             "reasoning" => {
                 let pos = self.reasoning_pos(item.id.as_deref(), output_index);
@@ -317,7 +322,7 @@ impl ResponsesDecoder {
     /// emits usage and the finish.
     fn on_end(&mut self, response: Option<ResponseObject>, out: &mut Vec<ModelEvent>) {
         for call in &mut self.calls {
-            call.end("responses", out);
+            call.end(&self.id_prefix, out);
         }
         let response = response.unwrap_or(ResponseObject {
             status: None,
