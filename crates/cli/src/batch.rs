@@ -32,7 +32,8 @@ pub struct BatchArgs {
     /// outcome and final text).
     #[arg(long)]
     pub json: bool,
-    /// Provider kind (openai, anthropic, gemini) or a [providers.NAME] table.
+    /// Provider kind (openai, anthropic, gemini, openai-responses) or a
+    /// [providers.NAME] table (with --script: the wire format).
     #[arg(long)]
     pub provider: Option<String>,
     /// The model of every task that names none; choosing it pins it.
@@ -51,7 +52,7 @@ pub struct BatchArgs {
     #[arg(long)]
     pub events: Option<PathBuf>,
     /// Run offline against this script (docs/scripted-server.md).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
+    #[arg(long, value_name = "FILE", conflicts_with = "base_url")]
     pub script: Option<PathBuf>,
 }
 

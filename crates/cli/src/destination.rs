@@ -81,7 +81,9 @@ const CODEX_KEY: &str = "CODEX_API_KEY";
 /// What secret a request to `p` would carry, by name; `None` when none.
 fn secret_sent(p: &ProviderConfig) -> Option<String> {
     let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
-    if p.kind == troupe_runtime::provider::ProviderKind::OpenAi && set(CODEX_KEY) {
+    use troupe_runtime::provider::ProviderKind;
+    let openai = matches!(p.kind, ProviderKind::OpenAi | ProviderKind::OpenAiResponses);
+    if openai && set(CODEX_KEY) {
         return Some(CODEX_KEY.into());
     }
     match &p.api_key {

@@ -27,7 +27,9 @@ pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Provider kind (openai, anthropic, gemini) or a [providers.NAME] table.
+    /// Provider kind (openai, anthropic, gemini, openai-responses) or a
+    /// [providers.NAME] table; with --script, the wire format spoken to
+    /// the scripted server.
     #[arg(long)]
     pub(crate) provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).
@@ -52,7 +54,7 @@ pub struct ExecArgs {
     /// Run offline: serve this script (docs/scripted-server.md) with the
     /// scripted model server in-process and talk to it instead of a
     /// hosted provider. No API key is needed.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
+    #[arg(long, value_name = "FILE", conflicts_with = "base_url")]
     pub(crate) script: Option<PathBuf>,
     /// Plan only: a read-only planning agent (write and exec tools
     /// refused) that ends with a plan; the session is then implemented
@@ -228,6 +230,19 @@ pub fn read_prompt(arg: Option<&str>) -> Result<String, Failure> {
     Ok(prompt)
 }
 
+/// The scripted server's base URL for a provider kind's wire format.
+fn scripted_base_url(
+    server: &ScriptedServer,
+    kind: troupe_runtime::provider::ProviderKind,
+) -> String {
+    use troupe_runtime::provider::ProviderKind;
+    match kind {
+        ProviderKind::Anthropic => server.anthropic_base_url(),
+        ProviderKind::Gemini => server.gemini_base_url(),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => server.openai_base_url(),
+    }
+}
+
 /// A hosted provider at its official URL needs its key: refuse early, with
 /// the variable to set, instead of failing after the session started.
 fn require_key(provider: &troupe_runtime::provider::ProviderConfig) -> Result<(), Failure> {
@@ -251,7 +266,12 @@ fn require_key(provider: &troupe_runtime::provider::ProviderConfig) -> Result<()
 fn codex_key(provider: &troupe_runtime::provider::ProviderConfig) -> Option<&'static str> {
     const VAR: &str = "CODEX_API_KEY";
     let set = std::env::var(VAR).is_ok_and(|v| !v.trim().is_empty());
-    (set && provider.kind == troupe_runtime::provider::ProviderKind::OpenAi).then_some(VAR)
+    use troupe_runtime::provider::ProviderKind;
+    let openai = matches!(
+        provider.kind,
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses
+    );
+    (set && openai).then_some(VAR)
 }
 
 /// Everything a run needs before its session exists: the configuration
@@ -324,8 +344,16 @@ impl Launch {
         // Offline, only `--model` pins the model: the script's run can
         // still fail over to a configured `[agent.fallback]`, which the
         // same scripted server serves.
+        // `--provider` picks the wire format the scripted server is spoken
+        // to in (default: OpenAI chat completions).
         let (provider, base_url) = match &server {
-            Some(server) => (Some("openai".to_string()), Some(server.openai_base_url())),
+            Some(server) => {
+                let provider = s.provider.clone().unwrap_or_else(|| "openai".to_string());
+                let kind = config
+                    .provider_kind(&provider)
+                    .unwrap_or(troupe_runtime::provider::ProviderKind::OpenAi);
+                (Some(provider), Some(scripted_base_url(server, kind)))
+            }
             None => (s.provider.clone(), s.base_url.clone()),
         };
         let model = s.model.clone();
@@ -446,7 +474,6 @@ impl Launch {
     /// Offline, the fallback is served by the same scripted server (in its
     /// wire format), with no key: nothing leaves the machine.
     fn offline_fallback(&self) -> Result<Option<ProviderConfig>, Failure> {
-        use troupe_runtime::provider::ProviderKind;
         let (Some(server), Some(mut fb)) = (
             &self.server,
             self.config
@@ -455,11 +482,7 @@ impl Launch {
         ) else {
             return Ok(None);
         };
-        fb.base_url = match fb.kind {
-            ProviderKind::Anthropic => server.anthropic_base_url(),
-            ProviderKind::Gemini => server.gemini_base_url(),
-            ProviderKind::OpenAi => server.openai_base_url(),
-        };
+        fb.base_url = scripted_base_url(server, fb.kind);
         Ok(Some(fb.without_key()))
     }
 

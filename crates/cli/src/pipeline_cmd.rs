@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long)]
     base_url: Option<String>,
     /// Run offline against this script (docs/scripted-server.md).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["provider", "base_url"])]
+    #[arg(long, value_name = "FILE", conflicts_with = "base_url")]
     script: Option<PathBuf>,
     /// The session's sandbox_mode, the ceiling of every proposer
     /// (docs/security.md; default troupe.toml's, else workspace-write).

@@ -15,10 +15,11 @@ use super::config::{ProviderConfig, ProviderKind};
 use super::decode::{StreamDecoder, StreamParser};
 use super::gemini::GeminiDecoder;
 use super::openai::OpenAiDecoder;
+use super::responses::ResponsesDecoder;
 use super::retry::retry_after_from_headers;
 use super::secret::SecretString;
 use super::types::{ModelEvent, ModelRequest};
-use super::{ModelClient, ModelEventStream, ProviderError, anthropic, gemini, openai};
+use super::{ModelClient, ModelEventStream, ProviderError, anthropic, gemini, openai, responses};
 
 static CRYPTO_PROVIDER: Once = Once::new();
 
@@ -31,7 +32,8 @@ fn install_crypto_provider() {
 }
 
 /// A streaming client for one provider: OpenAI-compatible chat
-/// completions, Anthropic messages or Gemini, per [`ProviderConfig::kind`].
+/// completions, Anthropic messages, Gemini or the OpenAI Responses API,
+/// per [`ProviderConfig::kind`].
 ///
 /// Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
@@ -92,6 +94,7 @@ impl ProviderClient {
             }
             ProviderKind::Anthropic => anthropic::request_body(request),
             ProviderKind::Gemini => gemini::request_body(request),
+            ProviderKind::OpenAiResponses => responses::request_body(request),
         }
     }
 }
@@ -113,7 +116,7 @@ fn build_headers(
     h.insert("accept", HeaderValue::from_static("text/event-stream"));
     if let Some(key) = key {
         match config.kind {
-            ProviderKind::OpenAi => {
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
                 let bearer = format!("Bearer {}", key.expose());
                 h.insert("authorization", header_value(&bearer, "authorization")?);
             }
@@ -302,6 +305,7 @@ async fn open(inner: &Inner, url: &str, body: &Bytes, attempt: u32) -> Result<Co
         ProviderKind::OpenAi => Box::new(OpenAiDecoder::new()),
         ProviderKind::Anthropic => Box::new(AnthropicDecoder::new()),
         ProviderKind::Gemini => Box::new(GeminiDecoder::new()),
+        ProviderKind::OpenAiResponses => Box::new(ResponsesDecoder::new()),
     };
     Ok(Conn {
         response,

@@ -16,6 +16,10 @@ pub enum ProviderKind {
     Anthropic,
     /// Gemini (`{base}/v1beta/models/{model}:streamGenerateContent?alt=sse`).
     Gemini,
+    /// The OpenAI Responses API (`{base}/responses`), stateless
+    /// (`store: false`, the whole input sent each time). Written
+    /// `openai-responses` in `troupe.toml` and on the command line.
+    OpenAiResponses,
 }
 
 impl ProviderKind {
@@ -23,7 +27,7 @@ impl ProviderKind {
     /// OpenAI's includes the version, Anthropic's and Gemini's do not.
     pub fn default_base_url(self) -> &'static str {
         match self {
-            Self::OpenAi => "https://api.openai.com/v1",
+            Self::OpenAi | Self::OpenAiResponses => "https://api.openai.com/v1",
             Self::Anthropic => "https://api.anthropic.com",
             Self::Gemini => "https://generativelanguage.googleapis.com",
         }
@@ -32,7 +36,7 @@ impl ProviderKind {
     /// The environment variable the key is read from by default.
     pub fn default_key_env(self) -> &'static str {
         match self {
-            Self::OpenAi => "OPENAI_API_KEY",
+            Self::OpenAi | Self::OpenAiResponses => "OPENAI_API_KEY",
             Self::Anthropic => "ANTHROPIC_API_KEY",
             Self::Gemini => "GEMINI_API_KEY",
         }
@@ -45,6 +49,7 @@ impl ProviderKind {
             Self::OpenAi => format!("{base}/chat/completions"),
             Self::Anthropic => format!("{base}/v1/messages"),
             Self::Gemini => format!("{base}/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            Self::OpenAiResponses => format!("{base}/responses"),
         }
     }
 }
@@ -124,6 +129,12 @@ impl ProviderConfig {
     /// Gemini.
     pub fn gemini() -> Self {
         Self::new(ProviderKind::Gemini)
+    }
+
+    /// The OpenAI Responses API (or a compatible server, with
+    /// [`Self::with_base_url`]).
+    pub fn openai_responses() -> Self {
+        Self::new(ProviderKind::OpenAiResponses)
     }
 
     /// Sets the base URL.

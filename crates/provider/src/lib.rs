@@ -8,7 +8,8 @@
 //!   chosen by [`ProviderConfig::kind`]:
 //!   OpenAI-compatible chat completions ([`openai`], also Ollama, vLLM,
 //!   llama.cpp, LM Studio, OpenRouter, Groq... via `base_url`),
-//!   Anthropic messages ([`anthropic`]) and Gemini ([`gemini`]).
+//!   Anthropic messages ([`anthropic`]), Gemini ([`gemini`]) and the
+//!   OpenAI Responses API ([`responses`]).
 //! - [`sse`]: the incremental SSE decoder (bytes in, events out);
 //!   [`StreamDecoder`] and [`StreamParser`] chain it with a format
 //!   decoder, with no HTTP, so recorded streams can be replayed.
@@ -39,6 +40,8 @@ pub mod gemini;
 pub mod openai;
 mod openai_wire;
 mod response;
+pub mod responses;
+mod responses_wire;
 mod retry;
 mod secret;
 pub mod sse;
@@ -53,6 +56,7 @@ pub use error::{ProviderError, is_context_overflow_text};
 pub use gemini::GeminiDecoder;
 pub use openai::{MaxTokensField, OpenAiDecoder};
 pub use response::ModelResponse;
+pub use responses::ResponsesDecoder;
 pub use retry::{RetryPolicy, parse_retry_after};
 pub use secret::{KeySource, SecretString};
 pub use sse::{SseDecoder, SseEvent};

@@ -6,10 +6,10 @@
 //!   (text, tool calls, faults) and an optional stateless [`Rule`]; loaded
 //!   from JSON or TOML (`docs/scripted-server.md`) or built in Rust.
 //! - [`ScriptedServer`]: real HTTP on 127.0.0.1 speaking OpenAI chat
-//!   completions, Anthropic messages and Gemini `generateContent`, streamed
-//!   and not, with fault injection (HTTP errors with `Retry-After`, stalls,
-//!   cut streams, malformed chunks, empty steps, tool calls with
-//!   `finish_reason: "stop"`).
+//!   completions, the OpenAI Responses API, Anthropic messages and Gemini
+//!   `generateContent`, streamed and not, with fault injection (HTTP
+//!   errors with `Retry-After`, stalls, cut streams, malformed chunks,
+//!   empty steps, tool calls with `finish_reason: "stop"`).
 //! - [`RecordedRequest`]: every request, normalized into one view, with
 //!   helpers tests read instead of raw JSON; the recorder checks that every
 //!   tool result answers a call and every call got a result.
@@ -36,6 +36,7 @@
 mod bounds;
 mod error;
 mod normalize;
+mod normalize_responses;
 mod plan;
 pub mod request;
 mod retry;

@@ -1,4 +1,4 @@
-//! Reading the three request formats into one [`RecordedRequest`].
+//! Reading the four request formats into one [`RecordedRequest`].
 
 use axum::http::HeaderMap;
 use serde_json::Value;
@@ -58,6 +58,7 @@ pub(crate) fn normalize(raw: &RawRequest<'_>, body: &[u8]) -> (RecordedRequest, 
         WireFormat::OpenAi => openai(&mut req, &body),
         WireFormat::Anthropic => anthropic(&mut req, &body),
         WireFormat::Gemini => gemini(&mut req, &body, raw.gemini_target.clone()),
+        WireFormat::Responses => crate::normalize_responses::responses(&mut req, &body),
     }
     req.body = body;
     (req, None)
@@ -77,7 +78,7 @@ fn record_headers(map: &HeaderMap) -> (Vec<(String, String)>, bool) {
     (out, has_auth)
 }
 
-fn str_of(v: &Value, key: &str) -> String {
+pub(crate) fn str_of(v: &Value, key: &str) -> String {
     v.get(key)
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -98,11 +99,11 @@ fn text_of(content: &Value) -> String {
 }
 
 /// Parses argument text as JSON, keeping it as a string when it is not JSON.
-fn parse_args(text: &str) -> Value {
+pub(crate) fn parse_args(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
-fn message(role: Role, text: String) -> RecordedMessage {
+pub(crate) fn message(role: Role, text: String) -> RecordedMessage {
     RecordedMessage {
         role,
         text,
@@ -164,7 +165,7 @@ fn openai(req: &mut RecordedRequest, body: &Value) {
     }
 }
 
-fn array<'v>(v: &'v Value, key: &str) -> &'v [Value] {
+pub(crate) fn array<'v>(v: &'v Value, key: &str) -> &'v [Value] {
     v.get(key)
         .and_then(Value::as_array)
         .map(Vec::as_slice)

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::request::{RecordedRequest, WireFormat};
 use crate::script::{MessageReply, Reply, default_malformed_message};
-use crate::wire::{Answer, anthropic, gemini, openai};
+use crate::wire::{Answer, anthropic, gemini, openai, responses};
 
 /// How long a cut waits before closing, so the bytes before it reach the wire.
 const FLUSH_BEFORE_ABORT: Duration = Duration::from_millis(20);
@@ -139,6 +139,7 @@ fn error_json(format: WireFormat, status: u16, message: &str) -> Value {
         WireFormat::OpenAi => openai::error_body(status, message),
         WireFormat::Anthropic => anthropic::error_body(status, message),
         WireFormat::Gemini => gemini::error_body(status, message),
+        WireFormat::Responses => responses::error_body(status, message),
     }
 }
 
@@ -178,6 +179,7 @@ fn message_plan(m: &MessageReply, ctx: &Ctx<'_>) -> Plan {
             WireFormat::OpenAi => openai::json_body(&a),
             WireFormat::Anthropic => anthropic::json_body(&a),
             WireFormat::Gemini => gemini::json_body(&a),
+            WireFormat::Responses => responses::json_body(&a),
         };
         vec![Step::Send(Bytes::from(body.to_string()))]
     };
@@ -193,6 +195,7 @@ fn frames(format: WireFormat, a: &Answer) -> Vec<Bytes> {
         WireFormat::OpenAi => openai::stream(a),
         WireFormat::Anthropic => anthropic::stream(a),
         WireFormat::Gemini => gemini::stream(a),
+        WireFormat::Responses => responses::stream(a),
     }
 }
 
@@ -206,6 +209,7 @@ fn malformed_plan(m: &MessageReply, ctx: &Ctx<'_>) -> Plan {
             WireFormat::OpenAi => openai::malformed_frame(&a),
             WireFormat::Anthropic => anthropic::malformed_frame(&a),
             WireFormat::Gemini => gemini::malformed_frame(&a),
+            WireFormat::Responses => responses::malformed_frame(&a),
         };
         let at = p.steps.len().min(1);
         p.steps.insert(at, Step::Send(bad));

@@ -1,4 +1,4 @@
-//! The recorded request: one view over the three wire formats.
+//! The recorded request: one view over the four wire formats.
 //!
 //! Tests read requests through the helpers here (`tool_results()`,
 //! `function_call_output_text(id)`, `last_user_text()`, ...) instead of
@@ -20,6 +20,8 @@ pub enum WireFormat {
     Anthropic,
     /// Gemini `generateContent` / `streamGenerateContent`.
     Gemini,
+    /// The OpenAI Responses API (`POST /v1/responses`).
+    Responses,
 }
 
 /// Who wrote a message.

@@ -27,8 +27,9 @@ use crate::script::{CursorMode, Reply, Script};
 /// How long `shutdown` lets open responses (a stall, say) finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
-/// A scripted model server on 127.0.0.1, speaking the OpenAI, Anthropic and
-/// Gemini wire formats, recording every request.
+/// A scripted model server on 127.0.0.1, speaking the OpenAI chat
+/// completions, OpenAI Responses, Anthropic and Gemini wire formats,
+/// recording every request.
 ///
 /// Dropping it stops it too; [`ScriptedServer::shutdown`] waits for it.
 #[derive(Debug)]
@@ -219,6 +220,8 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai_route))
         .route("/chat/completions", post(openai_route))
+        .route("/v1/responses", post(responses_route))
+        .route("/responses", post(responses_route))
         .route("/v1/messages", post(anthropic_route))
         .route("/v1beta/models/{target}", post(gemini_route))
         .route("/v1/models/{target}", post(gemini_route))
@@ -233,6 +236,15 @@ async fn openai_route(
     body: Body,
 ) -> Response {
     handle(&shared, WireFormat::OpenAi, None, &uri, &headers, body).await
+}
+
+async fn responses_route(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(&shared, WireFormat::Responses, None, &uri, &headers, body).await
 }
 
 async fn anthropic_route(

@@ -102,7 +102,7 @@ pub enum ConfigError {
     /// A provider name (set through the Rust API) that is neither a kind
     /// nor a `[providers.<name>]` table.
     #[error(
-        "unknown provider `{name}`: use openai, anthropic, gemini or a name defined under [providers]"
+        "unknown provider `{name}`: use openai, anthropic, gemini, openai-responses or a name defined under [providers]"
     )]
     UnknownProvider {
         /// The name.

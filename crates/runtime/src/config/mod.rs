@@ -48,7 +48,7 @@ pub use layers::{
 pub use sections::{
     AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
-    ToolsConfig, VerifierConfig, default_model,
+    ToolsConfig, VerifierConfig, WireApi, default_model,
 };
 pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
@@ -348,12 +348,18 @@ impl Config {
         })
     }
 
+    /// The kind behind a provider name (a kind, or a `[providers.<name>]`
+    /// table with its `wire_api`); `None` for an unknown name.
+    pub fn provider_kind(&self, name: &str) -> Option<ProviderKind> {
+        self.kind_of(name)
+    }
+
     /// The kind behind a provider name.
     fn kind_of(&self, name: &str) -> Option<ProviderKind> {
-        self.providers
-            .get(name)
-            .and_then(|s| s.kind)
-            .or_else(|| parse_kind(name))
+        match self.providers.get(name) {
+            Some(s) => s.effective_kind(name),
+            None => parse_kind(name),
+        }
     }
 
     fn build_provider(

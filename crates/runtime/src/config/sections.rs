@@ -15,7 +15,7 @@ use crate::store::FsyncPolicy;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
-    /// A provider kind (`openai`, `anthropic`, `gemini`) or the name of a
+    /// A provider kind (`openai`, `anthropic`, `gemini`, `openai-responses`) or the name of a
     /// `[providers.<name>]` table. `openai` is any OpenAI-compatible server.
     pub provider: String,
     /// The model; `None` uses the provider kind's default
@@ -165,10 +165,38 @@ pub struct ProviderSettings {
     pub initial_backoff_ms: Option<u64>,
     /// Cap on one retry delay in milliseconds.
     pub max_backoff_ms: Option<u64>,
+    /// Which OpenAI API an `openai` kind speaks (Codex's key): `chat`
+    /// (chat completions, the default) or `responses` (the Responses API,
+    /// the same as `kind = "openai-responses"`).
+    pub wire_api: Option<WireApi>,
+}
+
+/// `wire_api` of an OpenAI-compatible provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireApi {
+    /// Chat completions (`{base}/chat/completions`).
+    Chat,
+    /// The Responses API (`{base}/responses`).
+    Responses,
+}
+
+impl ProviderSettings {
+    /// The kind this table configures: `kind` (or the table's name when
+    /// that is a kind), turned into the Responses API by
+    /// `wire_api = "responses"`.
+    pub fn effective_kind(&self, name: &str) -> Option<ProviderKind> {
+        let kind = self.kind.or_else(|| parse_kind(name))?;
+        Some(match (kind, self.wire_api) {
+            (ProviderKind::OpenAi, Some(WireApi::Responses)) => ProviderKind::OpenAiResponses,
+            (ProviderKind::OpenAiResponses, Some(WireApi::Chat)) => ProviderKind::OpenAi,
+            (kind, _) => kind,
+        })
+    }
 }
 
 /// The names `kind` accepts, in the file's spelling.
-pub const PROVIDER_KINDS: &[&str] = &["openai", "anthropic", "gemini"];
+pub const PROVIDER_KINDS: &[&str] = &["openai", "anthropic", "gemini", "openai-responses"];
 
 /// Parses a provider kind as written in `troupe.toml`.
 pub fn parse_kind(name: &str) -> Option<ProviderKind> {
@@ -176,6 +204,7 @@ pub fn parse_kind(name: &str) -> Option<ProviderKind> {
         "openai" => Some(ProviderKind::OpenAi),
         "anthropic" => Some(ProviderKind::Anthropic),
         "gemini" => Some(ProviderKind::Gemini),
+        "openai-responses" => Some(ProviderKind::OpenAiResponses),
         _ => None,
     }
 }
@@ -184,6 +213,7 @@ pub fn parse_kind(name: &str) -> Option<ProviderKind> {
 pub fn default_model(kind: ProviderKind) -> &'static str {
     match kind {
         ProviderKind::OpenAi => "gpt-4.1",
+        ProviderKind::OpenAiResponses => "gpt-5",
         ProviderKind::Anthropic => "claude-sonnet-4-5",
         ProviderKind::Gemini => "gemini-2.5-pro",
     }

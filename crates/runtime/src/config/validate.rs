@@ -7,6 +7,7 @@ use super::Config;
 use super::error::ConfigError;
 use super::locate::Locator;
 use super::sections::{PROVIDER_KINDS, ProviderSettings, parse_kind};
+use crate::provider::ProviderKind;
 use crate::tools::PermissionPolicy;
 
 /// What is wrong with a value, and how to fix it.
@@ -300,6 +301,20 @@ impl FileChecker<'_> {
                 Err(Problem::new(
                     format!("provider `{name}` is not a kind and sets no `kind`"),
                     "add `kind = \"openai\"` (or anthropic, gemini) to this table",
+                )),
+            )?;
+        }
+        if s.wire_api.is_some()
+            && !matches!(
+                s.kind.or_else(|| parse_kind(name)),
+                None | Some(ProviderKind::OpenAi | ProviderKind::OpenAiResponses)
+            )
+        {
+            self.at(
+                &key("wire_api"),
+                Err(Problem::new(
+                    "`wire_api` only applies to an OpenAI-compatible provider",
+                    "remove it, or set `kind = \"openai\"`",
                 )),
             )?;
         }

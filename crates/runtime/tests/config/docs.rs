@@ -51,3 +51,21 @@ fn the_documented_local_provider_example_works() {
     assert_eq!(p.base_url, "http://127.0.0.1:11434/v1");
     assert_eq!(p.api_key, KeySource::None);
 }
+
+#[test]
+fn the_documented_responses_example_works() {
+    let blocks = toml_blocks(&doc());
+    let block = blocks
+        .iter()
+        .find(|b| b.contains("wire_api = \"responses\""))
+        .expect("docs/config.md shows wire_api");
+    let c = Config::parse(block, &PathBuf::from("docs/config.md")).unwrap();
+    let p = c.provider_config().unwrap();
+    assert_eq!(p.kind, ProviderKind::OpenAiResponses);
+    assert_eq!(p.base_url, "https://api.openai.com/v1");
+    assert_eq!(p.api_key, KeySource::Env("OPENAI_API_KEY".into()));
+    assert_eq!(
+        p.kind.endpoint(&p.base_url, "gpt-5"),
+        "https://api.openai.com/v1/responses"
+    );
+}

@@ -414,3 +414,18 @@ fn a_bad_sandbox_mode_names_the_key_its_line_and_the_modes() {
     }
     assert_eq!(text.lines().count(), 1, "{text}");
 }
+
+#[test]
+fn wire_api_is_checked() {
+    let e = load_err("[providers.anthropic]\nwire_api = \"responses\"\n").to_string();
+    assert!(
+        e.contains("providers.anthropic.wire_api")
+            && e.contains("only applies to an OpenAI-compatible provider"),
+        "{e}"
+    );
+    let e = load_err("[providers.openai]\nwire_api = \"grpc\"\n").to_string();
+    assert!(
+        e.contains("wire_api") && e.contains("chat") && e.contains("responses"),
+        "{e}"
+    );
+}

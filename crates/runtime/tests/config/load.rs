@@ -366,3 +366,34 @@ fn sandbox_mode_and_network_access_come_from_the_file_and_the_flags() {
     assert_eq!(c.sandbox_mode(), SandboxMode::DangerFullAccess);
     assert!(!c.exec_config().network_access);
 }
+
+#[test]
+fn wire_api_and_the_openai_responses_kind_pick_the_responses_api() {
+    let kinds = |text: &str| {
+        let dir = workspace(Some(text));
+        let c = load(dir.path(), &[]).unwrap();
+        (c.provider_config().unwrap(), c.model())
+    };
+    // A custom table: its own URL, no key, Responses over wire_api.
+    let (p, _) = kinds(
+        "[agent]\nprovider = \"vllm\"\n[providers.vllm]\nkind = \"openai\"\nwire_api = \"responses\"\nbase_url = \"http://127.0.0.1:8000/v1\"\n",
+    );
+    assert_eq!(p.kind, ProviderKind::OpenAiResponses);
+    assert_eq!(p.api_key, KeySource::None);
+    assert_eq!(p.base_url, "http://127.0.0.1:8000/v1");
+    // The kind by name, and its default model.
+    let (p, model) = kinds("[agent]\nprovider = \"openai-responses\"\n");
+    assert_eq!(p.kind, ProviderKind::OpenAiResponses);
+    assert_eq!(p.api_key, KeySource::Env("OPENAI_API_KEY".into()));
+    assert_eq!(model, "gpt-5");
+    // wire_api = "chat" is chat completions.
+    let (p, _) = kinds("[providers.openai]\nwire_api = \"chat\"\n");
+    assert_eq!(p.kind, ProviderKind::OpenAi);
+    // The environment's provider works too.
+    let dir = workspace(None);
+    let c = load(dir.path(), &[("TROUPE_PROVIDER", "openai-responses")]).unwrap();
+    assert_eq!(
+        c.provider_config().unwrap().kind,
+        ProviderKind::OpenAiResponses
+    );
+}

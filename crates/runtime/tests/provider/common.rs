@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use troupe_runtime::provider::{
-    AnthropicDecoder, GeminiDecoder, ModelEvent, OpenAiDecoder, ProviderError, StreamDecoder,
-    StreamParser,
+    AnthropicDecoder, GeminiDecoder, ModelEvent, OpenAiDecoder, ProviderError, ResponsesDecoder,
+    StreamDecoder, StreamParser,
 };
 
 /// The recorded streams, kept in the repository at `tests/fixtures/providers`.
@@ -25,6 +25,7 @@ pub fn decoder_for(format: &str) -> Option<Box<dyn StreamDecoder>> {
         "openai-chat" => Some(Box::new(OpenAiDecoder::with_id_prefix("t"))),
         "anthropic" => Some(Box::new(AnthropicDecoder::new())),
         "gemini" => Some(Box::new(GeminiDecoder::with_id_prefix("t"))),
+        "openai-responses" => Some(Box::new(ResponsesDecoder::new())),
         _ => None,
     }
 }

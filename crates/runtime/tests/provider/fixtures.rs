@@ -57,17 +57,23 @@ fn expected_usage(format: &str, exp: &Value) -> Option<Usage> {
             cache_creation_tokens: 0,
             output_tokens: u(raw, "candidatesTokenCount") + u(raw, "thoughtsTokenCount"),
         },
+        // Cached tokens are part of input_tokens, reasoning tokens part of
+        // output_tokens.
+        "openai-responses" => Usage {
+            input_tokens: u(raw, "input_tokens"),
+            cached_input_tokens: raw
+                .pointer("/input_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cache_creation_tokens: 0,
+            output_tokens: u(raw, "output_tokens"),
+        },
         other => panic!("no usage rule for {other}"),
     })
 }
 
 fn check_fixture(name: &str, exp: &Value) -> bool {
     let format = exp["format"].as_str().expect("format");
-    if format == "openai-responses" {
-        // The OpenAI Responses API is not a supported provider yet: troupe
-        // speaks chat completions to OpenAI. These four files are skipped.
-        return false;
-    }
     let bytes = std::fs::read(fixtures_dir().join(name)).expect("fixture readable");
     let decoded = decode(format, &bytes);
     check_grammar(&decoded.events);
@@ -163,10 +169,7 @@ fn every_recorded_stream_matches_the_expected_content() {
             checked += 1;
         }
     }
-    assert_eq!(
-        checked, 47,
-        "all but the 4 Responses API files were checked"
-    );
+    assert_eq!(checked, 51, "every recorded stream was checked");
 }
 
 /// Hand-checked values, so the normalization rules are pinned by numbers
@@ -266,6 +269,54 @@ fn split_at_every_byte_gemini_crlf() {
     );
     split_fixture_consistently(name);
     split_fixture_consistently("gemini/vertex-function-calls-parallel.sse");
+}
+
+#[test]
+fn split_at_every_byte_responses() {
+    split_fixture_consistently("openai-responses/function-calls-parallel.sse");
+    split_fixture_consistently("openai-responses/text.sse");
+}
+
+/// The reasoning item of a Responses stream becomes one complete block
+/// (id, encrypted content, summary text) after its summary deltas, and
+/// the call after it is call 0 although its output_index is 1.
+#[test]
+fn responses_reasoning_item_is_a_complete_block() {
+    let name = "openai-responses/reasoning-summary-function-call.sse";
+    let bytes = std::fs::read(fixtures_dir().join(name)).unwrap();
+    let decoded = decode("openai-responses", &bytes);
+    assert!(decoded.errors.is_empty(), "{:?}", decoded.errors);
+    let got = ModelResponse::from_events(&decoded.events);
+    assert_eq!(got.reasoning_blocks.len(), 1);
+    let block = &got.reasoning_blocks[0];
+    assert_eq!(
+        block.id.as_deref(),
+        Some("rs_017e85da2ae23b69016a3c1251dcec819daf72930a854fd4d1")
+    );
+    // The encrypted content of output_item.done (it differs from the one
+    // of output_item.added).
+    let sig = block.signature.as_deref().unwrap();
+    assert!(sig.starts_with("gAAAAABqPBJWAIvE"), "{sig:.20}");
+    assert_eq!(block.text, got.reasoning);
+    assert!(block.text.starts_with("**Getting weather info**"));
+    let block_at = decoded
+        .events
+        .iter()
+        .position(|e| matches!(e, ModelEvent::ReasoningBlock { .. }))
+        .unwrap();
+    let last_delta = decoded
+        .events
+        .iter()
+        .rposition(|e| matches!(e, ModelEvent::ReasoningDelta { .. }))
+        .unwrap();
+    assert!(last_delta < block_at, "the block follows its deltas");
+    assert!(matches!(
+        &decoded.events[block_at + 1],
+        ModelEvent::ToolCallStart { index: 0, id, .. } if id == "call_zgUaIBRPTwxxOusyyKw5NVMH"
+    ));
+    let usage = got.usage.unwrap();
+    // 64 reasoning tokens are part of the 121 output tokens.
+    assert_eq!((usage.input_tokens, usage.output_tokens), (63, 121));
 }
 
 #[test]

@@ -11,5 +11,7 @@ mod common;
 mod fixtures;
 mod quirks;
 mod raw_server;
+mod responses;
+mod responses_http;
 mod scripted;
 mod secrets;

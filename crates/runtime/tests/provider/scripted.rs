@@ -1,4 +1,4 @@
-//! The three clients against the scripted model server (real HTTP on
+//! The four clients against the scripted model server (real HTTP on
 //! 127.0.0.1), including every fault it can inject.
 
 use std::time::{Duration, Instant};
@@ -13,15 +13,16 @@ use troupe_testkit::{Reply, Script, ScriptedServer, ToolCallSpec};
 
 use crate::common::check_grammar;
 
-pub const KINDS: [ProviderKind; 3] = [
+pub const KINDS: [ProviderKind; 4] = [
     ProviderKind::OpenAi,
     ProviderKind::Anthropic,
     ProviderKind::Gemini,
+    ProviderKind::OpenAiResponses,
 ];
 
 pub fn config(kind: ProviderKind, server: &ScriptedServer) -> ProviderConfig {
     let base = match kind {
-        ProviderKind::OpenAi => server.openai_base_url(),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => server.openai_base_url(),
         ProviderKind::Anthropic => server.anthropic_base_url(),
         ProviderKind::Gemini => server.gemini_base_url(),
     };
@@ -135,9 +136,10 @@ async fn plain_text_and_request_shape() {
             ProviderKind::OpenAi => "/v1/chat/completions",
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Gemini => "/v1beta/models/test-model:streamGenerateContent",
+            ProviderKind::OpenAiResponses => "/v1/responses",
         };
         assert_eq!(req.path, expected_path);
-        if kind == ProviderKind::OpenAi {
+        if matches!(kind, ProviderKind::OpenAi | ProviderKind::OpenAiResponses) {
             assert!(req.include_usage);
         }
         server.check_invariants().unwrap();
@@ -214,8 +216,9 @@ async fn tool_calls_with_finish_reason_stop_are_tool_calls() {
         assert_eq!(r.tool_calls[0].arguments, "{}");
         assert_eq!(r.finish, Some(FinishReason::ToolCalls), "{kind:?}");
         let raw = r.finish_raw.unwrap();
+        // The Responses API has no "stop": its status is `completed`.
         assert!(
-            ["stop", "end_turn", "STOP"].contains(&raw.as_str()),
+            ["stop", "end_turn", "STOP", "completed"].contains(&raw.as_str()),
             "{kind:?}: {raw}"
         );
     }

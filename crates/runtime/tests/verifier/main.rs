@@ -123,7 +123,7 @@ pub fn proposal() -> HandoffRequest {
 /// A client for the scripted server in `kind`'s wire format, no retries.
 pub fn client(server: &ScriptedServer, kind: ProviderKind) -> Arc<dyn ModelClient> {
     let base = match kind {
-        ProviderKind::OpenAi => server.openai_base_url(),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => server.openai_base_url(),
         ProviderKind::Anthropic => server.anthropic_base_url(),
         ProviderKind::Gemini => server.gemini_base_url(),
     };

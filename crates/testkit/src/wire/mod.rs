@@ -8,6 +8,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
 pub(crate) mod openai;
+pub(crate) mod responses;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -120,7 +121,7 @@ pub(crate) fn finish_reason(format: WireFormat, scripted: &str) -> String {
         other => return other.to_string(),
     };
     let mapped = match (format, neutral) {
-        (WireFormat::OpenAi, n) => n,
+        (WireFormat::OpenAi | WireFormat::Responses, n) => n,
         (WireFormat::Anthropic, "stop") => "end_turn",
         (WireFormat::Anthropic, "tool_calls") => "tool_use",
         (WireFormat::Anthropic, _) => "max_tokens",

@@ -6,10 +6,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use troupe_testkit::{ScriptedServer, WireFormat};
 
-pub const FORMATS: [WireFormat; 3] = [
+pub const FORMATS: [WireFormat; 4] = [
     WireFormat::OpenAi,
     WireFormat::Anthropic,
     WireFormat::Gemini,
+    WireFormat::Responses,
 ];
 
 /// What a client saw.
@@ -111,6 +112,14 @@ pub fn request(
                    "messages": [{"role": "user", "content": user}],
                    "tools": [{"name": "add", "input_schema": {}}]}),
         ),
+        WireFormat::Responses => (
+            format!("{}/responses", server.openai_base_url()),
+            json!({"model": "gpt-test", "stream": stream, "store": false,
+                   "instructions": "be brief",
+                   "input": [{"type": "message", "role": "user",
+                              "content": [{"type": "input_text", "text": user}]}],
+                   "tools": [{"type": "function", "name": "add", "parameters": {}}]}),
+        ),
         WireFormat::Gemini => {
             let action = if stream {
                 "streamGenerateContent?alt=sse"
@@ -181,6 +190,7 @@ pub fn fold(format: WireFormat, body: &[u8]) -> Folded {
             WireFormat::OpenAi => fold_openai(&mut f, &v),
             WireFormat::Anthropic => fold_anthropic(&mut f, event.as_deref(), &v),
             WireFormat::Gemini => fold_gemini(&mut f, &v),
+            WireFormat::Responses => fold_responses(&mut f, event.as_deref(), &v),
         }
     }
     f
@@ -264,4 +274,39 @@ fn fold_gemini(f: &mut Folded, v: &Value) {
         f.done_marker = true;
     }
     f.usage = Some(v["usageMetadata"].clone());
+}
+
+fn fold_responses(f: &mut Folded, event: Option<&str>, v: &Value) {
+    let ty = v["type"].as_str().expect("type");
+    assert_eq!(event, Some(ty), "event line matches data type");
+    match ty {
+        "response.output_item.added" if v["item"]["type"] == "function_call" => {
+            let item = &v["item"];
+            assert_eq!(
+                v["output_index"].as_u64(),
+                Some(f.calls.len() as u64 + u64::from(!f.text.is_empty())),
+                "output_index counts the items"
+            );
+            f.calls.push((
+                item["call_id"].as_str().unwrap().into(),
+                item["name"].as_str().unwrap().into(),
+                String::new(),
+            ));
+        }
+        "response.output_text.delta" => f.text.push_str(v["delta"].as_str().unwrap()),
+        "response.function_call_arguments.delta" => {
+            let last = f.calls.last_mut().expect("a function_call item is open");
+            last.2.push_str(v["delta"].as_str().unwrap());
+        }
+        "response.completed" | "response.incomplete" => {
+            let r = &v["response"];
+            f.finish = match r["incomplete_details"]["reason"].as_str() {
+                Some(reason) => Some(reason.into()),
+                None => r["status"].as_str().map(str::to_string),
+            };
+            f.usage = Some(r["usage"].clone());
+            f.done_marker = true;
+        }
+        _ => {}
+    }
 }

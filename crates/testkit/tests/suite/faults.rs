@@ -50,7 +50,9 @@ async fn http_error_without_body_is_shaped_like_the_provider() {
         assert!(got.headers.get("retry-after").is_none());
         let v = got.json();
         match format {
-            WireFormat::OpenAi => assert!(v["error"]["message"].is_string()),
+            WireFormat::OpenAi | WireFormat::Responses => {
+                assert!(v["error"]["message"].is_string())
+            }
             WireFormat::Anthropic => assert_eq!(v["error"]["type"], "overloaded_error"),
             WireFormat::Gemini => assert_eq!(v["error"]["code"], 529),
         }
@@ -149,14 +151,16 @@ async fn cut_stream_gives_fewer_bytes_and_an_early_eof() {
 
 /// `bytes` with the digits of every `"created":` timestamp zeroed.
 fn without_created(bytes: &[u8]) -> Vec<u8> {
-    let key = b"\"created\":";
     let mut out = bytes.to_vec();
-    let mut i = 0;
-    while let Some(at) = out[i..].windows(key.len()).position(|w| w == key) {
-        i += at + key.len();
-        while i < out.len() && out[i].is_ascii_digit() {
-            out[i] = b'0';
-            i += 1;
+    // `created_at`: the Responses API's name.
+    for key in [&b"\"created\":"[..], &b"\"created_at\":"[..]] {
+        let mut i = 0;
+        while let Some(at) = out[i..].windows(key.len()).position(|w| w == key) {
+            i += at + key.len();
+            while i < out.len() && out[i].is_ascii_digit() {
+                out[i] = b'0';
+                i += 1;
+            }
         }
     }
     out

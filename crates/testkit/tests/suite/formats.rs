@@ -54,6 +54,18 @@ async fn streamed_text_folds_to_the_scripted_text_in_every_format() {
                 assert_eq!(usage["output_tokens"], 7);
                 assert_eq!(events[0].0.as_deref(), Some("message_start"));
             }
+            WireFormat::Responses => {
+                assert_eq!(f.finish.as_deref(), Some("completed"));
+                assert_eq!(usage["input_tokens"], 42);
+                assert_eq!(usage["output_tokens"], 7);
+                assert_eq!(events[0].0.as_deref(), Some("response.created"));
+                let numbers: Vec<u64> = events
+                    .iter()
+                    .map(|(_, d)| serde_json::from_str::<serde_json::Value>(d).unwrap())
+                    .map(|v| v["sequence_number"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
+            }
             WireFormat::Gemini => {
                 assert_eq!(f.finish.as_deref(), Some("STOP"));
                 assert_eq!(usage["promptTokenCount"], 42);
@@ -98,6 +110,7 @@ async fn one_tool_call_streams_id_name_and_arguments() {
             WireFormat::OpenAi => "tool_calls",
             WireFormat::Anthropic => "tool_use",
             WireFormat::Gemini => "STOP",
+            WireFormat::Responses => "completed",
         };
         assert_eq!(f.finish.as_deref(), Some(expected), "{format:?}");
     }
@@ -149,6 +162,7 @@ async fn tool_calls_with_a_stop_finish_reason_override() {
             WireFormat::OpenAi => "stop",
             WireFormat::Anthropic => "end_turn",
             WireFormat::Gemini => "STOP",
+            WireFormat::Responses => "completed",
         };
         assert_eq!(f.finish.as_deref(), Some(expected), "{format:?}");
     }
@@ -219,6 +233,14 @@ async fn non_streamed_answers_are_one_json_body() {
                 assert_eq!(v["content"][0], json!({"type": "text", "text": "sure"}));
                 assert_eq!(v["content"][1]["input"], json!({"a": 1}));
                 assert_eq!(v["stop_reason"], "tool_use");
+            }
+            WireFormat::Responses => {
+                assert_eq!(v["object"], "response");
+                assert_eq!(v["status"], "completed");
+                assert_eq!(v["output"][0]["content"][0]["text"], "sure");
+                assert_eq!(v["output"][1]["call_id"], "c9");
+                assert_eq!(v["output"][1]["arguments"], "{\"a\":1}");
+                assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
             }
             WireFormat::Gemini => {
                 let parts = &v["candidates"][0]["content"]["parts"];

@@ -12,6 +12,7 @@ async fn record(format: WireFormat, body: Value) -> ScriptedServer {
     let url = match format {
         WireFormat::OpenAi => format!("{}/chat/completions", server.openai_base_url()),
         WireFormat::Anthropic => format!("{}/v1/messages", server.anthropic_base_url()),
+        WireFormat::Responses => format!("{}/responses", server.openai_base_url()),
         WireFormat::Gemini => format!(
             "{}/v1beta/models/gemini-pro:streamGenerateContent?alt=sse",
             server.gemini_base_url()
@@ -58,6 +59,24 @@ fn conversation(format: WireFormat, result_id: &str, with_result: bool) -> Value
                     {"role": "assistant", "content": [{"type": "text", "text": "looking"},
                         {"type": "tool_use", "id": "c1", "name": "ls", "input": {"dir": "."}}]},
                     {"role": "user", "content": last}]})
+        }
+        WireFormat::Responses => {
+            let mut input = vec![
+                json!({"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "list files"}]}),
+                json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"}),
+                json!({"type": "message", "role": "assistant",
+                       "content": [{"type": "output_text", "text": "looking"}]}),
+                json!({"type": "function_call", "call_id": "c1", "name": "ls",
+                       "arguments": "{\"dir\":\".\"}"}),
+            ];
+            if with_result {
+                input.push(json!({"type": "function_call_output", "call_id": result_id,
+                                  "output": "a.txt b.txt"}));
+            }
+            input.push(json!({"role": "user", "content": "and now?"}));
+            json!({"model": "gpt-r", "stream": true, "store": false, "instructions": "sys",
+                   "input": input, "tools": [{"type": "function", "name": "ls"}]})
         }
         WireFormat::Gemini => {
             let mut last = vec![json!({"text": "and now?"})];
@@ -117,7 +136,12 @@ async fn a_correct_conversation_passes_and_reads_the_same_in_every_format() {
             .unwrap();
         assert_eq!(assistant.text, "looking");
         // OpenAI keeps the system message in the list: system, user, assistant, tool, user
-        let expected_len = if format == WireFormat::OpenAi { 5 } else { 3 };
+        // Responses: user, assistant (text and call), tool, user.
+        let expected_len = match format {
+            WireFormat::OpenAi => 5,
+            WireFormat::Responses => 4,
+            _ => 3,
+        };
         assert_eq!(req.messages_len(), expected_len, "{format:?}");
     }
 }
@@ -128,6 +152,7 @@ async fn models_come_from_the_body_or_the_gemini_path() {
         (WireFormat::OpenAi, "gpt-x"),
         (WireFormat::Anthropic, "claude-x"),
         (WireFormat::Gemini, "gemini-pro"),
+        (WireFormat::Responses, "gpt-r"),
     ] {
         let server = record(format, conversation(format, "c1", true)).await;
         assert_eq!(server.requests()[0].model, model);

@@ -146,3 +146,41 @@ async fn gemini_chunks_use_only_fields_real_chunks_have() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn responses_events_use_only_fields_real_events_have() {
+    assert_subset(
+        WireFormat::Responses,
+        &[
+            "openai-responses/text.sse",
+            "openai-responses/function-calls-parallel.sse",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn responses_event_order_matches_a_real_stream() {
+    let names = |body: &[u8]| -> Vec<String> {
+        sse(body)
+            .into_iter()
+            .map(|(event, _)| event.unwrap_or_default())
+            .collect()
+    };
+    let real = names(
+        &std::fs::read(format!(
+            "{FIXTURES}/openai-responses/function-calls-parallel.sse"
+        ))
+        .unwrap(),
+    );
+    // Two calls, no text, one argument delta each (short arguments).
+    let server = ScriptedServer::start(Script::replies(vec![Reply::tool_calls(vec![
+        ToolCallSpec::new("c1", "add", json!({"a": 2})),
+        ToolCallSpec::new("c2", "multiply", json!({"a": 2})),
+    ])]))
+    .await
+    .unwrap();
+    let (url, body) = request(&server, WireFormat::Responses, true, "hi");
+    let mine = names(&post(&url, &body).await.body);
+    assert_eq!(mine, real);
+}
