@@ -215,14 +215,16 @@ fn bounded(m: &Message, index: usize, max_tokens: u64, spool: Option<&Spool<'_>>
     };
     match m {
         Message::User { content } => Message::user(cut(content)),
+        // Reasoning blocks stay whole with their calls: a signature
+        // covers the block's exact text, so it is never cut.
         Message::Assistant {
             content,
             tool_calls,
-            ..
+            reasoning,
         } => Message::Assistant {
             content: cut(content),
             tool_calls: tool_calls.clone(),
-            reasoning: Vec::new(),
+            reasoning: reasoning.clone(),
         },
         Message::ToolResult {
             call_id,
