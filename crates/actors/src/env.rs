@@ -68,6 +68,7 @@ impl AgentEnv {
             provider_label: model.clone(),
             model,
             model_pinned: false,
+            reasoning_effort: None,
             system_prompt: crate::builder::DEFAULT_SYSTEM_PROMPT.into(),
             max_turns: troupe_runtime::agent::DEFAULT_MAX_TURNS,
             max_parallel_tools: 8,
