@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::request::WireFormat;
-use crate::script::{MessageReply, Usage};
+use crate::script::{MessageReply, ThinkingSpec, Usage};
 
 /// One tool call, ready to render.
 #[derive(Debug, Clone)]
@@ -38,6 +38,8 @@ pub(crate) struct Answer {
     pub finish_reason: Option<String>,
     pub usage: Usage,
     pub include_usage: bool,
+    /// Reasoning blocks sent before the text.
+    pub thinking: Vec<ThinkingSpec>,
 }
 
 impl Answer {
@@ -84,6 +86,7 @@ impl Answer {
             finish_reason: m.finish_reason.clone(),
             usage,
             include_usage,
+            thinking: m.thinking.clone(),
         }
     }
 }
