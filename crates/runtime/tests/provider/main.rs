@@ -10,6 +10,7 @@ mod bodies;
 mod common;
 mod fixtures;
 mod quirks;
+mod reasoning;
 mod raw_server;
 mod scripted;
 mod secrets;
