@@ -130,6 +130,15 @@ impl crate::agent::AgentSpec {
         self
     }
 
+    /// With this reasoning effort instead of the session's.
+    pub fn with_reasoning_effort(
+        mut self,
+        effort: troupe_runtime::provider::ReasoningEffort,
+    ) -> Self {
+        self.reasoning_effort = Some(effort);
+        self
+    }
+
     /// With this turn limit instead of the session's.
     pub fn with_max_turns(mut self, turns: u32) -> Self {
         self.max_turns = Some(turns);

@@ -388,13 +388,18 @@ mod tests {
             "model=\"m1\"",
             "approval_policy=\"never\"",
             "model_reasoning_effort=\"high\"",
+            "web_search=\"live\"",
             "sandbox_workspace_write.network_access=true",
         ]))
         .unwrap();
         assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
         assert_eq!(s.model.as_deref(), Some("m1"));
         assert_eq!(s.network_access, Some(true));
-        assert_eq!(s.ignored, ["--config model_reasoning_effort"]);
+        assert_eq!(
+            s.reasoning_effort,
+            Some(troupe_runtime::provider::ReasoningEffort::High)
+        );
+        assert_eq!(s.ignored, ["--config web_search"]);
         assert_eq!(s.warning().unwrap().lines().count(), 1);
     }
 
