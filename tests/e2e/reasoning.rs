@@ -152,10 +152,7 @@ fn anthropic_thinking_goes_back_on_the_next_turn_and_after_a_crash_resume() {
 #[test]
 fn bad_effort_values_are_one_line_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = troupe(
-        &["exec", "--reasoning-effort", "extreme", "hi"],
-        tmp.path(),
-    );
+    let out = troupe(&["exec", "--reasoning-effort", "extreme", "hi"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -266,7 +266,12 @@ async fn a_subagent_spec_sets_its_own_reasoning_effort() {
     let efforts: Vec<String> = server
         .requests()
         .iter()
-        .map(|r| r.body["reasoning_effort"].as_str().unwrap_or("none").to_owned())
+        .map(|r| {
+            r.body["reasoning_effort"]
+                .as_str()
+                .unwrap_or("none")
+                .to_owned()
+        })
         .collect();
     assert_eq!(efforts, ["high", "low", "low", "high"]);
 }

@@ -37,7 +37,9 @@ pub fn thinking_budget(effort: ReasoningEffort) -> u32 {
 /// plus [`DEFAULT_ANTHROPIC_MAX_TOKENS`] for the answer, and no
 /// `temperature` is sent (the API refuses one with thinking).
 pub fn request_body(req: &ModelRequest) -> Value {
-    let mut max_tokens = req.max_output_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
+    let mut max_tokens = req
+        .max_output_tokens
+        .unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
     let budget = req.reasoning_effort.map(thinking_budget);
     if let Some(budget) = budget {
         max_tokens = max_tokens.max(budget + DEFAULT_ANTHROPIC_MAX_TOKENS);
@@ -349,7 +351,10 @@ impl AnthropicDecoder {
             }
             (Some("signature_delta"), BlockState::Thinking(block)) => {
                 if let Some(sig) = delta.signature {
-                    block.signature.get_or_insert_with(String::new).push_str(&sig);
+                    block
+                        .signature
+                        .get_or_insert_with(String::new)
+                        .push_str(&sig);
                 }
             }
             (Some("input_json_delta"), BlockState::Tool(pos, _)) => {

@@ -433,7 +433,10 @@ mod tests {
     fn reasoning_capability_per_model() {
         let c = ModelCatalog::builtin();
         assert_eq!(c.supports_reasoning("gpt-5-mini"), Some(true));
-        assert_eq!(c.supports_reasoning("claude-sonnet-4-5-20250929"), Some(true));
+        assert_eq!(
+            c.supports_reasoning("claude-sonnet-4-5-20250929"),
+            Some(true)
+        );
         assert_eq!(c.supports_reasoning("gpt-4o-2024-08-06"), Some(false));
         assert_eq!(c.supports_reasoning("claude-3-5-haiku"), Some(false));
         assert_eq!(c.supports_reasoning("llama3.2"), None);

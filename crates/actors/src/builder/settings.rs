@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use troupe_runtime::store::SETTINGS_FILE;
 use troupe_runtime::provider::ReasoningEffort;
+use troupe_runtime::store::SETTINGS_FILE;
 use troupe_runtime::tools::SandboxMode;
 
 use super::SessionError;

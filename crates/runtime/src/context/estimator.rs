@@ -64,7 +64,10 @@ pub fn estimate_message(message: &Message) -> u64 {
             } => {
                 // Thinking text counts; signatures are opaque to the model.
                 estimate_text(content)
-                    + reasoning.iter().map(|r| estimate_text(&r.text)).sum::<u64>()
+                    + reasoning
+                        .iter()
+                        .map(|r| estimate_text(&r.text))
+                        .sum::<u64>()
                     + tool_calls
                         .iter()
                         .map(|c| {

@@ -10,7 +10,7 @@ mod bodies;
 mod common;
 mod fixtures;
 mod quirks;
-mod reasoning;
 mod raw_server;
+mod reasoning;
 mod scripted;
 mod secrets;

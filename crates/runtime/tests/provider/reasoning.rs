@@ -46,7 +46,10 @@ fn anthropic_turns_on_extended_thinking_with_a_budget_per_level() {
         let max = b["max_tokens"].as_u64().unwrap();
         assert!(budget >= 1024 && (budget as u64) < max, "{budget} < {max}");
         assert_eq!(max, budget as u64 + 8192, "room for the answer");
-        assert!(b.get("temperature").is_none(), "no temperature with thinking");
+        assert!(
+            b.get("temperature").is_none(),
+            "no temperature with thinking"
+        );
     }
     // A larger cap set by the request is kept.
     let mut req = request("claude-sonnet-4-5", Some(ReasoningEffort::Low));
@@ -101,9 +104,16 @@ fn anthropic_thinking_fixture_decodes_into_a_signed_block_before_the_call() {
     assert_eq!(r.reasoning_blocks.len(), 1);
     let block = &r.reasoning_blocks[0];
     assert_eq!(block.text, r.reasoning, "the block holds all the thinking");
-    assert!(block.text.starts_with("The user is asking for weather information for Florence"));
+    assert!(
+        block
+            .text
+            .starts_with("The user is asking for weather information for Florence")
+    );
     let sig = block.signature.as_deref().unwrap();
-    assert!(sig.starts_with("EtYDCkYICxgCKkAV") && sig.ends_with("FVAYAQ=="), "{sig}");
+    assert!(
+        sig.starts_with("EtYDCkYICxgCKkAV") && sig.ends_with("FVAYAQ=="),
+        "{sig}"
+    );
     assert_eq!(block.redacted, None);
     let at = |f: &dyn Fn(&ModelEvent) -> bool| events.iter().position(f).unwrap();
     let block_at = at(&|e| matches!(e, ModelEvent::ReasoningBlock { .. }));
@@ -171,7 +181,10 @@ fn anthropic_sends_thinking_blocks_first_in_the_assistant_turn() {
     ]);
     let b = anthropic::request_body(&req);
     let content = b["messages"][1]["content"].as_array().unwrap();
-    let kinds: Vec<&str> = content.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = content
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["thinking", "redacted_thinking", "text", "tool_use"]);
     assert_eq!(
         content[0],
