@@ -155,6 +155,11 @@ pub struct ToolInvocationItem {
     /// Why it ended as it did; absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ToolOutcome>,
+    /// The opaque token the provider wants echoed back with this call
+    /// (Gemini's `thoughtSignature` on a `functionCall` part). Only on
+    /// `item.started`, like the arguments; absent for other providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// `tool_output`.

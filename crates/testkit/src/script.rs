@@ -346,6 +346,10 @@ pub struct ToolCallSpec {
     /// invalid argument JSON).
     #[serde(default = "empty_object")]
     pub arguments: Value,
+    /// Gemini: the `thoughtSignature` sent on this call's `functionCall`
+    /// part (ignored by the other formats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -363,7 +367,14 @@ impl ToolCallSpec {
             id: Some(id.into()),
             name: name.into(),
             arguments,
+            signature: None,
         }
+    }
+
+    /// With a Gemini `thoughtSignature` on its `functionCall` part.
+    pub fn with_signature(mut self, signature: impl Into<String>) -> ToolCallSpec {
+        self.signature = Some(signature.into());
+        self
     }
 
     /// The arguments as the string sent on the wire.

@@ -138,7 +138,7 @@ impl Rebuilt {
                             id: call.tool_call_id.clone(),
                             name: call.tool_name.clone(),
                             arguments: arguments_text(&call.arguments),
-                            signature: None,
+                            signature: call.signature.clone(),
                         });
                     }
                 }

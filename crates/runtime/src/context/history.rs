@@ -54,7 +54,7 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
                             serde_json::Value::String(s) => s,
                             v => v.to_string(),
                         },
-                        signature: None,
+                        signature: c.signature,
                     });
                 }
             }
@@ -280,6 +280,7 @@ mod tests {
                 tool_call_id: "c1".into(),
                 status: ItemStatus::InProgress,
                 outcome: None,
+                signature: None,
             }))),
             ThreadEvent::ItemCompleted(item(ItemDetails::ToolOutput(ToolOutputItem {
                 call_id: "c1".into(),

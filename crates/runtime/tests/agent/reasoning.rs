@@ -196,3 +196,73 @@ async fn openai_gets_reasoning_effort_on_every_call() {
     }
     assert!(warnings(&h.events()).is_empty());
 }
+
+/// The model turn (role `model`) of a Gemini request body.
+fn model_parts(body: &Value) -> Vec<Value> {
+    body["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "model")
+        .expect("a model turn")["parts"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn gemini_thought_and_call_signatures_go_back_also_after_a_resume() {
+    use troupe_testkit::ToolCallSpec;
+    let call =
+        ToolCallSpec::new("c1", "read_file", json!({"path": "a.txt"})).with_signature("fc-sig");
+    let replies = vec![
+        Reply::tool_calls(vec![call]).with_thinking("Look at a.txt.", "th-sig"),
+        Reply::text("a.txt says hello"),
+    ];
+    let mut first = AgentBuilder::new(replies)
+        .provider(ProviderKind::Gemini)
+        .model("gemini-2.5-flash")
+        .catalog(ModelCatalog::builtin())
+        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Medium))
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    let done = first.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let want = vec![
+        json!({"text": "Look at a.txt.", "thought": true, "thoughtSignature": "th-sig"}),
+        json!({"functionCall": {"name": "read_file", "args": {"path": "a.txt"}, "id": "c1"},
+               "thoughtSignature": "fc-sig"}),
+    ];
+    let reqs = first.server.requests();
+    assert_eq!(
+        reqs[0].body["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 8192, "includeThoughts": true})
+    );
+    assert_eq!(model_parts(&reqs[1].body), want);
+
+    // From the log (as written to disk), a new incarnation sends the same.
+    let events = first.events();
+    let second_turn = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap();
+    let log: Vec<ThreadEvent> = events[..second_turn]
+        .iter()
+        .map(|e| serde_json::from_value(serde_json::to_value(e).unwrap()).unwrap())
+        .collect();
+    let mut second = AgentBuilder::new(vec![Reply::text("a.txt says hello")])
+        .provider(ProviderKind::Gemini)
+        .model("gemini-2.5-flash")
+        .build()
+        .await
+        .unwrap();
+    second.agent.resume(&log).await;
+    let done = second.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    assert_eq!(model_parts(&second.server.requests()[0].body), want);
+}

@@ -39,7 +39,11 @@ fn part_of_call(c: &super::Call) -> Value {
     } else {
         json!({})
     };
-    json!({"functionCall": {"name": c.name, "args": args, "id": c.id}})
+    let mut part = json!({"functionCall": {"name": c.name, "args": args, "id": c.id}});
+    if let Some(sig) = &c.signature {
+        part["thoughtSignature"] = json!(sig);
+    }
+    part
 }
 
 /// A thought part (`thought: true`) with its `thoughtSignature`.

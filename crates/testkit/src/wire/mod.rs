@@ -24,6 +24,8 @@ pub(crate) struct Call {
     pub args_text: String,
     /// The arguments as an object (Gemini; Anthropic non-streaming).
     pub args_value: Value,
+    /// Gemini's `thoughtSignature` for the call.
+    pub signature: Option<String>,
 }
 
 /// Everything a renderer needs for one answer.
@@ -66,6 +68,7 @@ impl Answer {
                     name: c.name.clone(),
                     args_text,
                     args_value,
+                    signature: c.signature.clone(),
                 }
             })
             .collect();
