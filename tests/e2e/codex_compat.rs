@@ -145,14 +145,17 @@ fn the_sdk_command_line_runs_with_the_prompt_on_stdin_and_one_warning() {
         .filter(|l| l.contains("ignoring Codex options"))
         .collect();
     assert_eq!(warnings.len(), 1, "{}", out.stderr);
-    for name in ["model_reasoning_effort", "web_search", "--add-dir"] {
+    for name in ["web_search", "--add-dir"] {
         assert!(warnings[0].contains(name), "{}", warnings[0]);
     }
-    assert!(!warnings[0].contains("approval_policy"), "{}", warnings[0]);
+    for understood in ["approval_policy", "model_reasoning_effort"] {
+        assert!(!warnings[0].contains(understood), "{}", warnings[0]);
+    }
     // The settings reached the model server.
     let reqs = s.server.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[0].model, "codex-model");
+    assert_eq!(reqs[0].body["reasoning_effort"], "high");
     assert!(
         reqs[0]
             .messages

@@ -16,6 +16,7 @@ mod multi_agent;
 mod orphans;
 mod pipeline;
 mod pipeline_plan;
+mod reasoning;
 mod responses;
 mod resume;
 mod resume_trust;

@@ -27,7 +27,7 @@ use troupe_protocol::{
 use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::HookRunner;
-use troupe_runtime::provider::{ModelCatalog, ModelClient};
+use troupe_runtime::provider::{ModelCatalog, ModelClient, ReasoningEffort};
 use troupe_runtime::state::{
     AgentSpend, BudgetNode, BudgetStatus, CostBudget, LoopMemory, LoopState, LoopStateStore,
     LoopStatus, RememberTool,
@@ -70,6 +70,10 @@ pub struct AgentSpec {
     /// Turn limit (`None`: the session's).
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// Reasoning effort of its model calls (`None`: the session's
+    /// `model_reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Share of the parent's remaining budget, 0 to 1 (`None`: all of it).
     #[serde(default)]
     pub budget_share: Option<f64>,
@@ -129,6 +133,8 @@ pub struct AgentEnv {
     pub model: String,
     /// The user chose the model explicitly.
     pub model_pinned: bool,
+    /// Default reasoning effort (`model_reasoning_effort`).
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Label of the primary provider for messages.
     pub provider_label: String,
     /// System prompt of every agent.
@@ -671,6 +677,7 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         },
         fallback: env.fallback.clone(),
         model_pinned: env.model_pinned,
+        reasoning_effort: args.spec.reasoning_effort.or(env.reasoning_effort),
     };
     let ctx = ToolContext {
         workspace: args.workspace.clone(),

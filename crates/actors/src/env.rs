@@ -68,6 +68,7 @@ impl AgentEnv {
             provider_label: model.clone(),
             model,
             model_pinned: false,
+            reasoning_effort: None,
             system_prompt: crate::builder::DEFAULT_SYSTEM_PROMPT.into(),
             max_turns: troupe_runtime::agent::DEFAULT_MAX_TURNS,
             max_parallel_tools: 8,
@@ -127,6 +128,15 @@ impl crate::agent::AgentSpec {
     /// With this model instead of the session's.
     pub fn with_model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
+        self
+    }
+
+    /// With this reasoning effort instead of the session's.
+    pub fn with_reasoning_effort(
+        mut self,
+        effort: troupe_runtime::provider::ReasoningEffort,
+    ) -> Self {
+        self.reasoning_effort = Some(effort);
         self
     }
 

@@ -74,6 +74,10 @@ pub struct ProposerSpec {
     /// Turn limit per round.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// Its reasoning effort (default: the session's
+    /// `model_reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
     /// Its `sandbox_mode`, never looser than the session's (default
     /// `workspace-write`, or the session's when that is stricter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,6 +422,7 @@ async fn propose(
             name: format!("{}-r{round}", p.name),
             task: p.task.clone(),
             model: p.model.clone(),
+            reasoning_effort: p.reasoning_effort,
             max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
             sandbox,
             supervision: p.supervision,

@@ -137,4 +137,20 @@ mod tests {
         .to_string();
         assert!(clash.contains("plans as `a-plan`"), "{clash}");
     }
+
+    #[test]
+    fn a_proposer_sets_its_reasoning_effort() {
+        use troupe_runtime::provider::ReasoningEffort;
+        let p = Path::new("p.toml");
+        let text = "[[proposers]]\nname = \"a\"\ntask = \"t\"\nreasoning_effort = \"high\"\n";
+        let spec = PipelineSpec::parse(text, p).unwrap();
+        assert_eq!(
+            spec.proposers[0].reasoning_effort,
+            Some(ReasoningEffort::High)
+        );
+        let bad = PipelineSpec::parse(&text.replace("high", "max"), p)
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("max") && bad.contains("minimal"), "{bad}");
+    }
 }

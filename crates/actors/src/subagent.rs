@@ -377,6 +377,7 @@ impl Tool for SpawnSubagentTool {
                 "allowed_tools": string_list(),
                 "model": {"type": "string"},
                 "max_turns": {"type": "integer", "minimum": 1},
+                "reasoning_effort": {"type": "string", "enum": ["minimal", "low", "medium", "high"], "description": "How hard the child's model thinks (default yours)."},
                 "budget_share": {"type": "number", "minimum": 0, "maximum": 1},
                 "isolation": {"type": "string", "enum": ["shared", "worktree"]},
                 "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."},

@@ -221,3 +221,57 @@ async fn the_inbox_delivers_each_handoff_id_once() {
     assert!(inbox.deliver(delivery("h-2", "session/root/b", "late")));
     assert_eq!(inbox.received().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_spec_sets_its_own_reasoning_effort() {
+    use troupe_runtime::provider::ReasoningEffort;
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![
+        // root: spawns a child that thinks less
+        Reply::tool_call(
+            "s1",
+            "spawn_subagent",
+            json!({"name": "quick", "task": "a small part", "reasoning_effort": "low"}),
+        ),
+        // the child: hands off, ends
+        Reply::tool_call("h1", "handoff", handoff_args()),
+        Reply::text("child done"),
+        // root
+        Reply::text("root done"),
+    ]))
+    .await
+    .unwrap();
+    let f = SessionFixture::start(ws.path(), &server, fast(), |env| {
+        env.reasoning_effort = Some(ReasoningEffort::High);
+    })
+    .await
+    .unwrap();
+    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
+        .await
+        .unwrap();
+    // The schema offers the field to the model.
+    let schema = SpawnSubagentTool::new(root_args(&f, false)).schema();
+    assert_eq!(
+        schema["properties"]["reasoning_effort"]["enum"],
+        json!(["minimal", "low", "medium", "high"])
+    );
+    f.tree.shutdown().await.unwrap();
+    let RunEnd::Finished(outcome) = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(outcome.completed.result.as_deref(), Some("root done"));
+    let efforts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["reasoning_effort"]
+                .as_str()
+                .unwrap_or("none")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(efforts, ["high", "low", "low", "high"]);
+}

@@ -45,6 +45,10 @@ pub struct BatchArgs {
     /// Turn limit of each task (default 15).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
     pub max_turns: Option<u32>,
+    /// Reasoning effort of every task: minimal, low, medium or high
+    /// (`model_reasoning_effort`, docs/providers.md).
+    #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
+    pub reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
     /// The workspace root (default: the current directory).
     #[arg(long, short = 'C', default_value = ".")]
     pub workspace: PathBuf,
@@ -160,6 +164,7 @@ pub fn run(args: BatchArgs) -> Result<u8, Failure> {
     settings.base_url = args.base_url.clone();
     settings.max_turns = args.max_turns;
     settings.script = script;
+    settings.reasoning_effort = args.reasoning_effort;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let started = Launch::prepare(&workspace, &settings, args.events.clone())

@@ -23,7 +23,7 @@ pub struct CodexArgs {
     #[arg(long)]
     pub experimental_json: bool,
     /// A Codex configuration override KEY=VALUE (VALUE in TOML; repeatable).
-    /// openai_base_url, model, sandbox_mode,
+    /// openai_base_url, model, model_reasoning_effort, sandbox_mode,
     /// sandbox_workspace_write.network_access and approval_policy="never"
     /// are understood; other keys are ignored with one warning.
     #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
@@ -87,6 +87,8 @@ pub struct CodexSettings {
     pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
     /// `--config sandbox_workspace_write.network_access=...`.
     pub network_access: Option<bool>,
+    /// `--config model_reasoning_effort=...`.
+    pub reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
     /// The keys and flags troupe has no setting for, in order.
     pub ignored: Vec<String>,
 }
@@ -117,6 +119,12 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
         match key.as_str() {
             "openai_base_url" => out.base_url = Some(string_value(&key, value)?),
             "model" => out.model = Some(string_value(&key, value)?),
+            "model_reasoning_effort" => {
+                let level = string_value(&key, value)?;
+                let effort = crate::errors::reasoning_effort(&level)
+                    .map_err(|e| bad(format!("--config model_reasoning_effort: {e}")))?;
+                out.reasoning_effort = Some(effort);
+            }
             "sandbox_mode" => {
                 let mode = string_value(&key, value)?;
                 let mode = SandboxMode::from_str(&mode, false).map_err(|_| {
@@ -380,13 +388,18 @@ mod tests {
             "model=\"m1\"",
             "approval_policy=\"never\"",
             "model_reasoning_effort=\"high\"",
+            "web_search=\"live\"",
             "sandbox_workspace_write.network_access=true",
         ]))
         .unwrap();
         assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
         assert_eq!(s.model.as_deref(), Some("m1"));
         assert_eq!(s.network_access, Some(true));
-        assert_eq!(s.ignored, ["--config model_reasoning_effort"]);
+        assert_eq!(
+            s.reasoning_effort,
+            Some(troupe_runtime::provider::ReasoningEffort::High)
+        );
+        assert_eq!(s.ignored, ["--config web_search"]);
         assert_eq!(s.warning().unwrap().lines().count(), 1);
     }
 

@@ -139,6 +139,20 @@ pub fn positive_u32(s: &str) -> Result<u32, String> {
     }
 }
 
+/// A clap value parser for `--reasoning-effort`.
+pub fn reasoning_effort(s: &str) -> Result<troupe_runtime::provider::ReasoningEffort, String> {
+    use troupe_runtime::provider::ReasoningEffort as E;
+    match s.trim().to_ascii_lowercase().as_str() {
+        "minimal" => Ok(E::Minimal),
+        "low" => Ok(E::Low),
+        "medium" => Ok(E::Medium),
+        "high" => Ok(E::High),
+        _ => Err(format!(
+            "`{s}` is not a reasoning effort: use minimal, low, medium or high"
+        )),
+    }
+}
+
 /// A clap value parser for amounts of money: positive, finite.
 pub fn positive_usd(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {

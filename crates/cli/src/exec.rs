@@ -44,6 +44,10 @@ pub struct ExecArgs {
     /// Cost budget in USD.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
     pub(crate) max_budget_usd: Option<f64>,
+    /// Reasoning effort: minimal, low, medium or high
+    /// (`model_reasoning_effort`, docs/providers.md).
+    #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
+    pub(crate) reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
     /// The workspace root (default: the current directory). `--cd` and
     /// `-C` are Codex's names for it.
     #[arg(long, short = 'C', visible_alias = "cd", default_value = ".")]
@@ -101,6 +105,9 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     if args.model.is_none() {
         args.model = codex.model.clone();
     }
+    if args.reasoning_effort.is_none() {
+        args.reasoning_effort = codex.reasoning_effort;
+    }
     let json = args.json || args.codex.experimental_json;
     if let Some(ExecCommand::Resume(resume)) = args.command.take() {
         return crate::exec_resume::run(&args, resume, json);
@@ -121,6 +128,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     settings.script = script;
     settings.sandbox = codex.sandbox;
     settings.network_access = codex.network_access;
+    settings.reasoning_effort = args.reasoning_effort;
     let rt = tokio::runtime::Runtime::new()?;
     let (code, id) = rt.block_on(async {
         let task = settings.task.clone();
@@ -368,6 +376,7 @@ impl Launch {
                 auto_upgrade: None,
                 sandbox_mode: s.sandbox,
                 network_access: s.network_access,
+                reasoning_effort: s.reasoning_effort,
             })
             .map_err(Failure::bad_input)?;
         if server.is_some() && config.agent.model.is_none() {

@@ -138,6 +138,10 @@ pub(crate) fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionS
     let codex = crate::codex_compat::resolve(&args.codex)?;
     s.sandbox = codex.sandbox.or(s.sandbox);
     s.network_access = codex.network_access.or(s.network_access);
+    s.reasoning_effort = args
+        .reasoning_effort
+        .or(codex.reasoning_effort)
+        .or(s.reasoning_effort);
     Ok(s)
 }
 

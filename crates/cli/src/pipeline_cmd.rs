@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// (docs/security.md; default troupe.toml's, else workspace-write).
     #[arg(long, short = 's', value_enum, value_name = "MODE")]
     sandbox: Option<crate::codex_compat::SandboxMode>,
+    /// Reasoning effort of every agent that sets none: minimal, low,
+    /// medium or high (`model_reasoning_effort`, docs/providers.md).
+    #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
+    reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
 }
 
 /// Arguments of `troupe demo`.
@@ -90,6 +94,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         task: format!("pipeline {}", spec.pipeline.name),
         sandbox: args.sandbox.map(Into::into),
         network_access: None,
+        reasoning_effort: args.reasoning_effort,
     };
     execute(&workspace, &settings, &spec, args.json, false)
 }
@@ -152,6 +157,7 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         task: "troupe demo".into(),
         sandbox: None,
         network_access: None,
+        reasoning_effort: None,
     };
     if !args.json {
         writeln!(

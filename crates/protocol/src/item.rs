@@ -61,8 +61,9 @@ pub enum ToolOutcome {
 pub enum ItemDetails {
     /// Text the model wrote for the user.
     AgentMessage(TextItem),
-    /// The model's reasoning, when the provider exposes it.
-    Reasoning(TextItem),
+    /// The model's reasoning, when the provider exposes it, with the
+    /// blocks a provider wants sent back (signatures, redacted thinking).
+    Reasoning(ReasoningItem),
     /// A tool call the model made. Journaled: `item.started` is written
     /// before the tool runs.
     ToolInvocation(ToolInvocationItem),
@@ -103,6 +104,39 @@ pub struct TextItem {
     pub text: String,
 }
 
+/// `reasoning`: VT Code's item (`text`) plus the blocks troupe sends back
+/// to the provider on the following turns.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ReasoningItem {
+    /// The reasoning text (all blocks' visible text, concatenated).
+    pub text: String,
+    /// The provider's reasoning blocks, in order, with the opaque tokens
+    /// it wants echoed back (Anthropic thinking signatures and redacted
+    /// thinking, Gemini thought signatures, Responses encrypted content).
+    /// Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<ReasoningBlockRecord>,
+}
+
+/// One reasoning block as the log keeps it (the provider's
+/// `ReasoningBlock`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ReasoningBlockRecord {
+    /// The block's visible text; may be empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// Anthropic's thinking `signature`, Gemini's `thoughtSignature`, the
+    /// Responses API's `encrypted_content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Anthropic `redacted_thinking` data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+    /// The provider's id of the block (Responses `rs_...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
 /// `tool_invocation`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolInvocationItem {
@@ -121,6 +155,11 @@ pub struct ToolInvocationItem {
     /// Why it ended as it did; absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ToolOutcome>,
+    /// The opaque token the provider wants echoed back with this call
+    /// (Gemini's `thoughtSignature` on a `functionCall` part). Only on
+    /// `item.started`, like the arguments; absent for other providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// `tool_output`.

@@ -7,7 +7,9 @@ use troupe_protocol::Usage;
 use super::ProviderError;
 use super::decode::{PendingCall, StreamDecoder, parse_json, random_id_prefix};
 use super::sse::SseEvent;
-use super::types::{FinishReason, Message, ModelEvent, ModelRequest};
+use super::types::{
+    FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort,
+};
 
 /// The `anthropic-version` header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -15,17 +17,42 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `max_tokens` sent when the request sets no cap (Anthropic requires one).
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u32 = 8192;
 
+/// The extended-thinking `budget_tokens` of each reasoning effort (at
+/// least 1024, the API's minimum).
+pub fn thinking_budget(effort: ReasoningEffort) -> u32 {
+    match effort {
+        ReasoningEffort::Minimal => 1024,
+        ReasoningEffort::Low => 4096,
+        ReasoningEffort::Medium => 8192,
+        ReasoningEffort::High => 16384,
+    }
+}
+
 /// Builds the JSON body of a streamed messages request.
 ///
 /// Consecutive messages of the same role are merged (parallel tool results
-/// go back in one user message, as the API requires).
+/// go back in one user message, as the API requires). A reasoning effort
+/// turns extended thinking on (`thinking.budget_tokens` from
+/// [`thinking_budget`]); `max_tokens` is then raised to at least the budget
+/// plus [`DEFAULT_ANTHROPIC_MAX_TOKENS`] for the answer, and no
+/// `temperature` is sent (the API refuses one with thinking).
 pub fn request_body(req: &ModelRequest) -> Value {
+    let mut max_tokens = req
+        .max_output_tokens
+        .unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
+    let budget = req.reasoning_effort.map(thinking_budget);
+    if let Some(budget) = budget {
+        max_tokens = max_tokens.max(budget + DEFAULT_ANTHROPIC_MAX_TOKENS);
+    }
     let mut body = json!({
         "model": req.model,
-        "max_tokens": req.max_output_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS),
+        "max_tokens": max_tokens,
         "messages": wire_messages(req),
         "stream": true,
     });
+    if let Some(budget) = budget {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+    }
     if let Some(system) = &req.system {
         body["system"] = json!(system);
     }
@@ -37,10 +64,21 @@ pub fn request_body(req: &ModelRequest) -> Value {
             .collect();
         body["tools"] = Value::Array(tools);
     }
-    if let Some(t) = req.temperature {
+    if let Some(t) = req.temperature.filter(|_| budget.is_none()) {
         body["temperature"] = json!(t);
     }
     body
+}
+
+/// A reasoning block as the content block Anthropic wants back: thinking
+/// with its signature, or redacted thinking with its data. A block with
+/// neither (another provider's) is not sent.
+fn reasoning_block(b: &ReasoningBlock) -> Option<Value> {
+    if let Some(data) = &b.redacted {
+        return Some(json!({"type": "redacted_thinking", "data": data}));
+    }
+    let signature = b.signature.as_ref()?;
+    Some(json!({"type": "thinking", "thinking": b.text, "signature": signature}))
 }
 
 /// The conversation as Anthropic messages, same-role neighbours merged.
@@ -52,9 +90,10 @@ fn wire_messages(req: &ModelRequest) -> Vec<Value> {
             Message::Assistant {
                 content,
                 tool_calls,
-                ..
+                reasoning,
             } => {
-                let mut blocks = Vec::new();
+                // Thinking blocks go first, as the API requires.
+                let mut blocks: Vec<Value> = reasoning.iter().filter_map(reasoning_block).collect();
                 if !content.is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
                 }
@@ -128,6 +167,10 @@ struct Block {
     text: Option<String>,
     #[serde(default)]
     thinking: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    data: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +183,8 @@ struct Delta {
     thinking: Option<String>,
     #[serde(default)]
     partial_json: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
     #[serde(default)]
     stop_reason: Option<String>,
 }
@@ -189,11 +234,14 @@ impl WireUsage {
 #[derive(Debug)]
 enum BlockState {
     Text,
-    Thinking,
+    /// A thinking block: its text and signature so far.
+    Thinking(ReasoningBlock),
+    /// A redacted thinking block (its opaque data).
+    Redacted(String),
     /// A client tool call: position in `calls`, and the `input` sent with
     /// `content_block_start` (used when no `input_json_delta` follows).
     Tool(usize, Option<Value>),
-    /// Server-side tools, redacted thinking, tool results...: skipped.
+    /// Server-side tools, tool results...: skipped.
     Other,
 }
 
@@ -234,6 +282,11 @@ impl AnthropicDecoder {
             .map(|(_, b)| b)
     }
 
+    fn set_block(&mut self, index: u64, state: BlockState) {
+        self.blocks.retain(|(i, _)| *i != index);
+        self.blocks.push((index, state));
+    }
+
     fn on_block_start(&mut self, index: u64, block: Block, out: &mut Vec<ModelEvent>) {
         let state = match block.kind.as_str() {
             "text" => {
@@ -243,11 +296,17 @@ impl AnthropicDecoder {
                 BlockState::Text
             }
             "thinking" => {
-                if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
-                    out.push(ModelEvent::ReasoningDelta { text });
+                let text = block.thinking.unwrap_or_default();
+                if !text.is_empty() {
+                    out.push(ModelEvent::ReasoningDelta { text: text.clone() });
                 }
-                BlockState::Thinking
+                BlockState::Thinking(ReasoningBlock {
+                    text,
+                    signature: block.signature.filter(|s| !s.is_empty()),
+                    ..ReasoningBlock::default()
+                })
             }
+            "redacted_thinking" => BlockState::Redacted(block.data.unwrap_or_default()),
             "tool_use" => {
                 let ordinal = self.calls.len();
                 let mut call = PendingCall {
@@ -268,8 +327,7 @@ impl AnthropicDecoder {
                 BlockState::Other
             }
         };
-        self.blocks.retain(|(i, _)| *i != index);
-        self.blocks.push((index, state));
+        self.set_block(index, state);
     }
 
     fn on_delta(&mut self, index: u64, delta: Delta, out: &mut Vec<ModelEvent>) {
@@ -283,9 +341,20 @@ impl AnthropicDecoder {
                     out.push(ModelEvent::TextDelta { text });
                 }
             }
-            (Some("thinking_delta"), _) => {
+            (Some("thinking_delta"), state) => {
                 if let Some(text) = delta.thinking.filter(|t| !t.is_empty()) {
+                    if let BlockState::Thinking(block) = state {
+                        block.text.push_str(&text);
+                    }
                     out.push(ModelEvent::ReasoningDelta { text });
+                }
+            }
+            (Some("signature_delta"), BlockState::Thinking(block)) => {
+                if let Some(sig) = delta.signature {
+                    block
+                        .signature
+                        .get_or_insert_with(String::new)
+                        .push_str(&sig);
                 }
             }
             (Some("input_json_delta"), BlockState::Tool(pos, _)) => {
@@ -299,10 +368,25 @@ impl AnthropicDecoder {
     }
 
     fn on_block_stop(&mut self, index: u64, out: &mut Vec<ModelEvent>) {
-        let Some(BlockState::Tool(pos, input)) = self.block(index) else {
+        let Some(state) = self.block(index) else {
             return;
         };
-        let (pos, input) = (*pos, input.take());
+        let (pos, input) = match std::mem::replace(state, BlockState::Other) {
+            BlockState::Tool(pos, input) => (pos, input),
+            BlockState::Thinking(block) => {
+                out.push(ModelEvent::ReasoningBlock { block });
+                return;
+            }
+            BlockState::Redacted(data) => {
+                let block = ReasoningBlock {
+                    redacted: Some(data),
+                    ..ReasoningBlock::default()
+                };
+                out.push(ModelEvent::ReasoningBlock { block });
+                return;
+            }
+            BlockState::Text | BlockState::Other => return,
+        };
         let call = &mut self.calls[pos];
         if call.args.trim().is_empty()
             && let Some(input) = input

@@ -56,6 +56,11 @@ pub struct ModelInfo {
     pub max_output_tokens: Option<u64>,
     /// Prices; `None` when unknown (then cost is unknown, not zero).
     pub pricing: Option<Pricing>,
+    /// Whether the model takes a reasoning effort (`model_reasoning_effort`):
+    /// `Some(false)` drops the setting with one warning, `None` (unknown)
+    /// sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<bool>,
 }
 
 /// A config entry that changes or adds a model; unset fields keep the
@@ -81,6 +86,9 @@ pub struct ModelOverride {
     /// USD per million output tokens.
     #[serde(default)]
     pub output_per_mtok: Option<f64>,
+    /// Whether the model takes a reasoning effort.
+    #[serde(default)]
+    pub reasoning: Option<bool>,
 }
 
 /// Models by name, with lookup that understands dated snapshots.
@@ -204,6 +212,18 @@ const BUILTIN: &[Row] = &[
     ),
 ];
 
+/// Built-in models that take no reasoning effort (every other built-in
+/// model does: the GPT-5 family, o3 / o4-mini, Claude 4, Gemini 2.5).
+const NO_REASONING: &[&str] = &[
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "gpt-4.1-mini",
+    "gpt-4.1-nano",
+    "claude-3-5-haiku",
+    "gemini-2.0-flash",
+];
+
 impl Default for ModelCatalog {
     fn default() -> Self {
         Self::builtin()
@@ -225,6 +245,7 @@ impl ModelCatalog {
                         cache_write_per_mtok: write,
                         output_per_mtok: output,
                     }),
+                    reasoning: Some(!NO_REASONING.contains(&name)),
                 };
                 (name.to_owned(), info)
             })
@@ -261,6 +282,7 @@ impl ModelCatalog {
             let info = self.models.entry(name.into()).or_default();
             info.context_window = o.context_window.or(info.context_window);
             info.max_output_tokens = o.max_output_tokens.or(info.max_output_tokens);
+            info.reasoning = o.reasoning.or(info.reasoning);
             let old = info.pricing;
             let input = o.input_per_mtok.or(old.map(|p| p.input_per_mtok));
             let output = o.output_per_mtok.or(old.map(|p| p.output_per_mtok));
@@ -317,6 +339,12 @@ impl ModelCatalog {
     /// unknown.
     pub fn estimate_cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         self.get(model)?.pricing.map(|p| p.cost(usage))
+    }
+
+    /// Whether `model` takes a reasoning effort: `None` when the catalog
+    /// does not know the model (or does not say).
+    pub fn supports_reasoning(&self, model: &str) -> Option<bool> {
+        self.get(model)?.reasoning
     }
 
     /// Every model name in the catalog.
@@ -399,5 +427,26 @@ mod tests {
         assert!(close(p.output_per_mtok, 20.0));
         assert!(close(p.input_per_mtok, 2.5));
         assert_eq!(info.context_window, Some(128_000));
+    }
+
+    #[test]
+    fn reasoning_capability_per_model() {
+        let c = ModelCatalog::builtin();
+        assert_eq!(c.supports_reasoning("gpt-5-mini"), Some(true));
+        assert_eq!(
+            c.supports_reasoning("claude-sonnet-4-5-20250929"),
+            Some(true)
+        );
+        assert_eq!(c.supports_reasoning("gpt-4o-2024-08-06"), Some(false));
+        assert_eq!(c.supports_reasoning("claude-3-5-haiku"), Some(false));
+        assert_eq!(c.supports_reasoning("llama3.2"), None);
+        let c = c.with_overrides([(
+            "llama3.2",
+            ModelOverride {
+                reasoning: Some(false),
+                ..ModelOverride::default()
+            },
+        )]);
+        assert_eq!(c.supports_reasoning("llama3.2"), Some(false));
     }
 }

@@ -9,7 +9,9 @@ use troupe_protocol::Usage;
 use super::ProviderError;
 use super::decode::{PendingCall, StreamDecoder, parse_json, random_id_prefix};
 use super::sse::SseEvent;
-use super::types::{FinishReason, Message, ModelEvent, ModelRequest};
+use super::types::{
+    FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort,
+};
 
 /// Prefix of the ids troupe generates for calls Gemini sent without one;
 /// such ids are not sent back to Gemini.
@@ -39,10 +41,71 @@ pub fn request_body(req: &ModelRequest) -> Value {
     if let Some(t) = req.temperature {
         config.insert("temperature".into(), json!(t));
     }
+    if let Some(effort) = req.reasoning_effort {
+        config.insert("thinkingConfig".into(), thinking_config(&req.model, effort));
+    }
     if !config.is_empty() {
         body["generationConfig"] = Value::Object(config);
     }
     body
+}
+
+/// `generationConfig.thinkingConfig` for a reasoning effort: Gemini 3
+/// models take a `thinkingLevel` (Gemini 3 Pro only `low` and `high`, so
+/// `minimal` becomes `low` and `medium` becomes `high` there); earlier
+/// models a `thinkingBudget` in tokens ([`thinking_budget`]). Thought
+/// summaries are asked for (`includeThoughts`).
+pub fn thinking_config(model: &str, effort: ReasoningEffort) -> Value {
+    let bare = model.rsplit('/').next().unwrap_or(model);
+    if bare.starts_with("gemini-3") {
+        let level = match (bare.starts_with("gemini-3-pro"), effort) {
+            (true, ReasoningEffort::Minimal | ReasoningEffort::Low) => "low",
+            (true, ReasoningEffort::Medium | ReasoningEffort::High) => "high",
+            (false, e) => e.as_str(),
+        };
+        return json!({"thinkingLevel": level, "includeThoughts": true});
+    }
+    json!({"thinkingBudget": thinking_budget(effort), "includeThoughts": true})
+}
+
+/// The Gemini 2.5 `thinkingBudget` of each effort (512 is the smallest
+/// every 2.5 model accepts; 24576 the largest Flash accepts).
+pub fn thinking_budget(effort: ReasoningEffort) -> u32 {
+    match effort {
+        ReasoningEffort::Minimal => 512,
+        ReasoningEffort::Low => 2048,
+        ReasoningEffort::Medium => 8192,
+        ReasoningEffort::High => 24576,
+    }
+}
+
+/// The parts of a model turn: thought parts with their signatures first,
+/// then the text (carrying the signature Gemini put on a text part), then
+/// the function calls.
+fn model_parts(
+    content: &str,
+    reasoning: &[ReasoningBlock],
+    tool_calls: &[super::types::ToolCall],
+) -> Vec<Value> {
+    let mut parts = Vec::new();
+    let mut text_signature = None;
+    for b in reasoning {
+        let Some(sig) = &b.signature else { continue };
+        if b.text.is_empty() {
+            text_signature = Some(sig);
+        } else {
+            parts.push(json!({"text": b.text, "thought": true, "thoughtSignature": sig}));
+        }
+    }
+    if !content.is_empty() {
+        let mut part = json!({"text": content});
+        if let Some(sig) = text_signature {
+            part["thoughtSignature"] = json!(sig);
+        }
+        parts.push(part);
+    }
+    parts.extend(tool_calls.iter().map(function_call_part));
+    parts
 }
 
 /// The conversation as Gemini contents, same-role neighbours merged.
@@ -55,17 +118,12 @@ fn wire_contents(req: &ModelRequest) -> Vec<Value> {
             Message::Assistant {
                 content,
                 tool_calls,
-                ..
+                reasoning,
             } => {
-                let mut parts = Vec::new();
-                if !content.is_empty() {
-                    parts.push(json!({"text": content}));
-                }
                 for c in tool_calls {
                     names.insert(c.id.as_str(), c.name.as_str());
-                    parts.push(function_call_part(c));
                 }
-                ("model", parts)
+                ("model", model_parts(content, reasoning, tool_calls))
             }
             Message::ToolResult {
                 call_id,
@@ -223,6 +281,8 @@ pub struct GeminiDecoder {
     partial: Option<(usize, Value)>,
     finish_raw: Option<String>,
     usage: Option<Usage>,
+    /// Thought text since the last thought signature.
+    thought: String,
 }
 
 impl Default for GeminiDecoder {
@@ -245,18 +305,38 @@ impl GeminiDecoder {
             partial: None,
             finish_raw: None,
             usage: None,
+            thought: String::new(),
         }
     }
 
     fn on_part(&mut self, part: Part, out: &mut Vec<ModelEvent>) {
+        let thought = part.thought.unwrap_or(false);
         if let Some(text) = part.text.filter(|t| !t.is_empty()) {
-            if part.thought.unwrap_or(false) {
+            if thought {
+                self.thought.push_str(&text);
                 out.push(ModelEvent::ReasoningDelta { text });
             } else {
                 out.push(ModelEvent::TextDelta { text });
             }
         }
-        let Some(fc) = part.function_call else { return };
+        let Some(fc) = part.function_call else {
+            // A signature on a thought part closes that thought; on a text
+            // part it belongs to the text (sent back on the text part).
+            if let Some(signature) = part.thought_signature.filter(|s| !s.is_empty()) {
+                let text = if thought {
+                    std::mem::take(&mut self.thought)
+                } else {
+                    String::new()
+                };
+                let block = ReasoningBlock {
+                    text,
+                    signature: Some(signature),
+                    ..ReasoningBlock::default()
+                };
+                out.push(ModelEvent::ReasoningBlock { block });
+            }
+            return;
+        };
         let streamed = fc.partial_args.is_some()
             || fc.will_continue.unwrap_or(false)
             || (self.partial.is_some() && fc.name.as_deref().is_none_or(str::is_empty));

@@ -51,6 +51,9 @@ pub fn request_body(req: &ModelRequest, max_field: MaxTokensField) -> Value {
     if let Some(t) = req.temperature {
         body["temperature"] = json!(t);
     }
+    if let Some(effort) = req.reasoning_effort {
+        body["reasoning_effort"] = json!(effort.as_str());
+    }
     body
 }
 

@@ -20,6 +20,8 @@ struct Body<'a> {
     max_tokens: Option<u32>,
     messages: Messages<'a>,
     model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
     stream: bool,
     stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,6 +168,7 @@ pub(crate) fn encode(req: &ModelRequest, max_field: MaxTokensField) -> Vec<u8> {
         max_tokens,
         messages: Messages(req),
         model: &req.model,
+        reasoning_effort: req.reasoning_effort.map(|e| e.as_str()),
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
@@ -224,9 +227,13 @@ mod tests {
     #[test]
     fn the_bytes_equal_the_value_body() {
         let mut req = conversation();
-        for (max, temp) in [(None, None), (Some(64), Some(0.7f32))] {
+        for (max, temp, effort) in [
+            (None, None, None),
+            (Some(64), Some(0.7f32), Some(crate::ReasoningEffort::High)),
+        ] {
             req.max_output_tokens = max;
             req.temperature = temp;
+            req.reasoning_effort = effort;
             for field in [
                 MaxTokensField::MaxTokens,
                 MaxTokensField::MaxCompletionTokens,

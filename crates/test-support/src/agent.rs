@@ -18,7 +18,9 @@ use troupe_protocol::{ThreadCompletedEvent, ThreadEvent};
 use troupe_runtime::agent::{AgentConfig, AgentLoop, EventSink, Fallback, SpendGuard};
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::HookRunner;
-use troupe_runtime::provider::{ModelCatalog, ProviderClient, ProviderConfig, RetryPolicy};
+use troupe_runtime::provider::{
+    ModelCatalog, ProviderClient, ProviderConfig, ProviderKind, RetryPolicy,
+};
 use troupe_runtime::tools::{PermissionPolicy, SharedTool, ToolContext, ToolRegistry};
 use troupe_testkit::{Reply, Script, ScriptedServer};
 
@@ -57,6 +59,7 @@ pub struct AgentBuilder {
     guard: Option<Arc<dyn SpendGuard>>,
     sink: Option<Arc<dyn EventSink>>,
     prepare: Vec<Prepare>,
+    kind: ProviderKind,
 }
 
 impl AgentBuilder {
@@ -91,7 +94,15 @@ impl AgentBuilder {
             guard: None,
             sink: None,
             prepare: Vec::new(),
+            kind: ProviderKind::OpenAi,
         }
+    }
+
+    /// The wire format the primary client speaks to the server (default
+    /// OpenAI chat; Anthropic messages or Gemini instead).
+    pub fn provider(mut self, kind: ProviderKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The model name sent to the server.
@@ -212,7 +223,7 @@ impl AgentBuilder {
         for f in self.prepare {
             f(ws.path());
         }
-        let primary = client(&server, self.retry)?;
+        let primary = client(&server, self.kind, self.retry)?;
         let mut config = self.config;
         config.model = self.model;
         config.system_prompt = self.system_prompt;
@@ -220,7 +231,7 @@ impl AgentBuilder {
             Some((script, model)) => {
                 let backup = ScriptedServer::start(script).await?;
                 config.fallback = Some(Fallback {
-                    client: Arc::new(client(&backup, RetryPolicy::none())?),
+                    client: Arc::new(client(&backup, ProviderKind::OpenAi, RetryPolicy::none())?),
                     label: format!("backup/{model}"),
                     model,
                 });
@@ -270,10 +281,19 @@ impl AgentBuilder {
     }
 }
 
-fn client(server: &ScriptedServer, retry: RetryPolicy) -> Result<ProviderClient, SupportError> {
+fn client(
+    server: &ScriptedServer,
+    kind: ProviderKind,
+    retry: RetryPolicy,
+) -> Result<ProviderClient, SupportError> {
+    let base_url = match kind {
+        ProviderKind::Anthropic => server.anthropic_base_url(),
+        ProviderKind::Gemini => server.gemini_base_url(),
+        _ => server.openai_base_url(),
+    };
     Ok(ProviderClient::new(
-        ProviderConfig::openai()
-            .with_base_url(server.openai_base_url())
+        ProviderConfig::new(kind)
+            .with_base_url(base_url)
             .without_key()
             .with_retry(retry),
     )?)

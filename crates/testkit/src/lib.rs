@@ -52,5 +52,7 @@ pub use request::{
 };
 pub use retry::RETRY_HEADER;
 pub use rule::Rule;
-pub use script::{CursorMode, MessageReply, Reply, Route, Script, ToolCallSpec, Usage};
+pub use script::{
+    CursorMode, MessageReply, Reply, Route, Script, ThinkingSpec, ToolCallSpec, Usage,
+};
 pub use server::ScriptedServer;

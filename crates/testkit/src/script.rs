@@ -339,6 +339,27 @@ pub struct MessageReply {
     /// Wait before the response headers, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// Reasoning blocks streamed before the text: Anthropic `thinking`
+    /// blocks (with a `signature_delta`) or `redacted_thinking`, Gemini
+    /// thought parts with a `thoughtSignature`; OpenAI chat sends none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking: Vec<ThinkingSpec>,
+}
+
+/// One scripted reasoning block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThinkingSpec {
+    /// The thinking text, streamed in several deltas.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// The block's signature (Anthropic `signature`, Gemini
+    /// `thoughtSignature`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Makes it an Anthropic `redacted_thinking` block with this `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
 }
 
 /// One scripted tool call.
@@ -354,6 +375,10 @@ pub struct ToolCallSpec {
     /// invalid argument JSON).
     #[serde(default = "empty_object")]
     pub arguments: Value,
+    /// Gemini: the `thoughtSignature` sent on this call's `functionCall`
+    /// part (ignored by the other formats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -371,7 +396,14 @@ impl ToolCallSpec {
             id: Some(id.into()),
             name: name.into(),
             arguments,
+            signature: None,
         }
+    }
+
+    /// With a Gemini `thoughtSignature` on its `functionCall` part.
+    pub fn with_signature(mut self, signature: impl Into<String>) -> ToolCallSpec {
+        self.signature = Some(signature.into());
+        self
     }
 
     /// The arguments as the string sent on the wire.
@@ -478,6 +510,25 @@ impl Reply {
     pub fn with_finish_reason(self, reason: impl Into<String>) -> Reply {
         let reason = reason.into();
         self.map_message(|m| m.finish_reason = Some(reason))
+    }
+
+    /// Streams a thinking block with `signature` before the rest.
+    pub fn with_thinking(self, text: impl Into<String>, signature: impl Into<String>) -> Reply {
+        let block = ThinkingSpec {
+            text: text.into(),
+            signature: Some(signature.into()),
+            redacted: None,
+        };
+        self.map_message(|m| m.thinking.push(block))
+    }
+
+    /// Streams a redacted thinking block (Anthropic) before the rest.
+    pub fn with_redacted_thinking(self, data: impl Into<String>) -> Reply {
+        let block = ThinkingSpec {
+            redacted: Some(data.into()),
+            ..ThinkingSpec::default()
+        };
+        self.map_message(|m| m.thinking.push(block))
     }
 
     /// Waits `ms` before sending the response headers.

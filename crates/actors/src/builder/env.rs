@@ -126,6 +126,7 @@ impl SessionBuilder {
         env.session_id = id.to_string();
         env.fallback = clients.fallback;
         env.model_pinned = config.model_pinned;
+        env.reasoning_effort = config.model_reasoning_effort;
         env.provider_label = format!("{}/{}", config.agent.provider, config.model());
         env.max_parallel_tools = config.agent.max_parallel_tools;
         env.max_budget_usd = config.agent.harness.max_budget_usd;

@@ -155,6 +155,13 @@ impl SessionBuilder {
         self
     }
 
+    /// The reasoning effort of every agent unless its spec sets one
+    /// (`model_reasoning_effort`).
+    pub fn reasoning_effort(mut self, effort: troupe_runtime::provider::ReasoningEffort) -> Self {
+        self.config.model_reasoning_effort = Some(effort);
+        self
+    }
+
     /// Adds a tool every agent may call.
     pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
         self.tools.push(Arc::new(tool));

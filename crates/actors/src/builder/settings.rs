@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use troupe_runtime::provider::ReasoningEffort;
 use troupe_runtime::store::SETTINGS_FILE;
 use troupe_runtime::tools::SandboxMode;
 
@@ -50,6 +51,10 @@ pub struct SessionSettings {
     /// `sandbox_workspace_write.network_access` given by flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_access: Option<bool>,
+    /// `--reasoning-effort` given by flag, so a resume re-applies it;
+    /// `None`: troupe.toml's `model_reasoning_effort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
 }
 
 fn exec_kind() -> String {
@@ -71,6 +76,7 @@ impl SessionSettings {
             task: task.into(),
             sandbox: None,
             network_access: None,
+            reasoning_effort: None,
         }
     }
 

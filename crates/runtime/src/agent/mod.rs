@@ -28,6 +28,7 @@ mod bounds;
 mod commands;
 mod plan;
 mod progress;
+pub(crate) mod reasoning;
 mod resume;
 mod sink;
 mod tools_step;
@@ -48,7 +49,7 @@ pub use sink::{EventSink, LogSink, MemorySink, NullSink};
 
 use crate::context::{ContextManager, ContextSettings};
 use crate::hooks::{HookEvent, HookRunner};
-use crate::provider::{Message, ModelCatalog, ModelClient};
+use crate::provider::{Message, ModelCatalog, ModelClient, ReasoningEffort};
 use crate::tools::{ToolContext, ToolRegistry};
 
 /// Default turn limit (`AGENT_MAX_TURNS_PER_REQUEST`).
@@ -92,6 +93,9 @@ pub struct AgentConfig {
     pub fallback: Option<Fallback>,
     /// The user chose the model explicitly: no silent failover.
     pub model_pinned: bool,
+    /// `model_reasoning_effort`: sent with every model call of this agent
+    /// (dropped, with one warning, on a model the catalog says takes none).
+    pub reasoning_effort: Option<ReasoningEffort>,
 }
 
 impl AgentConfig {
@@ -110,6 +114,7 @@ impl AgentConfig {
             max_budget_usd: None,
             fallback: None,
             model_pinned: false,
+            reasoning_effort: None,
         }
     }
 }
@@ -132,6 +137,8 @@ struct RunState {
     cost_usd: f64,
     pricing_unknown: bool,
     pricing_warned: bool,
+    /// The "model takes no reasoning effort" warning was given.
+    effort_warned: bool,
     heal: HashMap<String, u32>,
     /// The calls (`tool\0arguments`) that failed, with their self-heal key.
     heal_calls: HashMap<String, String>,

@@ -42,6 +42,7 @@ pub struct ResumeReport {
 #[derive(Default)]
 struct JournalTurn {
     text: String,
+    reasoning: Vec<crate::provider::ReasoningBlock>,
     calls: Vec<ToolCall>,
     outputs: Vec<ToolOutputItem>,
 }
@@ -82,7 +83,7 @@ impl Rebuilt {
         self.messages.push(Message::Assistant {
             content: turn.text,
             tool_calls: turn.calls.clone(),
-            reasoning: Vec::new(),
+            reasoning: turn.reasoning,
         });
         for call in turn.calls {
             match turn.outputs.iter().find(|o| o.call_id == call.id) {
@@ -137,7 +138,7 @@ impl Rebuilt {
                             id: call.tool_call_id.clone(),
                             name: call.tool_name.clone(),
                             arguments: arguments_text(&call.arguments),
-                            signature: None,
+                            signature: call.signature.clone(),
                         });
                     }
                 }
@@ -157,6 +158,11 @@ impl Rebuilt {
                     ItemDetails::ToolOutput(o) => {
                         if let Some(t) = turn.as_mut() {
                             t.outputs.push(o.clone());
+                        }
+                    }
+                    ItemDetails::Reasoning(item) => {
+                        if let Some(t) = turn.as_mut() {
+                            t.reasoning = super::reasoning::blocks_of(item);
                         }
                     }
                     _ => {}

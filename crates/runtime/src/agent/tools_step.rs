@@ -219,6 +219,7 @@ impl AgentLoop {
             // The arguments are on the item's `item.started` (the journal);
             // logged once.
             done.arguments = serde_json::Value::Null;
+            done.signature = None;
             self.emit_item(
                 ThreadEvent::ItemCompleted,
                 p.item_id.clone(),
@@ -267,6 +268,7 @@ fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
         tool_call_id: p.call.id.clone(),
         status,
         outcome: None,
+        signature: p.call.signature.clone(),
     }
 }
 

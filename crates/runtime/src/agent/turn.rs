@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use troupe_protocol::{
-    CompletionSubtype, ItemDetails, TextItem, ThreadEvent, TurnCompletedEvent, TurnFailedEvent,
-    TurnStartedEvent, Usage,
+    CompletionSubtype, ItemDetails, ReasoningItem, TextItem, ThreadEvent, TurnCompletedEvent,
+    TurnFailedEvent, TurnStartedEvent, Usage,
 };
 
 use super::{AgentLoop, StepOutcome};
@@ -39,7 +39,8 @@ impl AgentLoop {
             agent_id: agent_id.clone(),
         }));
         self.prepare_context().await;
-        let request = self.request();
+        let mut request = self.request();
+        request.reasoning_effort = self.effort_for_call();
         let provider = self.provider_label();
         self.context.observe_request(&request, &provider);
         // A cancel drops the request in flight at once: a stalled model
@@ -59,14 +60,13 @@ impl AgentLoop {
         self.context.observe_usage(usage.input_tokens);
         self.account(&usage);
         self.state.last_stop_reason = response.finish_raw.clone();
-        if !response.reasoning.is_empty() {
+        if !response.reasoning.is_empty() || !response.reasoning_blocks.is_empty() {
             let id = self.item_id();
-            let text = response.reasoning.clone();
-            self.emit_item(
-                ThreadEvent::ItemCompleted,
-                id,
-                ItemDetails::Reasoning(TextItem { text }),
-            );
+            let item = ReasoningItem {
+                text: response.reasoning.clone(),
+                blocks: super::reasoning::records(&response.reasoning_blocks),
+            };
+            self.emit_item(ThreadEvent::ItemCompleted, id, ItemDetails::Reasoning(item));
         }
         self.emit(ThreadEvent::TurnCompleted(TurnCompletedEvent {
             usage,
@@ -96,10 +96,12 @@ impl AgentLoop {
                 bounded.asked, limits.max_calls_per_step
             ));
         }
+        // The reasoning blocks go back with this turn (Anthropic requires
+        // the thinking of a tool turn, signature intact, on the next call).
         self.state.messages.push(Message::Assistant {
             content: response.text.clone(),
             tool_calls: bounded.calls.clone(),
-            reasoning: Vec::new(),
+            reasoning: response.reasoning_blocks.clone(),
         });
         let outcome = self.run_tools(bounded.calls, bounded.refused).await;
         self.context.after_tools(&self.state.messages, &self.tools);

@@ -49,6 +49,9 @@ pub struct ConfigOverrides {
     pub sandbox_mode: Option<crate::tools::SandboxMode>,
     /// `--config sandbox_workspace_write.network_access=...`.
     pub network_access: Option<bool>,
+    /// `--reasoning-effort` / `--config model_reasoning_effort=...`:
+    /// `model_reasoning_effort`.
+    pub reasoning_effort: Option<crate::provider::ReasoningEffort>,
 }
 
 /// Which layer a [`ConfigOverrides`] comes from, to name it in errors.
@@ -146,6 +149,7 @@ impl ConfigOverrides {
             auto_upgrade,
             sandbox_mode: None,
             network_access: None,
+            reasoning_effort: None,
         })
     }
 }
@@ -216,6 +220,9 @@ impl Config {
         }
         if let Some(on) = o.network_access {
             self.sandbox_workspace_write.network_access = on;
+        }
+        if let Some(effort) = o.reasoning_effort {
+            self.model_reasoning_effort = Some(effort);
         }
         Ok(())
     }

@@ -54,7 +54,8 @@ pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 use crate::hooks::HookConfig;
 use crate::provider::{
-    ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, RetryPolicy, Timeouts,
+    ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, ReasoningEffort, RetryPolicy,
+    Timeouts,
 };
 use crate::store::{LogConfig, RetentionPolicy};
 use crate::tools::{ExecConfig, PermissionPolicy, SandboxMode};
@@ -95,6 +96,11 @@ pub struct Config {
     /// `sandbox_mode` (top level, Codex's name): how far the agents'
     /// commands and write tools reach; `None` is `workspace-write`.
     pub sandbox_mode: Option<SandboxMode>,
+    /// `model_reasoning_effort` (top level, Codex's name): `minimal`,
+    /// `low`, `medium` or `high`, sent with every model call (each
+    /// provider's field, docs/providers.md); `None` sends none. An agent
+    /// spec or proposer may set its own.
+    pub model_reasoning_effort: Option<ReasoningEffort>,
     /// `[sandbox_workspace_write]` (Codex's table): `network_access`.
     pub sandbox_workspace_write: SandboxWorkspaceWrite,
     /// `allow_unsandboxed` (top level): where the kernel cannot enforce

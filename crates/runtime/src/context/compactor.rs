@@ -215,14 +215,16 @@ fn bounded(m: &Message, index: usize, max_tokens: u64, spool: Option<&Spool<'_>>
     };
     match m {
         Message::User { content } => Message::user(cut(content)),
+        // Reasoning blocks stay whole with their calls: a signature
+        // covers the block's exact text, so it is never cut.
         Message::Assistant {
             content,
             tool_calls,
-            ..
+            reasoning,
         } => Message::Assistant {
             content: cut(content),
             tool_calls: tool_calls.clone(),
-            reasoning: Vec::new(),
+            reasoning: reasoning.clone(),
         },
         Message::ToolResult {
             call_id,
@@ -377,5 +379,50 @@ mod tests {
         let full = std::fs::read_to_string(dir.path().join("spool/compact-0001-0010.txt")).unwrap();
         assert_eq!(full.len(), 40_000);
         assert!(out.archive_path.unwrap().ends_with("history-0001.jsonl"));
+    }
+
+    #[test]
+    fn compaction_keeps_thinking_blocks_whole_with_their_calls() {
+        use crate::provider::ReasoningBlock;
+        let block = ReasoningBlock {
+            text: "t".repeat(20_000),
+            signature: Some("sig".into()),
+            ..ReasoningBlock::default()
+        };
+        let mut msgs = vec![Message::user("task")];
+        for i in 0..6 {
+            let mut r = round(i, 3_000);
+            if let Message::Assistant {
+                content, reasoning, ..
+            } = &mut r[0]
+            {
+                *content = "x".repeat(40_000);
+                reasoning.push(block.clone());
+            }
+            msgs.extend(r);
+        }
+        let out = compact_messages(&msgs, CompactOptions::for_tail(4_000, 2_048), None, None)
+            .unwrap()
+            .unwrap();
+        let kept: Vec<_> = out
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                    reasoning,
+                } => Some((content, tool_calls, reasoning)),
+                _ => None,
+            })
+            .collect();
+        assert!(!kept.is_empty() && kept.len() < 6, "{}", kept.len());
+        for (content, calls, reasoning) in kept {
+            // The text may be cut to a preview; the block never is, and it
+            // stays on the message of its tool call.
+            assert!(content.len() < 40_000);
+            assert_eq!(calls.len(), 1);
+            assert_eq!(reasoning, &vec![block.clone()]);
+        }
     }
 }

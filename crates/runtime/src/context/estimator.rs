@@ -60,9 +60,14 @@ pub fn estimate_message(message: &Message) -> u64 {
             Message::Assistant {
                 content,
                 tool_calls,
-                ..
+                reasoning,
             } => {
+                // Thinking text counts; signatures are opaque to the model.
                 estimate_text(content)
+                    + reasoning
+                        .iter()
+                        .map(|r| estimate_text(&r.text))
+                        .sum::<u64>()
                     + tool_calls
                         .iter()
                         .map(|c| {

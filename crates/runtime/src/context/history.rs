@@ -15,21 +15,29 @@ use super::orientation::ORIENTATION_HEADER;
 use super::segments::{SegmentStart, SegmentTracker};
 use super::settings::ContextSettings;
 use super::summary::{ENVELOPE_HEADER, Envelope, local_summary, preview, read_memory};
-use crate::provider::{Message, ModelRequest, ToolCall};
+use crate::provider::{Message, ModelRequest, ReasoningBlock, ToolCall};
 
 /// Rebuilds the conversation from a session's events: user messages,
-/// assistant text with the tool calls of the same turn, tool results.
-/// Reasoning and unknown events are skipped; a call with no recorded
-/// output stays without a result (a compaction drops it).
+/// assistant text with the tool calls and the reasoning blocks of the same
+/// turn, tool results. Reasoning text and unknown events are skipped; a
+/// call with no recorded output stays without a result (a compaction drops
+/// it).
 pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<Message> {
     let mut out = Vec::new();
-    let mut pending: Option<(String, Vec<ToolCall>)> = None;
-    let flush = |out: &mut Vec<Message>, p: &mut Option<(String, Vec<ToolCall>)>| {
-        if let Some((content, tool_calls)) = p.take() {
+    let mut pending: Option<Pending> = None;
+    let flush = |out: &mut Vec<Message>, p: &mut Option<Pending>| {
+        if let Some((content, tool_calls, reasoning)) = p.take() {
+            // Blocks with no text and no call (a final answer's) need not
+            // go back.
+            let reasoning = if tool_calls.is_empty() {
+                Vec::new()
+            } else {
+                reasoning
+            };
             out.push(Message::Assistant {
                 content,
                 tool_calls,
-                reasoning: Vec::new(),
+                reasoning,
             });
         }
     };
@@ -46,7 +54,7 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
                             serde_json::Value::String(s) => s,
                             v => v.to_string(),
                         },
-                        signature: None,
+                        signature: c.signature,
                     });
                 }
             }
@@ -57,7 +65,12 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
             ThreadEvent::ItemCompleted(e) => match e.item.details {
                 ItemDetails::AgentMessage(m) => {
                     flush(&mut out, &mut pending);
-                    pending = Some((m.text, Vec::new()));
+                    pending = Some((m.text, Vec::new(), Vec::new()));
+                }
+                // Logged after the turn's text and before its calls.
+                ItemDetails::Reasoning(r) => {
+                    let p = pending.get_or_insert_with(Default::default);
+                    p.2 = crate::agent::reasoning::blocks_of(&r);
                 }
                 ItemDetails::ToolOutput(o) => {
                     flush(&mut out, &mut pending);
@@ -75,6 +88,9 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
     flush(&mut out, &mut pending);
     out
 }
+
+/// An assistant turn being rebuilt: text, calls, reasoning blocks.
+type Pending = (String, Vec<ToolCall>, Vec<ReasoningBlock>);
 
 /// The messages of the session stored in `session_dir`.
 pub fn stored_messages(session_dir: &Path) -> Result<Vec<Message>, ContextError> {
@@ -264,6 +280,7 @@ mod tests {
                 tool_call_id: "c1".into(),
                 status: ItemStatus::InProgress,
                 outcome: None,
+                signature: None,
             }))),
             ThreadEvent::ItemCompleted(item(ItemDetails::ToolOutput(ToolOutputItem {
                 call_id: "c1".into(),

@@ -7,6 +7,7 @@
 
 mod groups;
 mod limits;
+mod reasoning;
 mod settle;
 mod steps;
 

@@ -55,6 +55,7 @@ fn started(call: &str, what: &str) -> ThreadEvent {
                 tool_call_id: call.into(),
                 status: ItemStatus::InProgress,
                 outcome: None,
+                signature: None,
             }),
         },
         agent_id: None,

@@ -11,6 +11,7 @@ mod common;
 mod fixtures;
 mod quirks;
 mod raw_server;
+mod reasoning;
 mod responses;
 mod responses_http;
 mod scripted;

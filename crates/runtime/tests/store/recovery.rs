@@ -129,6 +129,7 @@ fn transcript_pairs_tool_calls_with_outputs() {
         tool_call_id: "c1".into(),
         status: ItemStatus::InProgress,
         outcome: None,
+        signature: None,
     });
     let events = vec![
         ThreadEvent::UserMessage(UserMessageEvent {
@@ -150,6 +151,7 @@ fn transcript_pairs_tool_calls_with_outputs() {
                     tool_call_id: "c2".into(),
                     status: ItemStatus::InProgress,
                     outcome: None,
+                    signature: None,
                 }),
             ),
             agent_id: None,

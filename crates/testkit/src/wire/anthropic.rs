@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, event_frame, finish_reason, pieces};
 use crate::request::WireFormat;
+use crate::script::ThinkingSpec;
 
 fn stop_reason(a: &Answer) -> String {
     match &a.finish_reason {
@@ -46,6 +47,10 @@ fn message_start(a: &Answer) -> Value {
 pub(crate) fn stream(a: &Answer) -> Vec<Bytes> {
     let mut f = vec![event_frame("message_start", &message_start(a))];
     let mut index = 0usize;
+    for t in &a.thinking {
+        thinking_frames(&mut f, index, t);
+        index += 1;
+    }
     if let Some(text) = &a.text {
         let start = json!({"type": "content_block_start", "index": index,
                            "content_block": {"type": "text", "text": ""}});
@@ -84,6 +89,41 @@ pub(crate) fn stream(a: &Answer) -> Vec<Bytes> {
     f
 }
 
+/// A `thinking` block (deltas, then its `signature_delta`) or a
+/// `redacted_thinking` block, as extended thinking streams them.
+fn thinking_frames(f: &mut Vec<Bytes>, index: usize, t: &ThinkingSpec) {
+    if let Some(data) = &t.redacted {
+        let start = json!({"type": "content_block_start", "index": index,
+                           "content_block": {"type": "redacted_thinking", "data": data}});
+        f.push(event_frame("content_block_start", &start));
+        f.push(block_stop(index));
+        return;
+    }
+    let start = json!({"type": "content_block_start", "index": index,
+                       "content_block": {"type": "thinking", "thinking": "", "signature": ""}});
+    f.push(event_frame("content_block_start", &start));
+    for p in pieces(&t.text, 16) {
+        let d = json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "thinking_delta", "thinking": p}});
+        f.push(event_frame("content_block_delta", &d));
+    }
+    if let Some(sig) = &t.signature {
+        let d = json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "signature_delta", "signature": sig}});
+        f.push(event_frame("content_block_delta", &d));
+    }
+    f.push(block_stop(index));
+}
+
+/// A thinking block of a non-streamed `message`.
+fn thinking_block(t: &ThinkingSpec) -> Value {
+    match &t.redacted {
+        Some(data) => json!({"type": "redacted_thinking", "data": data}),
+        None => json!({"type": "thinking", "thinking": t.text,
+                       "signature": t.signature.clone().unwrap_or_default()}),
+    }
+}
+
 fn block_stop(index: usize) -> Bytes {
     event_frame(
         "content_block_stop",
@@ -93,7 +133,7 @@ fn block_stop(index: usize) -> Bytes {
 
 /// The `message` body of a non-streamed answer.
 pub(crate) fn json_body(a: &Answer) -> Value {
-    let mut content = Vec::new();
+    let mut content: Vec<Value> = a.thinking.iter().map(thinking_block).collect();
     if let Some(text) = &a.text {
         content.push(json!({"type": "text", "text": text}));
     }

@@ -39,7 +39,20 @@ fn part_of_call(c: &super::Call) -> Value {
     } else {
         json!({})
     };
-    json!({"functionCall": {"name": c.name, "args": args, "id": c.id}})
+    let mut part = json!({"functionCall": {"name": c.name, "args": args, "id": c.id}});
+    if let Some(sig) = &c.signature {
+        part["thoughtSignature"] = json!(sig);
+    }
+    part
+}
+
+/// A thought part (`thought: true`) with its `thoughtSignature`.
+fn thought_part(t: &crate::script::ThinkingSpec) -> Value {
+    let mut part = json!({"text": t.text, "thought": true});
+    if let Some(sig) = &t.signature {
+        part["thoughtSignature"] = json!(sig);
+    }
+    part
 }
 
 fn chunk(a: &Answer, parts: Vec<Value>, finish: Option<String>) -> Value {
@@ -58,7 +71,7 @@ fn chunk(a: &Answer, parts: Vec<Value>, finish: Option<String>) -> Value {
 
 /// The SSE frames of a streamed answer; the last one carries `finishReason`.
 pub(crate) fn stream(a: &Answer) -> Vec<Bytes> {
-    let mut parts: Vec<Vec<Value>> = Vec::new();
+    let mut parts: Vec<Vec<Value>> = a.thinking.iter().map(|t| vec![thought_part(t)]).collect();
     if let Some(text) = &a.text {
         parts.extend(
             pieces(text, 12)
@@ -83,7 +96,7 @@ pub(crate) fn stream(a: &Answer) -> Vec<Bytes> {
 
 /// The `GenerateContentResponse` body of a non-streamed answer.
 pub(crate) fn json_body(a: &Answer) -> Value {
-    let mut parts = Vec::new();
+    let mut parts: Vec<Value> = a.thinking.iter().map(thought_part).collect();
     if let Some(text) = &a.text {
         parts.push(json!({"text": text}));
     }

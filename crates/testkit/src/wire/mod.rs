@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::request::WireFormat;
-use crate::script::{MessageReply, Usage};
+use crate::script::{MessageReply, ThinkingSpec, Usage};
 
 /// One tool call, ready to render.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub(crate) struct Call {
     pub args_text: String,
     /// The arguments as an object (Gemini; Anthropic non-streaming).
     pub args_value: Value,
+    /// Gemini's `thoughtSignature` for the call.
+    pub signature: Option<String>,
 }
 
 /// Everything a renderer needs for one answer.
@@ -39,6 +41,8 @@ pub(crate) struct Answer {
     pub finish_reason: Option<String>,
     pub usage: Usage,
     pub include_usage: bool,
+    /// Reasoning blocks sent before the text.
+    pub thinking: Vec<ThinkingSpec>,
 }
 
 impl Answer {
@@ -65,6 +69,7 @@ impl Answer {
                     name: c.name.clone(),
                     args_text,
                     args_value,
+                    signature: c.signature.clone(),
                 }
             })
             .collect();
@@ -85,6 +90,7 @@ impl Answer {
             finish_reason: m.finish_reason.clone(),
             usage,
             include_usage,
+            thinking: m.thinking.clone(),
         }
     }
 }

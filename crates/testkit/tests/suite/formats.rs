@@ -279,6 +279,7 @@ async fn generated_ids_are_used_when_the_script_gives_none() {
         id: None,
         name: "add".into(),
         arguments: json!({}),
+        signature: None,
     }]);
     let (got, _s) = one_streamed(WireFormat::Anthropic, reply).await;
     let f = fold(WireFormat::Anthropic, &got.body);

@@ -209,7 +209,8 @@ fn string_arguments_are_kept_verbatim() {
         ToolCallSpec {
             id: None,
             name: "a".into(),
-            arguments: json!("{not json")
+            arguments: json!("{not json"),
+            signature: None,
         }
     );
     assert_eq!(tool_calls[0].arguments_string(), "{not json");

@@ -1,0 +1,268 @@
+//! Reasoning effort and thinking blocks through the loop: the effort in
+//! every request, one warning where the model takes none, Anthropic
+//! thinking (signature intact) sent back first on the next tool turn, in
+//! the log, and again after a resume from the log.
+
+use serde_json::{Value, json};
+use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
+use troupe_runtime::provider::{ModelCatalog, ProviderKind, ReasoningEffort};
+use troupe_test_support::AgentBuilder;
+use troupe_testkit::Reply;
+
+const THOUGHT: &str = "The user wants a.txt; read it first.";
+const SIG: &str = "EtYDCkYICxgCKkAVsig==";
+
+fn thinking_then_call() -> Vec<Reply> {
+    vec![
+        Reply::tool_call("toolu_1", "read_file", json!({"path": "a.txt"}))
+            .with_thinking(THOUGHT, SIG)
+            .with_redacted_thinking("EqkECkYIBxgCredacted"),
+        Reply::text("a.txt says hello"),
+    ]
+}
+
+fn warnings(events: &[ThreadEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Error(e) => Some(e.message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The assistant message of an Anthropic request body that holds `tool_use`.
+fn tool_turn(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("an assistant turn")["content"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn expected_blocks() -> Vec<Value> {
+    vec![
+        json!({"type": "thinking", "thinking": THOUGHT, "signature": SIG}),
+        json!({"type": "redacted_thinking", "data": "EqkECkYIBxgCredacted"}),
+    ]
+}
+
+#[tokio::test]
+async fn anthropic_thinking_goes_back_first_on_the_next_tool_turn() {
+    let mut h = AgentBuilder::new(thinking_then_call())
+        .provider(ProviderKind::Anthropic)
+        .model("claude-sonnet-4-5")
+        .catalog(ModelCatalog::builtin())
+        .config(|c| c.reasoning_effort = Some(ReasoningEffort::High))
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 2);
+    for r in &reqs {
+        assert_eq!(
+            r.body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 16384})
+        );
+        assert_eq!(r.body["max_tokens"], 16384 + 8192);
+        assert!(r.body.get("temperature").is_none());
+    }
+    let content = tool_turn(&reqs[1].body);
+    assert_eq!(content[..2], expected_blocks()[..], "{content:?}");
+    assert_eq!(content[2]["type"], "tool_use");
+    // The log keeps the blocks on the reasoning item.
+    let items: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) => match i.item.details {
+                ItemDetails::Reasoning(r) => Some(r),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].text, THOUGHT);
+    assert_eq!(items[0].blocks.len(), 2);
+    assert_eq!(items[0].blocks[0].signature.as_deref(), Some(SIG));
+    assert_eq!(
+        items[0].blocks[1].redacted.as_deref(),
+        Some("EqkECkYIBxgCredacted")
+    );
+    assert!(warnings(&h.events()).is_empty());
+    h.server.check_invariants().unwrap();
+}
+
+#[tokio::test]
+async fn a_resumed_loop_sends_the_logged_thinking_back() {
+    // The first incarnation ran the tool turn; the log up to the second
+    // turn is what a crash leaves behind.
+    let mut first = AgentBuilder::new(thinking_then_call())
+        .provider(ProviderKind::Anthropic)
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    first.run().await;
+    let events = first.events();
+    let second_turn = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
+        .nth(1)
+        .map(|(i, _)| i)
+        .expect("two turns");
+    let log: Vec<ThreadEvent> = events[..second_turn].to_vec();
+    let log: Vec<ThreadEvent> = log
+        .iter()
+        .map(|e| serde_json::from_value(serde_json::to_value(e).unwrap()).unwrap())
+        .collect();
+
+    let mut second = AgentBuilder::new(vec![Reply::text("a.txt says hello")])
+        .provider(ProviderKind::Anthropic)
+        .build()
+        .await
+        .unwrap();
+    let report = second.agent.resume(&log).await;
+    assert_eq!(report.completed_calls, 1, "{report:?}");
+    let done = second.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let reqs = second.server.requests();
+    let content = tool_turn(&reqs[0].body);
+    assert_eq!(content[..2], expected_blocks()[..], "{content:?}");
+    second.server.check_invariants().unwrap();
+}
+
+#[tokio::test]
+async fn a_model_without_reasoning_gets_one_warning_and_no_field() {
+    let replies = vec![
+        Reply::tool_call("c1", "read_file", json!({"path": "a.txt"})),
+        Reply::tool_call("c2", "read_file", json!({"path": "a.txt"})),
+        Reply::text("done"),
+    ];
+    let mut h = AgentBuilder::new(replies)
+        .provider(ProviderKind::Anthropic)
+        .model("claude-3-5-haiku-20241022")
+        .catalog(ModelCatalog::builtin())
+        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Low))
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 3);
+    for r in &reqs {
+        assert!(r.body.get("thinking").is_none(), "{}", r.body);
+        assert_eq!(r.body["max_tokens"], 8192);
+    }
+    let w = warnings(&h.events());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("claude-3-5-haiku-20241022 takes no reasoning effort"),
+        "{w:?}"
+    );
+}
+
+#[tokio::test]
+async fn openai_gets_reasoning_effort_on_every_call() {
+    let replies = vec![
+        Reply::tool_call("c1", "read_file", json!({"path": "a.txt"})),
+        Reply::text("done"),
+    ];
+    let mut h = AgentBuilder::new(replies)
+        .model("gpt-5-mini")
+        .catalog(ModelCatalog::builtin().without_pricing())
+        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Minimal))
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let reqs = h.server.requests();
+    assert_eq!(reqs.len(), 2);
+    for r in &reqs {
+        assert_eq!(r.body["reasoning_effort"], "minimal");
+    }
+    assert!(warnings(&h.events()).is_empty());
+}
+
+/// The model turn (role `model`) of a Gemini request body.
+fn model_parts(body: &Value) -> Vec<Value> {
+    body["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "model")
+        .expect("a model turn")["parts"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn gemini_thought_and_call_signatures_go_back_also_after_a_resume() {
+    use troupe_testkit::ToolCallSpec;
+    let call =
+        ToolCallSpec::new("c1", "read_file", json!({"path": "a.txt"})).with_signature("fc-sig");
+    let replies = vec![
+        Reply::tool_calls(vec![call]).with_thinking("Look at a.txt.", "th-sig"),
+        Reply::text("a.txt says hello"),
+    ];
+    let mut first = AgentBuilder::new(replies)
+        .provider(ProviderKind::Gemini)
+        .model("gemini-2.5-flash")
+        .catalog(ModelCatalog::builtin())
+        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Medium))
+        .file("a.txt", "hello\n")
+        .build()
+        .await
+        .unwrap();
+    let done = first.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let want = vec![
+        json!({"text": "Look at a.txt.", "thought": true, "thoughtSignature": "th-sig"}),
+        json!({"functionCall": {"name": "read_file", "args": {"path": "a.txt"}, "id": "c1"},
+               "thoughtSignature": "fc-sig"}),
+    ];
+    let reqs = first.server.requests();
+    assert_eq!(
+        reqs[0].body["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 8192, "includeThoughts": true})
+    );
+    assert_eq!(model_parts(&reqs[1].body), want);
+
+    // From the log (as written to disk), a new incarnation sends the same.
+    let events = first.events();
+    let second_turn = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap();
+    let log: Vec<ThreadEvent> = events[..second_turn]
+        .iter()
+        .map(|e| serde_json::from_value(serde_json::to_value(e).unwrap()).unwrap())
+        .collect();
+    let mut second = AgentBuilder::new(vec![Reply::text("a.txt says hello")])
+        .provider(ProviderKind::Gemini)
+        .model("gemini-2.5-flash")
+        .build()
+        .await
+        .unwrap();
+    second.agent.resume(&log).await;
+    let done = second.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    assert_eq!(model_parts(&second.server.requests()[0].body), want);
+}
