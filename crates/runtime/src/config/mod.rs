@@ -30,6 +30,7 @@
 mod error;
 mod layers;
 mod locate;
+pub mod mcp;
 pub mod sections;
 pub mod supervision;
 mod validate;
@@ -50,6 +51,7 @@ pub use sections::{
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
     ToolsConfig, VerifierConfig, default_model,
 };
+pub use mcp::McpServerConfig;
 pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 use crate::hooks::HookConfig;
@@ -103,6 +105,8 @@ pub struct Config {
     pub allow_unsandboxed: bool,
     /// `[supervision]`.
     pub supervision: SupervisionConfig,
+    /// `[mcp_servers.<name>]`: MCP servers whose tools the agents get.
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

@@ -38,8 +38,8 @@ pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
     DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, PROTECTED_ENTRIES,
     SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus, ToolSandbox,
-    UnknownSandboxMode, drop_privileges, is_dumpable, kill_recorded_group, make_undumpable,
-    start_time,
+    UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
+    make_undumpable, spawn_tied, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
@@ -280,6 +280,12 @@ pub trait Tool: Send + Sync {
     /// resume rule applies (read-only calls run again, others are reported
     /// interrupted).
     fn settle_interrupted(&self, _args: &serde_json::Value) -> Option<ToolOutput> {
+        None
+    }
+    /// The MCP server and the tool's name there, for a tool an MCP server
+    /// provides: its calls are also recorded as `mcp_tool_call` items.
+    /// Default: `None`.
+    fn mcp_origin(&self) -> Option<(&str, &str)> {
         None
     }
     /// Runs the call. `args` already passed schema validation.

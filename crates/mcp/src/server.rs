@@ -1,0 +1,170 @@
+//! Connecting to one server: spawning a stdio server so it never outlives
+//! troupe, or opening a streamable-HTTP session; the MCP handshake.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use troupe_runtime::config::McpServerConfig;
+use troupe_runtime::tools::{DEFAULT_ENV_REMOVE, glob, kill_group, spawn_tied};
+
+/// The client side of one connection: told when the server's tool list
+/// changed.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    pub(crate) changed: Arc<tokio::sync::Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed.notify_one();
+        std::future::ready(())
+    }
+}
+
+/// A live connection; stopping it ends the server (its process group).
+pub(crate) struct Connection {
+    pub(crate) service: RunningService<RoleClient, Handler>,
+    /// The stdio server's process group (its pid).
+    pub(crate) pgid: Option<u32>,
+    /// Held so dropping the connection kills the leader.
+    pub(crate) child: Option<tokio::process::Child>,
+}
+
+impl Connection {
+    /// Ends the session with the server, then its whole process group.
+    pub(crate) async fn stop(mut self) {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            self.service.close(),
+        )
+        .await;
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid);
+        }
+        if let Some(child) = &mut self.child {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await;
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid);
+        }
+    }
+}
+
+/// A spawned stdio server before its handshake.
+pub(crate) struct Spawned {
+    child: tokio::process::Child,
+    pgid: Option<u32>,
+}
+
+impl Spawned {
+    /// The group id, so a handshake that times out can still kill it.
+    pub(crate) fn pgid(&self) -> Option<u32> {
+        self.pgid
+    }
+}
+
+/// Starts `config.command` in `workspace` (or its `cwd`), its stderr to
+/// `stderr_log` (else discarded), with troupe's environment minus the
+/// variables that look like secrets, plus `config.env`.
+pub(crate) fn spawn(
+    config: &McpServerConfig,
+    command: &str,
+    workspace: &Path,
+    stderr_log: Option<&Path>,
+) -> Result<Spawned, String> {
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(&config.args);
+    cmd.current_dir(match &config.cwd {
+        Some(cwd) => workspace.join(cwd),
+        None => workspace.to_path_buf(),
+    });
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if DEFAULT_ENV_REMOVE.iter().any(|p| glob(p, &name)) {
+            cmd.env_remove(&var);
+        }
+    }
+    cmd.envs(&config.env);
+    let stderr = match stderr_log.and_then(|p| std::fs::File::create(p).ok()) {
+        Some(file) => Stdio::from(file),
+        None => Stdio::null(),
+    };
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    let child = spawn_tied(cmd).map_err(|e| format!("cannot run `{command}`: {e}"))?;
+    let pgid = child.id();
+    Ok(Spawned { child, pgid })
+}
+
+/// The MCP handshake over a spawned server's stdin/stdout.
+pub(crate) async fn handshake_stdio(
+    mut spawned: Spawned,
+    handler: Handler,
+) -> Result<Connection, String> {
+    let (Some(stdout), Some(stdin)) = (spawned.child.stdout.take(), spawned.child.stdin.take())
+    else {
+        return Err("the server's stdio was not captured".into());
+    };
+    match handler.serve((stdout, stdin)).await {
+        Ok(service) => Ok(Connection {
+            service,
+            pgid: spawned.pgid,
+            child: Some(spawned.child),
+        }),
+        Err(e) => {
+            let exited = match spawned.child.try_wait() {
+                Ok(Some(status)) => format!(" (the server exited: {status})"),
+                _ => String::new(),
+            };
+            if let Some(pgid) = spawned.pgid {
+                kill_group(pgid);
+            }
+            Err(format!("the MCP handshake failed: {e}{exited}"))
+        }
+    }
+}
+
+/// The MCP handshake with a streamable-HTTP server at `url`; the bearer
+/// token comes from `bearer_token_env_var` (named in errors, never shown).
+pub(crate) async fn handshake_http(
+    config: &McpServerConfig,
+    url: &str,
+    handler: Handler,
+) -> Result<Connection, String> {
+    let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+    if let Some(var) = &config.bearer_token_env_var {
+        match std::env::var(var) {
+            Ok(token) if !token.is_empty() => {
+                transport_config = transport_config.auth_header(token);
+            }
+            _ => {
+                return Err(format!(
+                    "the bearer token variable `{var}` (bearer_token_env_var) is not set; export it or remove the key"
+                ));
+            }
+        }
+    }
+    let transport = StreamableHttpClientTransport::from_config(transport_config);
+    let service = handler
+        .serve(transport)
+        .await
+        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    Ok(Connection {
+        service,
+        pgid: None,
+        child: None,
+    })
+}
