@@ -90,7 +90,7 @@ impl Live {
             }
             warned.push(kind);
         }
-        tracing::warn!(server = %self.name, "{message}");
+        tracing::debug!(server = %self.name, "{message}");
         (self.warn)(message.to_string());
     }
 }
