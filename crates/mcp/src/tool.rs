@@ -82,6 +82,11 @@ impl McpTool {
         let timeout = server.config.tool_timeout();
         let answer = tokio::time::timeout(timeout, peer.call_tool(params)).await;
         let result = match answer {
+            Err(_) if peer.is_transport_closed() => {
+                let why =
+                    server.mark_down(&format!("it stopped during a call of `{}`", self.tool));
+                return Err(ToolError::Failed(why));
+            }
             Err(_) => {
                 let why = format!(
                     "MCP server `{}` did not answer the call of `{}` within {:.1}s (tool_timeout_sec)",

@@ -1,0 +1,52 @@
+// A deliberately faulty MCP server (stdio, newline-delimited JSON-RPC) for
+// tests/e2e/mcp.rs: `malformed` answers with a result that is not a
+// CallToolResult, `crash` exits in the middle of the call.
+import { createInterface } from "node:readline";
+
+const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
+const tool = (name, description) => ({
+  name,
+  description,
+  inputSchema: { type: "object", properties: {} },
+});
+
+createInterface({ input: process.stdin }).on("line", (line) => {
+  let msg;
+  try {
+    msg = JSON.parse(line);
+  } catch {
+    return;
+  }
+  if (msg.id === undefined) return; // a notification
+  switch (msg.method) {
+    case "initialize":
+      send({
+        jsonrpc: "2.0",
+        id: msg.id,
+        result: {
+          protocolVersion: msg.params.protocolVersion,
+          capabilities: { tools: {} },
+          serverInfo: { name: "faulty", version: "1.0.0" },
+        },
+      });
+      break;
+    case "tools/list":
+      send({
+        jsonrpc: "2.0",
+        id: msg.id,
+        result: {
+          tools: [
+            tool("malformed", "Answers with a malformed result"),
+            tool("crash", "Exits during the call"),
+          ],
+        },
+      });
+      break;
+    case "tools/call":
+      if (msg.params.name === "crash") process.exit(3);
+      send({ jsonrpc: "2.0", id: msg.id, result: { content: "not a list", isError: "maybe" } });
+      break;
+    default:
+      send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
+  }
+});
