@@ -84,7 +84,11 @@ fn stdio_server_tools_are_offered_filtered_called_and_recorded() {
         "enabled_tools = [\"echo\", \"get-sum\", \"get-env\"]\ndisabled_tools = [\"get-env\"]",
     ));
     let s = Server::start(vec![
-        Reply::tool_call("c1", "mcp__everything__echo", json!({"message": "hello from troupe"})),
+        Reply::tool_call(
+            "c1",
+            "mcp__everything__echo",
+            json!({"message": "hello from troupe"}),
+        ),
         Reply::text("It echoed."),
     ]);
     let run = exec(ws.path(), &s, &[], "echo something");
@@ -131,9 +135,14 @@ fn permission_policy_denies_an_mcp_tool_like_any_tool() {
     ]);
     let run = exec(ws.path(), &s, &[], "add");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let answer = s.server.requests()[1].function_call_output_text("c1").unwrap();
+    let answer = s.server.requests()[1]
+        .function_call_output_text("c1")
+        .unwrap();
     assert!(answer.contains("denied"), "{answer}");
-    assert!(mcp_items(&run.events).is_empty(), "a denied call never reaches the server");
+    assert!(
+        mcp_items(&run.events).is_empty(),
+        "a denied call never reaches the server"
+    );
 }
 
 /// A free port on 127.0.0.1.
@@ -156,7 +165,10 @@ fn http_server(port: u16) -> Child {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server-everything did not listen on {port}");
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child
@@ -179,17 +191,28 @@ fn streamable_http_server_is_called_with_its_bearer_token() {
         .unwrap();
     let _ = server.kill();
     let _ = server.wait();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reqs = s.server.requests();
     assert!(reqs[0].offers_tool("mcp__remote__get-sum"));
     let answer = reqs[1].function_call_output_text("c1").unwrap();
     assert!(answer.contains("42"), "{answer}");
     let events = session_events(ws.path());
     let done = completed_call(&events, "c1");
-    assert_eq!((done.server.as_str(), done.tool.as_str()), ("remote", "get-sum"));
+    assert_eq!(
+        (done.server.as_str(), done.tool.as_str()),
+        ("remote", "get-sum")
+    );
     assert_eq!(done.status, McpToolCallStatus::Completed);
     let log = std::fs::read_to_string(session_dir(ws.path()).join("events.jsonl")).unwrap();
-    assert!(!log.contains("s3cret-bearer-value"), "the token never reaches the log");
+    assert!(
+        !log.contains("s3cret-bearer-value"),
+        "the token never reaches the log"
+    );
 }
 
 #[test]
@@ -227,7 +250,11 @@ fn filesystem_server_reads_and_a_failing_call_is_a_tool_error() {
     assert!(failed.error.unwrap().contains("files"), "names the server");
     assert!(failed.result.is_none());
     let outputs = run.outputs();
-    assert!(outputs.iter().any(|(id, st, _)| id == "c2" && *st == ItemStatus::Failed));
+    assert!(
+        outputs
+            .iter()
+            .any(|(id, st, _)| id == "c2" && *st == ItemStatus::Failed)
+    );
 }
 
 #[test]
@@ -237,14 +264,29 @@ fn a_call_past_tool_timeout_is_a_tool_error_and_one_warning() {
     ));
     let long = json!({"duration": 30, "steps": 3});
     let s = Server::start(vec![
-        Reply::tool_call("c1", "mcp__everything__trigger-long-running-operation", long.clone()),
-        Reply::tool_call("c2", "mcp__everything__trigger-long-running-operation", long),
-        Reply::tool_call("c3", "mcp__everything__echo", json!({"message": "still alive"})),
+        Reply::tool_call(
+            "c1",
+            "mcp__everything__trigger-long-running-operation",
+            long.clone(),
+        ),
+        Reply::tool_call(
+            "c2",
+            "mcp__everything__trigger-long-running-operation",
+            long,
+        ),
+        Reply::tool_call(
+            "c3",
+            "mcp__everything__echo",
+            json!({"message": "still alive"}),
+        ),
         Reply::text("Gave up on it."),
     ]);
     let started = Instant::now();
     let run = exec(ws.path(), &s, &[], "run the long operation");
-    assert!(started.elapsed() < Duration::from_secs(25), "the timeout cut the calls");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the timeout cut the calls"
+    );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let reqs = s.server.requests();
     let answer = reqs[1].function_call_output_text("c1").unwrap();
@@ -254,10 +296,17 @@ fn a_call_past_tool_timeout_is_a_tool_error_and_one_warning() {
         .into_iter()
         .filter(|e| e.contains("tool_timeout_sec"))
         .collect();
-    assert_eq!(warnings.len(), 1, "one warning for two timeouts: {warnings:?}");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning for two timeouts: {warnings:?}"
+    );
     assert!(warnings[0].contains("`everything`"), "{}", warnings[0]);
     let alive = reqs[3].function_call_output_text("c3").unwrap();
-    assert!(alive.contains("still alive"), "the server still serves: {alive}");
+    assert!(
+        alive.contains("still alive"),
+        "the server still serves: {alive}"
+    );
 }
 
 #[test]
@@ -277,20 +326,28 @@ fn servers_that_fail_or_hang_at_start_are_one_warning_each() {
     let errors = run.errors();
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
-        errors.iter().any(|e| e.contains("`broken` failed to start")
-            && e.contains("/nonexistent/mcp-server")),
+        errors.iter().any(
+            |e| e.contains("`broken` failed to start") && e.contains("/nonexistent/mcp-server")
+        ),
         "{errors:?}"
     );
     assert!(
-        errors.iter().any(|e| e.contains("`hangs` failed to start")
-            && e.contains("startup_timeout_sec")),
+        errors
+            .iter()
+            .any(|e| e.contains("`hangs` failed to start") && e.contains("startup_timeout_sec")),
         "{errors:?}"
     );
     let reqs = s.server.requests();
-    assert!(reqs[0].offers_tool("mcp__everything__echo"), "the healthy server still serves");
+    assert!(
+        reqs[0].offers_tool("mcp__everything__echo"),
+        "the healthy server still serves"
+    );
     let answer = reqs[1].function_call_output_text("c1").unwrap();
     assert!(answer.contains("unknown tool"), "{answer}");
-    assert!(no_process_with(ws.path(), "sleep"), "the hung server was killed");
+    assert!(
+        no_process_with(ws.path(), "sleep"),
+        "the hung server was killed"
+    );
 }
 
 #[test]
@@ -313,12 +370,18 @@ fn malformed_results_and_a_crash_mid_call_are_tool_errors() {
         let answer = reqs[i + 1].function_call_output_text(id).unwrap();
         assert!(answer.starts_with("Error (failed)"), "{id}: {answer}");
         assert!(answer.contains("`faulty`"), "{id}: {answer}");
-        assert_eq!(completed_call(&run.events, id).status, McpToolCallStatus::Failed);
+        assert_eq!(
+            completed_call(&run.events, id).status,
+            McpToolCallStatus::Failed
+        );
     }
     let after_crash = reqs[3].function_call_output_text("c3").unwrap();
     assert!(after_crash.contains("is not running"), "{after_crash}");
     let errors = run.errors();
-    let down: Vec<&String> = errors.iter().filter(|e| e.contains("is not running")).collect();
+    let down: Vec<&String> = errors
+        .iter()
+        .filter(|e| e.contains("is not running"))
+        .collect();
     assert_eq!(down.len(), 1, "one warning for the crash: {errors:?}");
 }
 
@@ -348,7 +411,10 @@ fn live_processes(ws: &Path, needle: &str) -> Vec<i32> {
             let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z'));
+            let zombie = stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'));
             cwd.as_deref() == Some(ws.as_path())
                 && String::from_utf8_lossy(&cmdline).contains(needle)
                 && !zombie

@@ -44,13 +44,7 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     let status = rt.block_on(async {
         // The failures are in the status; nothing else to tell.
-        let hub = McpHub::start(
-            &config.mcp_servers,
-            &args.workspace,
-            None,
-            Arc::new(|_| {}),
-        )
-        .await;
+        let hub = McpHub::start(&config.mcp_servers, &args.workspace, None, Arc::new(|_| {})).await;
         hub.shutdown().await;
         hub.status().to_vec()
     });

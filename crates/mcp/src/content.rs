@@ -29,7 +29,10 @@ pub(crate) fn result_text(result: &CallToolResult) -> (String, bool) {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    (format!("{}\n[output cut at {end} bytes]", &text[..end]), true)
+    (
+        format!("{}\n[output cut at {end} bytes]", &text[..end]),
+        true,
+    )
 }
 
 fn block_text(value: &Value) -> String {
@@ -42,7 +45,10 @@ fn block_text(value: &Value) -> String {
             .to_string(),
         "image" | "audio" => {
             let mime = value.get("mimeType").and_then(Value::as_str).unwrap_or("?");
-            let bytes = value.get("data").and_then(Value::as_str).map_or(0, str::len);
+            let bytes = value
+                .get("data")
+                .and_then(Value::as_str)
+                .map_or(0, str::len);
             format!("[{kind} {mime}, {bytes} bytes of base64 not shown]")
         }
         "resource" => match value.pointer("/resource/text").and_then(Value::as_str) {

@@ -258,8 +258,12 @@ fn offered(live: &Arc<Live>, defs: &[rmcp::model::Tool]) -> Vec<SharedTool> {
             Some(tool) if names.insert(troupe_runtime::tools::Tool::name(&tool).to_string()) => {
                 out.push(Arc::new(tool));
             }
-            Some(_) => tracing::warn!(server = %live.name, tool = %def.name, "two tools map to one name; the second is left out"),
-            None => tracing::warn!(server = %live.name, tool = %def.name, "tool name too long to offer (over 64 characters as mcp__<server>__<tool>)"),
+            Some(_) => {
+                tracing::warn!(server = %live.name, tool = %def.name, "two tools map to one name; the second is left out")
+            }
+            None => {
+                tracing::warn!(server = %live.name, tool = %def.name, "tool name too long to offer (over 64 characters as mcp__<server>__<tool>)")
+            }
         }
     }
     out

@@ -41,11 +41,8 @@ pub(crate) struct Connection {
 impl Connection {
     /// Ends the session with the server, then its whole process group.
     pub(crate) async fn stop(mut self) {
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_millis(500),
-            self.service.close(),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_millis(500), self.service.close()).await;
         if let Some(pgid) = self.pgid {
             kill_group(pgid);
         }
@@ -103,7 +100,9 @@ pub(crate) fn spawn(
         Some(file) => Stdio::from(file),
         None => Stdio::null(),
     };
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
     let child = spawn_tied(cmd).map_err(|e| format!("cannot run `{command}`: {e}"))?;
     let pgid = child.id();
     Ok(Spawned { child, pgid })

@@ -83,8 +83,7 @@ impl McpTool {
         let answer = tokio::time::timeout(timeout, peer.call_tool(params)).await;
         let result = match answer {
             Err(_) if peer.is_transport_closed() => {
-                let why =
-                    server.mark_down(&format!("it stopped during a call of `{}`", self.tool));
+                let why = server.mark_down(&format!("it stopped during a call of `{}`", self.tool));
                 return Err(ToolError::Failed(why));
             }
             Err(_) => {

@@ -118,13 +118,7 @@ async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
     });
     let stderr_dir = log.dir().join(troupe_runtime::store::DERIVED_DIR);
     let _ = std::fs::create_dir_all(&stderr_dir);
-    let hub = McpHub::start(
-        &b.config.mcp_servers,
-        &b.workspace,
-        Some(&stderr_dir),
-        warn,
-    )
-    .await;
+    let hub = McpHub::start(&b.config.mcp_servers, &b.workspace, Some(&stderr_dir), warn).await;
     b.tools.extend(hub.tools());
     Some(hub)
 }
