@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rmcp::RoleClient;
 use rmcp::service::Peer;
 use troupe_runtime::config::McpServerConfig;
-use troupe_runtime::tools::SharedTool;
+use troupe_runtime::tools::{SharedTool, Tool as _, ToolSource};
 
 use crate::server::{self, Connection, Handler};
 use crate::tool::McpTool;
@@ -50,6 +51,8 @@ pub(crate) struct Live {
     down: Mutex<Option<String>>,
     warned: Mutex<Vec<&'static str>>,
     warn: Warn,
+    /// Told by the connection on `notifications/tools/list_changed`.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Live {
@@ -95,12 +98,39 @@ impl Live {
     }
 }
 
+/// Every server's current tools, as a [`ToolSource`] the agents' registries
+/// follow.
+#[derive(Default)]
+struct Catalog {
+    generation: AtomicU64,
+    by_server: Mutex<BTreeMap<String, Vec<SharedTool>>>,
+}
+
+impl ToolSource for Catalog {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn tools(&self) -> Vec<SharedTool> {
+        self.by_server.lock().values().flatten().cloned().collect()
+    }
+}
+
 /// The session's MCP servers and their tools.
 #[derive(Default)]
 pub struct McpHub {
     servers: Vec<Arc<Live>>,
-    tools: Vec<SharedTool>,
+    catalog: Arc<Catalog>,
     status: Vec<ServerStatus>,
+    watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for McpHub {
+    fn drop(&mut self) {
+        for w in self.watchers.lock().drain(..) {
+            w.abort();
+        }
+    }
 }
 
 impl McpHub {
@@ -128,6 +158,7 @@ impl McpHub {
                     down: Mutex::new(None),
                     warned: Mutex::new(Vec::new()),
                     warn,
+                    changed: Arc::new(tokio::sync::Notify::new()),
                 });
                 if !config.enabled {
                     return (live, ServerState::Disabled, Vec::new());
@@ -149,6 +180,7 @@ impl McpHub {
         let mut hub = McpHub::default();
         for (live, state, defs) in started {
             let tools = offered(&live, &defs);
+            let running = state == ServerState::Running;
             hub.status.push(ServerStatus {
                 name: live.name.clone(),
                 transport: if live.config.url.is_some() {
@@ -159,15 +191,30 @@ impl McpHub {
                 state,
                 tools: tools.iter().map(|t| t.name().to_string()).collect(),
             });
-            hub.tools.extend(tools);
+            if running {
+                hub.watchers.lock().push(tokio::spawn(watch(
+                    Arc::clone(&live),
+                    Arc::clone(&hub.catalog),
+                )));
+            }
+            hub.catalog
+                .by_server
+                .lock()
+                .insert(live.name.clone(), tools);
             hub.servers.push(live);
         }
         hub
     }
 
-    /// Every tool of every running server, `mcp__<server>__<tool>`.
+    /// Every tool of every running server now, `mcp__<server>__<tool>`.
     pub fn tools(&self) -> Vec<SharedTool> {
-        self.tools.clone()
+        self.catalog.tools()
+    }
+
+    /// The servers' tools as a source a registry follows: it changes when
+    /// a server says its list changed (`notifications/tools/list_changed`).
+    pub fn source(&self) -> Arc<dyn ToolSource> {
+        Arc::clone(&self.catalog) as Arc<dyn ToolSource>
     }
 
     /// Each configured server, in name order, as it stood after start.
@@ -178,6 +225,9 @@ impl McpHub {
     /// Stops every server: ends its MCP session, then kills its process
     /// group.
     pub async fn shutdown(&self) {
+        for w in self.watchers.lock().drain(..) {
+            w.abort();
+        }
         let conns: Vec<Connection> = self
             .servers
             .iter()
@@ -199,7 +249,7 @@ async fn start_one(
     let config = &live.config;
     let timeout = config.startup_timeout();
     let handler = Handler {
-        changed: Arc::new(tokio::sync::Notify::new()),
+        changed: Arc::clone(&live.changed),
     };
     let late = || {
         format!(
@@ -248,6 +298,52 @@ async fn start_one(
     Ok(defs)
 }
 
+/// Lists `live`'s tools again each time it says they changed, and puts
+/// them in the catalog (a new generation).
+async fn watch(live: Arc<Live>, catalog: Arc<Catalog>) {
+    loop {
+        live.changed.notified().await;
+        let Ok(peer) = live.peer() else { return };
+        let listed =
+            tokio::time::timeout(live.config.startup_timeout(), peer.list_all_tools()).await;
+        let defs = match listed {
+            Ok(Ok(defs)) => defs,
+            Ok(Err(e)) => {
+                tracing::warn!(server = %live.name, error = %e, "tools/list after list_changed failed");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(server = %live.name, "tools/list after list_changed timed out");
+                continue;
+            }
+        };
+        let tools = offered(&live, &defs);
+        let mut by_server = catalog.by_server.lock();
+        let same =
+            by_server.get(&live.name).map(|old| fingerprint(old)) == Some(fingerprint(&tools));
+        if same {
+            continue;
+        }
+        tracing::info!(server = %live.name, tools = tools.len(), "MCP tool list changed");
+        by_server.insert(live.name.clone(), tools);
+        catalog.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// What the model sees of `tools`.
+fn fingerprint(tools: &[SharedTool]) -> Vec<(String, String, serde_json::Value)> {
+    tools
+        .iter()
+        .map(|t| {
+            (
+                t.name().to_string(),
+                t.description().to_string(),
+                t.schema(),
+            )
+        })
+        .collect()
+}
+
 /// The server's tools that its `enabled_tools` / `disabled_tools` let
 /// through, one per model-facing name.
 fn offered(live: &Arc<Live>, defs: &[rmcp::model::Tool]) -> Vec<SharedTool> {
@@ -255,7 +351,7 @@ fn offered(live: &Arc<Live>, defs: &[rmcp::model::Tool]) -> Vec<SharedTool> {
     let mut out: Vec<SharedTool> = Vec::new();
     for def in defs.iter().filter(|d| live.config.offers(&d.name)) {
         match McpTool::new(Arc::clone(live), def) {
-            Some(tool) if names.insert(troupe_runtime::tools::Tool::name(&tool).to_string()) => {
+            Some(tool) if names.insert(tool.name().to_string()) => {
                 out.push(Arc::new(tool));
             }
             Some(_) => {

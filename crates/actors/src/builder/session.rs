@@ -105,7 +105,8 @@ pub struct Session {
 }
 
 /// Starts the configured MCP servers (none: `None`); their tools join the
-/// builder's, and each fault is one `error` event in the log.
+/// catalog (followed as they change), and each fault is one `error` event
+/// in the log.
 async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
     if b.config.mcp_servers.is_empty() {
         return None;
@@ -119,7 +120,7 @@ async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
     let stderr_dir = log.dir().join(troupe_runtime::store::DERIVED_DIR);
     let _ = std::fs::create_dir_all(&stderr_dir);
     let hub = McpHub::start(&b.config.mcp_servers, &b.workspace, Some(&stderr_dir), warn).await;
-    b.tools.extend(hub.tools());
+    b.tool_source = Some(hub.source());
     Some(hub)
 }
 

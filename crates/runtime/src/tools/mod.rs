@@ -31,6 +31,7 @@ mod protect;
 mod read;
 mod registry;
 pub mod schema;
+mod source;
 mod typed;
 mod write;
 
@@ -48,6 +49,7 @@ pub use policy::{PermissionPolicy, glob};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
 pub use registry::{ToolLimits, ToolRegistry};
+pub use source::ToolSource;
 pub use typed::{FnTool, TypedTool, schema_of, tool_fn};
 pub use write::{EditFileTool, WriteFileTool};
 
