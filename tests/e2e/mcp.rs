@@ -469,3 +469,39 @@ fn no_server_outlives_a_sigkilled_troupe() {
         live_processes(ws.path(), "server-everything")
     );
 }
+
+#[test]
+fn a_list_changed_notification_changes_the_next_requests_tools() {
+    let script = mcp_dir().join("faulty-server.mjs");
+    let ws = ws_with(&format!(
+        "[mcp_servers.faulty]\ncommand = \"node\"\nargs = [{:?}]\n",
+        script.display().to_string()
+    ));
+    let s = Server::start(vec![
+        Reply::tool_call("c1", "mcp__faulty__grow", json!({})),
+        Reply::tool_call("c2", "mcp__faulty__added", json!({})),
+        Reply::text("It grew."),
+    ]);
+    let run = exec(ws.path(), &s, &[], "grow the tools");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let reqs = s.server.requests();
+    assert!(reqs[0].offers_tool("mcp__faulty__grow"));
+    assert!(
+        !reqs[0].offers_tool("mcp__faulty__added"),
+        "not there before"
+    );
+    assert!(
+        reqs[1].offers_tool("mcp__faulty__added"),
+        "offered after list_changed"
+    );
+    assert!(reqs[1].offers_tool("read_file"), "the built-ins stay");
+    let answer = reqs[2].function_call_output_text("c2").unwrap();
+    assert_eq!(answer, "added works");
+    let tools = |i: usize| reqs[i].body["tools"].to_string();
+    assert_ne!(
+        tools(0),
+        tools(1),
+        "a new catalog (and so a new catalog hash)"
+    );
+    assert_eq!(tools(1), tools(2), "then stable");
+}

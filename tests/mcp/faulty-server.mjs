@@ -1,7 +1,11 @@
 // A deliberately faulty MCP server (stdio, newline-delimited JSON-RPC) for
 // tests/e2e/mcp.rs: `malformed` answers with a result that is not a
-// CallToolResult, `crash` exits in the middle of the call.
-import { createInterface } from "node:readline";
+// CallToolResult, `crash` exits in the middle of the call, `grow` adds the
+// tool `added` and announces it (notifications/tools/list_changed) before
+// it answers.
+import { let grown = false;
+
+createInterface } from "node:readline";
 
 const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
 const tool = (name, description) => ({
@@ -9,6 +13,8 @@ const tool = (name, description) => ({
   description,
   inputSchema: { type: "object", properties: {} },
 });
+
+let grown = false;
 
 createInterface({ input: process.stdin }).on("line", (line) => {
   let msg;
@@ -38,12 +44,25 @@ createInterface({ input: process.stdin }).on("line", (line) => {
           tools: [
             tool("malformed", "Answers with a malformed result"),
             tool("crash", "Exits during the call"),
+            tool("grow", "Adds the tool `added`"),
+            ...(grown ? [tool("added", "Added by grow")] : []),
           ],
         },
       });
       break;
     case "tools/call":
       if (msg.params.name === "crash") process.exit(3);
+      if (msg.params.name === "grow") {
+        grown = true;
+        send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
+        const answer = { content: [{ type: "text", text: "grown" }] };
+        setTimeout(() => send({ jsonrpc: "2.0", id: msg.id, result: answer }), 300);
+        break;
+      }
+      if (msg.params.name === "added") {
+        send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "added works" }] } });
+        break;
+      }
       send({ jsonrpc: "2.0", id: msg.id, result: { content: "not a list", isError: "maybe" } });
       break;
     default:

@@ -11,7 +11,7 @@ use rmcp::service::Peer;
 use troupe_runtime::config::McpServerConfig;
 use troupe_runtime::tools::{SharedTool, Tool as _, ToolSource};
 
-use crate::server::{self, Connection, Handler};
+use crate::server::{self, Changes, Connection, Handler};
 use crate::tool::McpTool;
 
 /// Where the hub tells the user about a fault (a session emits it as an
@@ -51,8 +51,8 @@ pub(crate) struct Live {
     down: Mutex<Option<String>>,
     warned: Mutex<Vec<&'static str>>,
     warn: Warn,
-    /// Told by the connection on `notifications/tools/list_changed`.
-    changed: Arc<tokio::sync::Notify>,
+    /// Counted by the connection on `notifications/tools/list_changed`.
+    pub(crate) changes: Arc<Changes>,
 }
 
 impl Live {
@@ -158,7 +158,7 @@ impl McpHub {
                     down: Mutex::new(None),
                     warned: Mutex::new(Vec::new()),
                     warn,
-                    changed: Arc::new(tokio::sync::Notify::new()),
+                    changes: Arc::new(Changes::new()),
                 });
                 if !config.enabled {
                     return (live, ServerState::Disabled, Vec::new());
@@ -249,7 +249,7 @@ async fn start_one(
     let config = &live.config;
     let timeout = config.startup_timeout();
     let handler = Handler {
-        changed: Arc::clone(&live.changed),
+        changes: Arc::clone(&live.changes),
     };
     let late = || {
         format!(
@@ -302,32 +302,36 @@ async fn start_one(
 /// them in the catalog (a new generation).
 async fn watch(live: Arc<Live>, catalog: Arc<Catalog>) {
     loop {
-        live.changed.notified().await;
-        let Ok(peer) = live.peer() else { return };
-        let listed =
-            tokio::time::timeout(live.config.startup_timeout(), peer.list_all_tools()).await;
-        let defs = match listed {
-            Ok(Ok(defs)) => defs,
-            Ok(Err(e)) => {
-                tracing::warn!(server = %live.name, error = %e, "tools/list after list_changed failed");
-                continue;
-            }
-            Err(_) => {
-                tracing::warn!(server = %live.name, "tools/list after list_changed timed out");
-                continue;
-            }
-        };
-        let tools = offered(&live, &defs);
-        let mut by_server = catalog.by_server.lock();
-        let same =
-            by_server.get(&live.name).map(|old| fingerprint(old)) == Some(fingerprint(&tools));
-        if same {
-            continue;
-        }
-        tracing::info!(server = %live.name, tools = tools.len(), "MCP tool list changed");
-        by_server.insert(live.name.clone(), tools);
-        catalog.generation.fetch_add(1, Ordering::AcqRel);
+        let n = live.changes.next().await;
+        refresh(&live, &catalog).await;
+        live.changes.settled(n);
     }
+}
+
+/// Lists `live`'s tools and puts them in the catalog when they differ.
+async fn refresh(live: &Arc<Live>, catalog: &Catalog) {
+    let Ok(peer) = live.peer() else { return };
+    let listed = tokio::time::timeout(live.config.startup_timeout(), peer.list_all_tools()).await;
+    let defs = match listed {
+        Ok(Ok(defs)) => defs,
+        Ok(Err(e)) => {
+            tracing::warn!(server = %live.name, error = %e, "tools/list after list_changed failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(server = %live.name, "tools/list after list_changed timed out");
+            return;
+        }
+    };
+    let tools = offered(live, &defs);
+    let mut by_server = catalog.by_server.lock();
+    let same = by_server.get(&live.name).map(|old| fingerprint(old)) == Some(fingerprint(&tools));
+    if same {
+        return;
+    }
+    tracing::info!(server = %live.name, tools = tools.len(), "MCP tool list changed");
+    by_server.insert(live.name.clone(), tools);
+    catalog.generation.fetch_add(1, Ordering::AcqRel);
 }
 
 /// What the model sees of `tools`.

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -12,11 +13,55 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use troupe_runtime::config::McpServerConfig;
 use troupe_runtime::tools::{DEFAULT_ENV_REMOVE, glob, kill_group, spawn_tied};
 
+/// A server's tool-list changes: how many it announced, how many the
+/// catalog took in.
+pub(crate) struct Changes {
+    requested: AtomicU64,
+    done: tokio::sync::watch::Sender<u64>,
+    wake: tokio::sync::Notify,
+}
+
+impl Changes {
+    pub(crate) fn new() -> Self {
+        Changes {
+            requested: AtomicU64::new(0),
+            done: tokio::sync::watch::Sender::new(0),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Waits for the next announced change; returns its number.
+    pub(crate) async fn next(&self) -> u64 {
+        self.wake.notified().await;
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// The catalog took in the changes up to `n` (or gave up on them).
+    pub(crate) fn settled(&self, n: u64) {
+        self.done.send_if_modified(|d| {
+            let newer = n > *d;
+            if newer {
+                *d = n;
+            }
+            newer
+        });
+    }
+
+    /// Waits (at most `limit`) until every change announced so far is in
+    /// the catalog, so a call that changed the tools returns after the
+    /// catalog did.
+    pub(crate) async fn wait_settled(&self, limit: std::time::Duration) {
+        let want = self.requested.load(Ordering::Acquire);
+        let mut rx = self.done.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|d| *d >= want)).await;
+    }
+}
+
 /// The client side of one connection: told when the server's tool list
 /// changed.
 #[derive(Clone)]
 pub(crate) struct Handler {
-    pub(crate) changed: Arc<tokio::sync::Notify>,
+    pub(crate) changes: Arc<Changes>,
 }
 
 impl ClientHandler for Handler {
@@ -24,7 +69,8 @@ impl ClientHandler for Handler {
         &self,
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        self.changed.notify_one();
+        self.changes.requested.fetch_add(1, Ordering::AcqRel);
+        self.changes.wake.notify_one();
         std::future::ready(())
     }
 }

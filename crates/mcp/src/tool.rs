@@ -117,6 +117,12 @@ impl McpTool {
             }
             Ok(Ok(result)) => result,
         };
+        // A call that changed the server's tools returns once the catalog
+        // has them, so the next request offers them.
+        server
+            .changes
+            .wait_settled(server.config.startup_timeout())
+            .await;
         let (text, truncated) = result_text(&result);
         if result.is_error == Some(true) {
             return Err(ToolError::Failed(format!(
