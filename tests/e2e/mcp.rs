@@ -422,17 +422,20 @@ fn live_processes(ws: &Path, needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The faulty server, kept alive after its stdin closes (`--stay`): only
+/// troupe killing it ends it.
+fn staying_faulty() -> String {
+    format!(
+        "[mcp_servers.faulty]\ncommand = \"node\"\nargs = [{:?}, \"--stay\"]\n",
+        mcp_dir().join("faulty-server.mjs").display().to_string()
+    )
+}
+
 #[test]
 fn no_server_outlives_a_sigkilled_troupe() {
-    let ws = ws_with(&everything_stdio(
-        "enabled_tools = [\"trigger-long-running-operation\"]",
-    ));
+    let ws = ws_with(&staying_faulty());
     let s = Server::start(vec![
-        Reply::tool_call(
-            "c1",
-            "mcp__everything__trigger-long-running-operation",
-            json!({"duration": 60, "steps": 2}),
-        ),
+        Reply::tool_call("c1", "mcp__faulty__hang", json!({})),
         Reply::text("done"),
     ]);
     let mut troupe = exec_cmd(ws.path(), &s.url(), &[], "run it")
@@ -459,15 +462,30 @@ fn no_server_outlives_a_sigkilled_troupe() {
         assert!(Instant::now() < deadline, "the MCP call never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let servers = live_processes(ws.path(), "server-everything");
+    let servers = live_processes(ws.path(), "faulty-server");
     assert_eq!(servers.len(), 1, "one server runs: {servers:?}");
     troupe.kill().unwrap();
     troupe.wait().unwrap();
     assert!(
-        no_process_with(ws.path(), "server-everything"),
+        no_process_with(ws.path(), "faulty-server"),
         "the server outlived troupe: {:?}",
-        live_processes(ws.path(), "server-everything")
+        live_processes(ws.path(), "faulty-server")
     );
+}
+
+#[test]
+fn servers_stop_with_the_session() {
+    let ws = ws_with(&staying_faulty());
+    let s = Server::start(vec![Reply::text("Nothing to do.")]);
+    let run = exec(ws.path(), &s, &[], "hello");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        s.server.requests()[0].offers_tool("mcp__faulty__hang"),
+        "it ran"
+    );
+    // Stopped before troupe exited, not some time later.
+    let left = live_processes(ws.path(), "faulty-server");
+    assert!(left.is_empty(), "the server outlived its session: {left:?}");
 }
 
 #[test]

@@ -2,10 +2,9 @@
 // tests/e2e/mcp.rs: `malformed` answers with a result that is not a
 // CallToolResult, `crash` exits in the middle of the call, `grow` adds the
 // tool `added` and announces it (notifications/tools/list_changed) before
-// it answers.
-import { let grown = false;
-
-createInterface } from "node:readline";
+// it answers, `hang` never answers. With `--stay` it keeps running after
+// its stdin closes (so only troupe killing it ends it).
+import { createInterface } from "node:readline";
 
 const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
 const tool = (name, description) => ({
@@ -15,6 +14,7 @@ const tool = (name, description) => ({
 });
 
 let grown = false;
+if (process.argv.includes("--stay")) setInterval(() => {}, 1 << 30);
 
 createInterface({ input: process.stdin }).on("line", (line) => {
   let msg;
@@ -45,6 +45,7 @@ createInterface({ input: process.stdin }).on("line", (line) => {
             tool("malformed", "Answers with a malformed result"),
             tool("crash", "Exits during the call"),
             tool("grow", "Adds the tool `added`"),
+            tool("hang", "Never answers"),
             ...(grown ? [tool("added", "Added by grow")] : []),
           ],
         },
@@ -52,6 +53,7 @@ createInterface({ input: process.stdin }).on("line", (line) => {
       break;
     case "tools/call":
       if (msg.params.name === "crash") process.exit(3);
+      if (msg.params.name === "hang") break;
       if (msg.params.name === "grow") {
         grown = true;
         send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
