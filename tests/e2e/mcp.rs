@@ -523,3 +523,61 @@ fn a_list_changed_notification_changes_the_next_requests_tools() {
     );
     assert_eq!(tools(1), tools(2), "then stable");
 }
+
+#[test]
+fn mcp_list_shows_each_server_its_state_and_tools() {
+    let ws = ws_with(&format!(
+        "[mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n\n[mcp_servers.off]\nurl = \"http://127.0.0.1:9/mcp\"\nenabled = false\n\n{}",
+        everything_stdio("enabled_tools = [\"echo\", \"get-sum\"]")
+    ));
+    let list = |json: bool| {
+        let mut cmd = Command::new(super::exec::bin());
+        cmd.args(["mcp", "list", "--workspace"]).arg(ws.path());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let out = list(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a server did not come up: {text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("broken (stdio): failed: cannot run `/nonexistent/mcp-server`"),
+        "{text}"
+    );
+    assert_eq!(
+        &lines[1..],
+        [
+            "everything (stdio): running, 2 tools",
+            "  mcp__everything__echo",
+            "  mcp__everything__get-sum",
+            "off (http): disabled (enabled = false)",
+        ],
+        "{text}"
+    );
+    let out = list(true);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = v["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 3);
+    assert_eq!(servers[1]["state"], "running");
+    assert_eq!(
+        servers[1]["tools"],
+        json!(["mcp__everything__echo", "mcp__everything__get-sum"])
+    );
+    assert_eq!(servers[0]["state"], "failed");
+    assert!(
+        servers[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/mcp-server")
+    );
+    assert!(
+        no_process_with(ws.path(), "server-everything"),
+        "list stops the servers"
+    );
+}

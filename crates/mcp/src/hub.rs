@@ -261,17 +261,10 @@ async fn start_one(
     let connection = match (&config.command, &config.url) {
         (Some(command), _) => {
             let spawned = server::spawn(config, command, workspace, stderr_log.as_deref())?;
-            let pgid = spawned.pgid();
-            match tokio::time::timeout_at(deadline, server::handshake_stdio(spawned, handler)).await
-            {
-                Ok(r) => r?,
-                Err(_) => {
-                    if let Some(pgid) = pgid {
-                        troupe_runtime::tools::kill_group(pgid);
-                    }
-                    return Err(late());
-                }
-            }
+            // On a timeout the dropped handshake kills the server's group.
+            tokio::time::timeout_at(deadline, server::handshake_stdio(spawned, handler))
+                .await
+                .map_err(|_| late())??
         }
         (None, Some(url)) => {
             tokio::time::timeout_at(deadline, server::handshake_http(config, url, handler))

@@ -89,12 +89,19 @@ impl Connection {
     pub(crate) async fn stop(mut self) {
         let _ =
             tokio::time::timeout(std::time::Duration::from_millis(500), self.service.close()).await;
+        // The leader is not reaped yet (the child is held), so the group
+        // id is still ours.
         if let Some(pgid) = self.pgid {
             kill_group(pgid);
         }
         if let Some(child) = &mut self.child {
             let _ = child.start_kill();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await;
+            if let Ok(Ok(_)) =
+                tokio::time::timeout(std::time::Duration::from_secs(2), child.wait()).await
+            {
+                // Reaped: the id may be reused, never signal it again.
+                self.pgid = None;
+            }
         }
     }
 }
@@ -107,16 +114,19 @@ impl Drop for Connection {
     }
 }
 
-/// A spawned stdio server before its handshake.
+/// A spawned stdio server before its handshake; dropped (a failed or
+/// timed-out handshake), it kills its process group.
 pub(crate) struct Spawned {
-    child: tokio::process::Child,
+    child: Option<tokio::process::Child>,
     pgid: Option<u32>,
 }
 
-impl Spawned {
-    /// The group id, so a handshake that times out can still kill it.
-    pub(crate) fn pgid(&self) -> Option<u32> {
-        self.pgid
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        // Runs before the child is dropped (and reaped): the id is ours.
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid);
+        }
     }
 }
 
@@ -151,7 +161,10 @@ pub(crate) fn spawn(
         .stderr(stderr);
     let child = spawn_tied(cmd).map_err(|e| format!("cannot run `{command}`: {e}"))?;
     let pgid = child.id();
-    Ok(Spawned { child, pgid })
+    Ok(Spawned {
+        child: Some(child),
+        pgid,
+    })
 }
 
 /// The MCP handshake over a spawned server's stdin/stdout.
@@ -159,24 +172,23 @@ pub(crate) async fn handshake_stdio(
     mut spawned: Spawned,
     handler: Handler,
 ) -> Result<Connection, String> {
-    let (Some(stdout), Some(stdin)) = (spawned.child.stdout.take(), spawned.child.stdin.take())
-    else {
+    let Some(child) = spawned.child.as_mut() else {
+        return Err("the server's process is gone".into());
+    };
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         return Err("the server's stdio was not captured".into());
     };
     match handler.serve((stdout, stdin)).await {
         Ok(service) => Ok(Connection {
             service,
-            pgid: spawned.pgid,
-            child: Some(spawned.child),
+            pgid: spawned.pgid.take(),
+            child: spawned.child.take(),
         }),
         Err(e) => {
-            let exited = match spawned.child.try_wait() {
-                Ok(Some(status)) => format!(" (the server exited: {status})"),
+            let exited = match spawned.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => format!(" (the server exited: {status})"),
                 _ => String::new(),
             };
-            if let Some(pgid) = spawned.pgid {
-                kill_group(pgid);
-            }
             Err(format!("the MCP handshake failed: {e}{exited}"))
         }
     }

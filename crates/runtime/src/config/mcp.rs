@@ -131,12 +131,23 @@ fn transport(s: &McpServerConfig) -> Result<(), Problem> {
         }
         (None, Some(url)) if !(url.starts_with("http://") || url.starts_with("https://")) => {
             Err(Problem::new(
-                format!("`{url}` is not an http:// or https:// URL"),
+                "`url` is not an http:// or https:// URL",
                 "use the server's streamable-HTTP endpoint, like http://127.0.0.1:3001/mcp",
             ))
         }
+        (None, Some(url)) if has_credentials(url) => Err(Problem::new(
+            "`url` holds credentials (user:password@)",
+            "remove them from the URL and put the token in a variable named by `bearer_token_env_var`",
+        )),
         _ => Ok(()),
     }
+}
+
+/// Whether the authority of `url` has a `userinfo@` part.
+fn has_credentials(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority.contains('@')
 }
 
 fn timeout(value: Option<f64>) -> Result<(), Problem> {

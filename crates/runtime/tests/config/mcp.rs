@@ -72,6 +72,10 @@ fn command_and_url_are_exclusive_and_one_is_needed() {
     assert!(text.contains("neither `command` nor `url`"), "{text}");
     let (_, _, text) = invalid("[mcp_servers.web]\nurl = \"ftp://h/mcp\"\n");
     assert!(text.contains("not an http:// or https:// URL"), "{text}");
+    let (_, key, text) = invalid("[mcp_servers.web]\nurl = \"https://bob:hunter2@h/mcp\"\n");
+    assert_eq!(key, "mcp_servers.web");
+    assert!(text.contains("holds credentials"), "{text}");
+    assert!(!text.contains("hunter2"), "not echoed: {text}");
     let (_, _, text) = invalid("[mcp_servers.web]\nurl = \"http://h/mcp\"\nargs = [\"a\"]\n");
     assert!(text.contains("for a `command` server"), "{text}");
 }
