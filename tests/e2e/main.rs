@@ -12,6 +12,7 @@ mod contract;
 mod disk;
 mod exec;
 mod key_reach;
+mod mcp;
 mod multi_agent;
 mod orphans;
 mod pipeline;

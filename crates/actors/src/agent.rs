@@ -621,6 +621,9 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
                     r.register(t);
                 }
             }
+            if let Some(source) = env.tools.source() {
+                r.add_source(source, Some(names.clone()));
+            }
             r
         }
     };

@@ -9,6 +9,7 @@ mod errors;
 mod exec;
 mod exec_resume;
 mod keys;
+mod mcp_cmd;
 mod mock_llm;
 mod pipeline_cmd;
 mod plan;
@@ -70,6 +71,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
+    /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
+    Mcp(mcp_cmd::McpArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
     /// Gemini wire formats on 127.0.0.1). Prints the bound address first.
     MockLlm {
@@ -160,6 +163,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Mcp(args) => mcp_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Schema => {
             use std::io::Write as _;

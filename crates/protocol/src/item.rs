@@ -73,6 +73,8 @@ pub enum ItemDetails {
     CommandExecution(CommandExecutionItem),
     /// Files changed by a tool.
     FileChange(FileChangeItem),
+    /// A call of a tool an MCP server provides (`mcp__<server>__<tool>`).
+    McpToolCall(McpToolCallItem),
     /// An error the thread surfaced as an item.
     Error(ErrorItem),
     /// An item type this reader does not know; skip it.
@@ -91,10 +93,50 @@ impl ItemDetails {
             ItemDetails::ToolOutput(_) => "tool_output",
             ItemDetails::CommandExecution(_) => "command_execution",
             ItemDetails::FileChange(_) => "file_change",
+            ItemDetails::McpToolCall(_) => "mcp_tool_call",
             ItemDetails::Error(_) => "error",
             ItemDetails::Unknown => "unknown",
         }
     }
+}
+
+/// Where an MCP tool call stands: VT Code's `McpToolCallStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpToolCallStatus {
+    /// Sent to the server, no answer yet.
+    Started,
+    /// The server answered with a result.
+    Completed,
+    /// The call failed: the server is down, timed out, crashed, answered
+    /// with an error or with a malformed result.
+    Failed,
+}
+
+/// `mcp_tool_call`: VT Code's `McpToolCallItem` (`tool_name`,
+/// `arguments`, `result`, `status`) with the server and the tool's own
+/// name apart, the error, and the call id its `tool_output` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpToolCallItem {
+    /// The name the model called (`mcp__<server>__<tool>`).
+    pub tool_name: String,
+    /// The server's name in `[mcp_servers.<name>]`.
+    pub server: String,
+    /// The tool's name on that server.
+    pub tool: String,
+    /// The arguments sent (on `item.started` only; logged once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
+    /// The result's text as the model sees it (bounded), on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Why the call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Where the call stands.
+    pub status: McpToolCallStatus,
+    /// The provider's call id.
+    pub tool_call_id: String,
 }
 
 /// `agent_message` and `reasoning`.

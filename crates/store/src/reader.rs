@@ -213,6 +213,7 @@ impl Transcript {
             ItemDetails::ToolInvocation(_)
             | ItemDetails::CommandExecution(_)
             | ItemDetails::FileChange(_)
+            | ItemDetails::McpToolCall(_)
             | ItemDetails::Unknown => return,
         };
         self.entries.push(entry);

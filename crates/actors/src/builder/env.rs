@@ -102,6 +102,9 @@ impl SessionBuilder {
         for tool in self.tools.drain(..) {
             tools.register(tool);
         }
+        if let Some(source) = self.tool_source.take() {
+            tools.add_source(source, None);
+        }
         if self.plan_mode {
             tools = troupe_runtime::tools::plan_mode(&tools);
         }

@@ -57,6 +57,8 @@ pub struct SessionBuilder {
     pub(crate) config: Config,
     pub(crate) provider: Option<ProviderConfig>,
     pub(crate) tools: Vec<SharedTool>,
+    /// Tools that change while the session runs (the MCP servers').
+    pub(crate) tool_source: Option<Arc<dyn troupe_runtime::tools::ToolSource>>,
     pub(crate) builtin_tools: bool,
     pub(crate) builtins: Builtins,
     pub(crate) limits: SubagentLimits,
@@ -87,6 +89,7 @@ impl Session {
             config: Config::default(),
             provider: None,
             tools: Vec::new(),
+            tool_source: None,
             builtin_tools: false,
             builtins: Builtins::NONE,
             limits: SubagentLimits::default(),

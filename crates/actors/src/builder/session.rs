@@ -7,8 +7,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use troupe_mcp::McpHub;
 use troupe_protocol::{
-    CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
+    CompletionSubtype, ErrorEvent, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
 };
 use troupe_runtime::config::Config;
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
@@ -99,6 +100,28 @@ pub struct Session {
     agents: Mutex<HashMap<String, Address<AgentMsg>>>,
     tally: Arc<Mutex<Tally>>,
     watchers: Mutex<Vec<JoinHandle<()>>>,
+    /// The session's MCP servers; stopped with it (killed on drop).
+    mcp: Option<McpHub>,
+}
+
+/// Starts the configured MCP servers (none: `None`); their tools join the
+/// catalog (followed as they change), and each fault is one `error` event
+/// in the log.
+async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
+    if b.config.mcp_servers.is_empty() {
+        return None;
+    }
+    let sender = log.sender();
+    let warn: troupe_mcp::Warn = Arc::new(move |message| {
+        if let Err(e) = sender.emit(&ThreadEvent::Error(ErrorEvent { message })) {
+            tracing::warn!(error = %e, "cannot record an MCP warning");
+        }
+    });
+    let stderr_dir = log.dir().join(troupe_runtime::store::DERIVED_DIR);
+    let _ = std::fs::create_dir_all(&stderr_dir);
+    let hub = McpHub::start(&b.config.mcp_servers, &b.workspace, Some(&stderr_dir), warn).await;
+    b.tool_source = Some(hub.source());
+    Some(hub)
 }
 
 pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError> {
@@ -152,6 +175,7 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
             session_id: Some(id.clone()),
             agent_id: Some(owner),
         }))?;
+    let mcp = start_mcp(&mut b, &log).await;
     let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
     let env = Arc::new(b.env(clients, &log, &id, &tree));
     let budget = BudgetNode::root_named(
@@ -173,6 +197,7 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
         agents: Mutex::new(HashMap::new()),
         tally: Arc::new(Mutex::new(Tally::default())),
         watchers: Mutex::new(Vec::new()),
+        mcp,
     })
 }
 
@@ -379,6 +404,9 @@ impl Session {
                 .sender()
                 .emit(&ThreadEvent::ThreadCompleted(tally.completed(&self.id)))?;
         }
+        if let Some(mcp) = &self.mcp {
+            mcp.shutdown().await;
+        }
         self.tree.shutdown().await?;
         Ok(tally)
     }
@@ -386,6 +414,14 @@ impl Session {
     /// [`Session::close`] for a session whose root thread's owner already
     /// ended it: shuts the tree down and drains the log.
     pub async fn shutdown(self) -> Result<(), SessionError> {
+        if let Some(mcp) = &self.mcp {
+            mcp.shutdown().await;
+        }
         Ok(self.tree.shutdown().await?)
+    }
+
+    /// The session's MCP servers, when any is configured.
+    pub fn mcp(&self) -> Option<&McpHub> {
+        self.mcp.as_ref()
     }
 }

@@ -26,6 +26,7 @@
 
 mod bounds;
 mod commands;
+mod mcp_items;
 mod plan;
 mod progress;
 pub(crate) mod reasoning;

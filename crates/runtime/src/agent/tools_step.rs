@@ -25,6 +25,8 @@ struct Prepared {
     tool: Result<SharedTool, ToolError>,
     /// Index of the identical earlier call whose result this one shares.
     same_as: Option<usize>,
+    /// The open `mcp_tool_call` item, for a call of an MCP tool.
+    mcp: Option<super::mcp_items::OpenMcpCall>,
 }
 
 type CallResult = Result<ToolOutput, ToolError>;
@@ -53,10 +55,13 @@ impl AgentLoop {
             needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
         }
         for p in prepared
-            .iter()
+            .iter_mut()
             .filter(|p| p.tool.is_ok() && p.same_as.is_none())
         {
             self.command_started(&p.call.name, &p.call.id, &p.args);
+            if let Ok(tool) = &p.tool {
+                p.mcp = self.mcp_started(tool, &p.call.id, &p.args);
+            }
         }
         // A call whose record was refused must not run: after a crash
         // nothing would show it happened.
@@ -136,6 +141,7 @@ impl AgentLoop {
                 args,
                 tool,
                 same_as,
+                mcp: None,
             });
         }
         out
@@ -200,6 +206,9 @@ impl AgentLoop {
                 ItemDetails::ToolOutput(output_item(&p.call.id, r, status, outcome)),
             );
             self.command_finished(&p.call.name, &p.call.id, &p.args, r);
+            if let Some(open) = &p.mcp {
+                self.mcp_finished(open, r);
+            }
             if let Ok(o) = r
                 && !o.changes.is_empty()
                 && p.same_as.is_none()

@@ -112,6 +112,11 @@ impl AgentLoop {
     /// Context hook point before a request: a stall reset, routing at
     /// 75 %, compaction at 90 % (docs/context.md).
     async fn prepare_context(&mut self) {
+        // Tools that changed since the last request (an MCP server's
+        // `tools/list_changed`): this request offers the new catalog.
+        if let Some(next) = self.tools.refreshed() {
+            self.tools = Arc::new(next);
+        }
         let registry = Arc::clone(&self.tools);
         let tools = registry.shared_definitions();
         let provider = self.provider_label();

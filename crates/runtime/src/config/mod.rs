@@ -30,6 +30,7 @@
 mod error;
 mod layers;
 mod locate;
+pub mod mcp;
 pub mod sections;
 pub mod supervision;
 mod validate;
@@ -45,6 +46,7 @@ pub use layers::{
     ConfigOverrides, ENV_AUTO_UPGRADE, ENV_BASE_URL, ENV_MAX_BUDGET_USD, ENV_MAX_TURNS, ENV_MODEL,
     ENV_PROVIDER,
 };
+pub use mcp::McpServerConfig;
 pub use sections::{
     AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
@@ -109,6 +111,8 @@ pub struct Config {
     pub allow_unsandboxed: bool,
     /// `[supervision]`.
     pub supervision: SupervisionConfig,
+    /// `[mcp_servers.<name>]`: MCP servers whose tools the agents get.
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

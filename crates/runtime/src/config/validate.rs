@@ -18,7 +18,7 @@ pub(crate) struct Problem {
 }
 
 impl Problem {
-    fn new(message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             fix: fix.into(),
@@ -150,7 +150,7 @@ pub(crate) struct FileChecker<'a> {
 }
 
 impl FileChecker<'_> {
-    fn at(&self, key: &[&str], result: Result<(), Problem>) -> Result<(), ConfigError> {
+    pub(crate) fn at(&self, key: &[&str], result: Result<(), Problem>) -> Result<(), ConfigError> {
         result.map_err(|p| ConfigError::InvalidValue {
             path: self.path.to_path_buf(),
             line: self.loc.key_line(key),
@@ -222,6 +222,7 @@ impl FileChecker<'_> {
         }
         self.permissions(c)?;
         self.hooks(c)?;
+        self.mcp_servers(c)?;
         let s = &c.session;
         self.at(
             &["session", "retention_max_sessions"],

@@ -31,6 +31,7 @@ mod protect;
 mod read;
 mod registry;
 pub mod schema;
+mod source;
 mod typed;
 mod write;
 
@@ -38,8 +39,8 @@ pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
     DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, PROTECTED_ENTRIES,
     SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus, ToolSandbox,
-    UnknownSandboxMode, drop_privileges, is_dumpable, kill_recorded_group, make_undumpable,
-    start_time,
+    UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
+    make_undumpable, spawn_tied, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
@@ -48,6 +49,7 @@ pub use policy::{PermissionPolicy, glob};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
 pub use registry::{ToolLimits, ToolRegistry};
+pub use source::ToolSource;
 pub use typed::{FnTool, TypedTool, schema_of, tool_fn};
 pub use write::{EditFileTool, WriteFileTool};
 
@@ -280,6 +282,12 @@ pub trait Tool: Send + Sync {
     /// resume rule applies (read-only calls run again, others are reported
     /// interrupted).
     fn settle_interrupted(&self, _args: &serde_json::Value) -> Option<ToolOutput> {
+        None
+    }
+    /// The MCP server and the tool's name there, for a tool an MCP server
+    /// provides: its calls are also recorded as `mcp_tool_call` items.
+    /// Default: `None`.
+    fn mcp_origin(&self) -> Option<(&str, &str)> {
         None
     }
     /// Runs the call. `args` already passed schema validation.

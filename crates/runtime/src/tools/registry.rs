@@ -50,6 +50,8 @@ pub struct ToolRegistry {
     /// The definitions (each tool's `schema()` called once), built at the
     /// first request and dropped when a tool is registered.
     definitions: std::sync::OnceLock<Vec<ToolDefinition>>,
+    /// Where tools that change while the session runs come from.
+    pub(super) source: Option<super::source::SourceLink>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -96,6 +98,12 @@ impl ToolRegistry {
     pub fn register(&mut self, tool: SharedTool) -> Option<SharedTool> {
         self.definitions = std::sync::OnceLock::new();
         self.tools.insert(tool.name().to_string(), tool)
+    }
+
+    /// Removes the tool named `name` (returning it).
+    pub fn unregister(&mut self, name: &str) -> Option<SharedTool> {
+        self.definitions = std::sync::OnceLock::new();
+        self.tools.remove(name)
     }
 
     /// This registry with `policy`.
@@ -179,6 +187,7 @@ impl ToolRegistry {
             policy: self.policy.clone(),
             limits: self.limits,
             definitions: std::sync::OnceLock::new(),
+            source: None,
         }
     }
 

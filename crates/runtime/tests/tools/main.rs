@@ -12,6 +12,7 @@ mod read;
 mod registry;
 mod sandbox_mode;
 mod schema;
+mod source;
 mod spool_cap;
 mod write;
 

@@ -80,6 +80,29 @@ pub(super) fn spawn_on_lifetime_thread(
         .map_err(|_| std::io::Error::other("the spawner thread dropped the spawn"))?
 }
 
+/// Spawns a long-lived helper process (an MCP server) so that it does not
+/// outlive troupe: in its own process group (so [`kill_group`] reaches
+/// what it started), with the death signal, forked from the lifetime
+/// thread. `kill_on_drop` is set: dropping the child kills its leader.
+pub fn spawn_tied(mut command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    command.process_group(0).kill_on_drop(true);
+    die_with_troupe(&mut command);
+    spawn_on_lifetime_thread(command)
+}
+
+/// Sends `SIGKILL` to process group `pgid` (a [`spawn_tied`] child's
+/// pid); a group already gone is not an error.
+pub fn kill_group(pgid: u32) {
+    let Ok(pgid) = i32::try_from(pgid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: killpg with integer arguments; no pointers.
+    let _ = unsafe { libc::killpg(pgid, libc::SIGKILL) };
+}
+
 /// Installs the `pre_exec` hook that makes the child die with troupe.
 pub(super) fn die_with_troupe(command: &mut tokio::process::Command) {
     let parent = i32::try_from(std::process::id()).unwrap_or(0);

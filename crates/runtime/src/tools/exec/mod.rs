@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
-pub use self::lifetime::{GroupFate, kill_recorded_group, start_time};
+pub use self::lifetime::{GroupFate, kill_group, kill_recorded_group, spawn_tied, start_time};
 pub use self::mode::{SandboxMode, ToolSandbox, UnknownSandboxMode};
 pub use self::namespace::PROTECTED_ENTRIES;
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};

@@ -1,0 +1,29 @@
+//! MCP tools: troupe as a client of the Model Context Protocol servers in
+//! `[mcp_servers.<name>]` (rmcp, the official SDK; stdio and streamable
+//! HTTP).
+//!
+//! # Layout
+//! - [`McpHub`]: starts every enabled server at session start (in
+//!   parallel, each within its `startup_timeout_sec`), lists its tools,
+//!   and stops them all with the session ([`McpHub::shutdown`], or on
+//!   drop). A stdio server runs in its own process group with a death
+//!   signal, so it never outlives troupe, even after `kill -9`.
+//! - [`McpTool`] (`tool.rs`): one server tool as a runtime
+//!   [`Tool`](troupe_runtime::tools::Tool) named `mcp__<server>__<tool>`;
+//!   each call is bounded by `tool_timeout_sec`.
+//! - `content.rs`: a `tools/call` result as the text the model sees.
+//! - [`ServerStatus`]: what `troupe mcp list` shows.
+//!
+//! Faults never end a session: a server that fails to start, hangs,
+//! crashes mid-call or answers with a malformed result gives the model a
+//! tool error (or, at start, leaves its tools out) and the user one
+//! warning through the hub's [`Warn`] callback. The user-facing reference
+//! is `docs/mcp.md`.
+
+mod content;
+mod hub;
+mod server;
+mod tool;
+
+pub use hub::{McpHub, ServerState, ServerStatus, Warn};
+pub use tool::{McpTool, tool_name};
