@@ -14,6 +14,7 @@ mod exec;
 mod key_reach;
 mod multi_agent;
 mod orphans;
+mod otel;
 mod pipeline;
 mod pipeline_plan;
 mod resume;

@@ -26,7 +26,7 @@ pub struct RunArgs {
     json: bool,
     /// The workspace: a git repository (default: the current directory).
     #[arg(long, default_value = ".")]
-    workspace: PathBuf,
+    pub(crate) workspace: PathBuf,
     /// Provider kind or a [providers.NAME] table.
     #[arg(long)]
     provider: Option<String>,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 use troupe_protocol::{
     CompletionSubtype, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
 };
@@ -99,11 +100,18 @@ pub struct Session {
     agents: Mutex<HashMap<String, Address<AgentMsg>>>,
     tally: Arc<Mutex<Tally>>,
     watchers: Mutex<Vec<JoinHandle<()>>>,
+    /// The session's span (docs/telemetry.md): the parent of its agents'
+    /// spans; it ends with the session.
+    span: tracing::Span,
 }
 
 pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError> {
     // Everything that can be refused is checked before a session exists.
     let clients = b.clients()?;
+    let kind = b
+        .settings
+        .as_ref()
+        .map_or_else(|| "library".to_string(), |s| s.kind.clone());
     let store = SessionStore::for_workspace(&b.workspace);
     let log_config = b.config.log_config();
     let (id, log, recovery) = match b.resume.clone() {
@@ -161,7 +169,9 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
             ..env.caps
         },
     );
+    let span = troupe_runtime::telemetry::session_span(&id, &kind);
     Ok(Session {
+        span,
         id,
         log,
         tree,
@@ -282,6 +292,7 @@ impl Session {
             shared,
             workspace: env.workspace.clone(),
             autostart: true,
+            parent_span: self.span.clone(),
         };
         let thread_id = crate::agent::thread_id(&args);
         if let Err(e) = self.tree.start_child(agent_child_spec(args)).await {
@@ -311,6 +322,7 @@ impl Session {
     ) -> Result<AgentHandle, SessionError> {
         let run =
             crate::run::start_root_with(&self.tree, Arc::clone(&self.env), task, resume, max_turns)
+                .instrument(self.span.clone())
                 .await?;
         let id = run.address.name().to_string();
         Ok(self.handle(id, self.id.clone(), run.address, run.done))

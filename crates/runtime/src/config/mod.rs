@@ -30,6 +30,7 @@
 mod error;
 mod layers;
 mod locate;
+pub mod otel;
 pub mod sections;
 pub mod supervision;
 mod validate;
@@ -50,6 +51,7 @@ pub use sections::{
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
     ToolsConfig, VerifierConfig, default_model,
 };
+pub use otel::OtelConfig;
 pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 use crate::hooks::HookConfig;
@@ -103,6 +105,8 @@ pub struct Config {
     pub allow_unsandboxed: bool,
     /// `[supervision]`.
     pub supervision: SupervisionConfig,
+    /// `[otel]`: trace export (off unless `endpoint` is set).
+    pub otel: OtelConfig,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]
