@@ -200,12 +200,23 @@ fn check_agent<'a>(
         let n: usize = a(turn, "troupe.turn").parse().unwrap();
         let (input, output) = usages[n - 1];
         let under = children(spans, turn);
-        let chats: Vec<_> = under.iter().filter(|s| s.name.starts_with("chat ")).collect();
-        assert_eq!(chats.len(), 1, "one model call in turn {n} of `{}`", agent.name);
+        let chats: Vec<_> = under
+            .iter()
+            .filter(|s| s.name.starts_with("chat "))
+            .collect();
+        assert_eq!(
+            chats.len(),
+            1,
+            "one model call in turn {n} of `{}`",
+            agent.name
+        );
         let chat = chats[0];
         assert_eq!(a(chat, "gen_ai.operation.name"), "chat");
         assert_eq!(a(chat, "gen_ai.system"), "openai");
-        assert_eq!(a(chat, "gen_ai.request.model"), a(agent, "gen_ai.request.model"));
+        assert_eq!(
+            a(chat, "gen_ai.request.model"),
+            a(agent, "gen_ai.request.model")
+        );
         assert_eq!(a(chat, "gen_ai.usage.input_tokens"), input.to_string());
         assert_eq!(a(chat, "gen_ai.usage.output_tokens"), output.to_string());
         assert_eq!(a(chat, "troupe.outcome"), "success");
@@ -237,7 +248,11 @@ fn a_scripted_session_with_a_subagent_exports_its_span_tree_over_otlp() {
     // The headers reach the collector, and never a log line or an event.
     assert!(!got.tokens.is_empty());
     assert!(got.tokens.iter().all(|t| t == TOKEN), "{:?}", got.tokens);
-    assert!(got.content_types.iter().all(|c| c == "application/x-protobuf"));
+    assert!(
+        got.content_types
+            .iter()
+            .all(|c| c == "application/x-protobuf")
+    );
     assert!(!run.stderr.contains(TOKEN) && !run.stdout.contains(TOKEN));
     let log = std::fs::read_to_string(
         troupe_test_support::e2e::session_dir(ws.path()).join("events.jsonl"),
@@ -248,7 +263,10 @@ fn a_scripted_session_with_a_subagent_exports_its_span_tree_over_otlp() {
     let spans = &got.spans;
     // One trace: session → root agent → turns → model / tool calls.
     let session = one(spans, "session exec");
-    assert!(session.parent_span_id.is_empty(), "the session span is the root");
+    assert!(
+        session.parent_span_id.is_empty(),
+        "the session span is the root"
+    );
     assert!(spans.iter().all(|s| s.trace_id == session.trace_id));
     assert_eq!(a(session, "troupe.session_id"), session_id);
     let root = one(spans, "invoke_agent root");
@@ -281,8 +299,29 @@ fn a_scripted_session_with_a_subagent_exports_its_span_tree_over_otlp() {
     assert!(reader_tools.contains_key("handoff"));
 }
 
+/// The session's event types, sorted: actors interleave (an
+/// `agent.stopped` may come before or after its parent's next item).
 fn event_types(events: &[ThreadEvent]) -> Vec<&'static str> {
-    events.iter().map(ThreadEvent::type_name).collect()
+    let mut types: Vec<_> = events.iter().map(ThreadEvent::type_name).collect();
+    types.sort_unstable();
+    types
+}
+
+/// The last `thread.completed`: the root's, ids left out.
+fn ending(events: &[ThreadEvent]) -> (String, u32, Usage, Option<String>) {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ThreadEvent::ThreadCompleted(d) => Some((
+                d.subtype.as_str().to_string(),
+                d.num_turns,
+                d.usage,
+                d.result.clone(),
+            )),
+            _ => None,
+        })
+        .unwrap()
 }
 
 fn warnings(stderr: &str) -> usize {
@@ -307,6 +346,7 @@ fn a_dead_collector_never_affects_the_session() {
     let run = exec(ws.path(), &server, &[], PROMPT);
     assert_eq!(run.code, baseline.code, "{}", run.stderr);
     assert_eq!(event_types(&run.events), event_types(&baseline.events));
+    assert_eq!(ending(&run.events), ending(&baseline.events));
     assert_eq!(run.stdout.lines().count(), baseline.stdout.lines().count());
     assert!(
         warnings(&run.stderr) <= 1 + warnings(&baseline.stderr),

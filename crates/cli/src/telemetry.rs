@@ -266,6 +266,9 @@ mod tests {
             redact("https://user:pw@otel.example:4318/v1/traces?token=x"),
             "https://otel.example:4318"
         );
-        assert_eq!(redact("http://127.0.0.1:4318/v1/traces"), "http://127.0.0.1:4318");
+        assert_eq!(
+            redact("http://127.0.0.1:4318/v1/traces"),
+            "http://127.0.0.1:4318"
+        );
     }
 }

@@ -222,7 +222,10 @@ mod tests {
             ToolOutcome::Cancelled,
         ] {
             let wire = serde_json::to_value(o).ok();
-            assert_eq!(wire.as_ref().and_then(|v| v.as_str()), Some(tool_outcome(o)));
+            assert_eq!(
+                wire.as_ref().and_then(|v| v.as_str()),
+                Some(tool_outcome(o))
+            );
         }
     }
 }

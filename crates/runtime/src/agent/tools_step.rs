@@ -14,8 +14,8 @@ use troupe_protocol::{
 
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
 use crate::hooks::HookEvent;
-use crate::telemetry;
 use crate::provider::{Message, ToolCall};
+use crate::telemetry;
 use crate::tools::{Capability, SharedTool, SpawnHook, ToolContext, ToolError, ToolOutput};
 
 /// One call, ready to run or already failed.
@@ -371,7 +371,11 @@ async fn run_lanes(
                             .instrument(span.clone())
                             .await;
                         let (_, outcome) = status_of(&r);
-                        telemetry::record_tool_call(&span, outcome, r.as_ref().err().map(|e| e.class()));
+                        telemetry::record_tool_call(
+                            &span,
+                            outcome,
+                            r.as_ref().err().map(|e| e.class()),
+                        );
                         r
                     }
                     Err(e) => Err(e.clone()),

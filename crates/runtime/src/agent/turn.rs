@@ -11,9 +11,9 @@ use troupe_protocol::{
 use tracing::{Instrument as _, Span};
 
 use super::{AgentLoop, StepOutcome};
-use crate::telemetry;
 use crate::context::{ContextStep, Recovery, TurnInput};
 use crate::provider::{Message, ModelEvent, ModelRequest, ModelResponse, ProviderError};
+use crate::telemetry;
 
 /// Emit `item.updated` for streamed text after this many new bytes.
 const UPDATE_EVERY_BYTES: usize = 64;

@@ -75,9 +75,15 @@ mod tests {
             endpoint: Some("http://127.0.0.1:4318".into()),
             ..OtelConfig::default()
         };
-        assert_eq!(c.traces_url().as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+        assert_eq!(
+            c.traces_url().as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
         c.endpoint = Some("https://otel.example/base/".into());
-        assert_eq!(c.traces_url().as_deref(), Some("https://otel.example/base/v1/traces"));
+        assert_eq!(
+            c.traces_url().as_deref(),
+            Some("https://otel.example/base/v1/traces")
+        );
         c.endpoint = Some("http://h:4318/v1/traces".into());
         assert_eq!(c.traces_url().as_deref(), Some("http://h:4318/v1/traces"));
         assert_eq!(OtelConfig::default().traces_url(), None);

@@ -8,3 +8,4 @@ mod errors;
 mod hooks;
 mod limits;
 mod load;
+mod otel;
