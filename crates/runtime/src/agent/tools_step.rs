@@ -365,7 +365,7 @@ async fn run_lanes(
                 call_ctx.on_spawn = hooks.get(i).cloned().flatten();
                 let result = match &p.tool {
                     Ok(tool) => {
-                        let span = telemetry::tool_span(&turn, &p.call.name, &p.call.id);
+                        let span = telemetry::tool_span(turn, &p.call.name, &p.call.id);
                         let r = tool
                             .call(p.args.clone(), &call_ctx)
                             .instrument(span.clone())
