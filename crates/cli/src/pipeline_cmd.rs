@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tracing::Instrument as _;
 use troupe_actors::pipeline::{
     PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
 };
@@ -275,6 +276,7 @@ pub(crate) async fn drive(
         },
         spec,
     )
+    .instrument(open.span().clone())
     .await
     .map_err(Failure::bad_input)?;
     open.log().flush(std::time::Duration::from_secs(30)).await?;

@@ -246,6 +246,12 @@ impl Session {
         self.tally.lock().clone()
     }
 
+    /// The session's span (docs/telemetry.md): run work that starts
+    /// agents (a pipeline) in it to put their spans under the session's.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
     /// Starts an agent on `spec` as a child of the session's supervisor:
     /// id `session/<name>`, its own thread (`<session>:session/<name>`),
     /// restarted (and resumed from the log) if it crashes. Names are
