@@ -364,3 +364,71 @@ fn a_dead_collector_never_affects_the_session() {
         t.elapsed()
     );
 }
+
+/// A verifier runs in an actor of its own: its agent span is carried to
+/// it and sits under the `verify_change` tool call that started it.
+#[test]
+fn a_verifier_span_is_under_the_verify_change_call() {
+    let receiver = Receiver::start();
+    let ws = workspace(Some(&format!("http://{}", receiver.addr)));
+    super::multi_agent::calc_repo(ws.path());
+    let task = "Fix calc.sh so add 2 2 prints 4 (task marker T-0e1f).";
+    let script = super::pipeline::task_checking_verifier(Script::replies(vec![]), "T-0e1f")
+        .with_route(
+            "Fix calc.sh",
+            vec![
+                Reply::tool_call(
+                    "c1",
+                    "edit_file",
+                    json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"}),
+                ),
+                Reply::tool_call(
+                    "c2",
+                    "handoff",
+                    json!({"state_summary": "fixed add", "boundary_status": [{"name": "add", "status": "done"}], "modified_files": ["calc.sh"]}),
+                ),
+                Reply::text("fixed"),
+            ],
+        )
+        .with_route(
+            "Delegate the calc fix",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
+                ),
+                Reply::tool_call("r2", "verify_change", json!({"name": "fixer"})),
+                Reply::text("verified"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let run = exec(
+        ws.path(),
+        &server,
+        &[],
+        "Delegate the calc fix to a subagent.",
+    );
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let got = receiver.got.lock().unwrap();
+    let spans = &got.spans;
+    let verify = one(spans, "execute_tool verify_change");
+    let under: Vec<_> = children(spans, verify)
+        .into_iter()
+        .filter(|s| s.name.starts_with("invoke_agent "))
+        .collect();
+    assert_eq!(
+        under.len(),
+        1,
+        "one verifier agent span under verify_change"
+    );
+    let verifier = under[0];
+    assert_eq!(verifier.trace_id, verify.trace_id);
+    let tools: Vec<String> = children(spans, verifier)
+        .into_iter()
+        .flat_map(|turn| children(spans, turn))
+        .filter(|s| s.name.starts_with("execute_tool "))
+        .map(|s| a(s, "gen_ai.tool.name"))
+        .collect();
+    assert!(tools.contains(&"submit_verdict".to_string()), "{tools:?}");
+}
