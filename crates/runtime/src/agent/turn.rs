@@ -22,6 +22,10 @@ impl AgentLoop {
     /// Runs one turn. Returns [`StepOutcome::Done`] once the thread ended
     /// (and keeps returning the same result after that).
     pub async fn step(&mut self) -> StepOutcome {
+        // A thread that already ended (resumed as completed) opens no span.
+        if let Some(done) = self.state.completed.clone() {
+            return StepOutcome::Done(done);
+        }
         let span = self.agent_span();
         self.step_in_span().instrument(span).await
     }
@@ -41,7 +45,7 @@ impl AgentLoop {
         }
         self.state.turns += 1;
         let turn = self.state.turns;
-        let span = telemetry::turn_span(&Span::current(), turn);
+        let span = telemetry::turn_span(&self.agent_span(), turn);
         self.run_turn(turn, span.clone()).instrument(span).await
     }
 
