@@ -15,6 +15,7 @@ mod key_reach;
 mod mcp;
 mod multi_agent;
 mod orphans;
+mod otel;
 mod pipeline;
 mod pipeline_plan;
 mod reasoning;

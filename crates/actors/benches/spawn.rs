@@ -132,6 +132,7 @@ async fn main() {
             ),
             workspace: ws.path().to_path_buf(),
             autostart: false,
+            parent_span: tracing::Span::none(),
             agent_id,
         };
         agents.push(Actor::spawn(None, AgentActor, args).await.unwrap());

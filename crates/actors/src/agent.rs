@@ -304,6 +304,10 @@ pub struct AgentArgs {
     pub workspace: PathBuf,
     /// Start the thread at once; otherwise wait (idle) for `AgentMsg::Run`.
     pub autostart: bool,
+    /// The parent of its agent span: the session's span for a root, the
+    /// `spawn_subagent` tool-call span for a subagent (carried here: a
+    /// ractor message does not carry the current span).
+    pub parent_span: tracing::Span,
 }
 
 /// A snapshot for `Status`.
@@ -717,6 +721,7 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         context.handoff.clone_from(&args.spec.handoff);
     }
     agent
+        .with_parent_span(args.parent_span.clone())
         .with_context(context)
         .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))
 }

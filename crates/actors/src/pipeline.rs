@@ -433,6 +433,7 @@ async fn propose(
         shared: AgentShared::new(tx, round > 1, &store, &lid, budget),
         workspace: wt.path().to_path_buf(),
         autostart: true,
+        parent_span: tracing::Span::current(),
     };
     let outcome = run_agent(run, args, &p.name, rx).await?;
     Ok((outcome.handoff, outcome.completed.num_turns))

@@ -63,6 +63,7 @@ pub(crate) async fn plan_step(
         shared: AgentShared::new(tx, false, &store, &lid, budget),
         workspace: wt.path().to_path_buf(),
         autostart: true,
+        parent_span: tracing::Span::current(),
     };
     let outcome = run_agent(run, args, &p.name, rx).await?;
     let done = outcome.completed;

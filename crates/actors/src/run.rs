@@ -96,6 +96,7 @@ pub async fn start_root_with(
         address: address.clone(),
         shared,
         autostart: true,
+        parent_span: tracing::Span::current(),
     };
     tree.start_child(agent_child_spec(args)).await?;
     Ok(RootRun { address, done })

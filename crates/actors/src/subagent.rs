@@ -249,6 +249,9 @@ impl SpawnSubagentTool {
                 autostart: true,
                 workspace,
                 spec,
+                // Called inside the tool call's span: the child's agent
+                // span goes under it.
+                parent_span: tracing::Span::current(),
             },
             worktree,
         ))

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 use troupe_protocol::Verdict;
 use troupe_runtime::agent::LogSink;
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest, run_verifier};
@@ -36,6 +37,9 @@ pub struct VerifierArgs {
     pub model: String,
     /// Sandbox, limits, name.
     pub settings: VerifierSettings,
+    /// The span its run goes under (docs/telemetry.md): the one current
+    /// where the verification started (a `verify_change` tool call).
+    pub span: tracing::Span,
 }
 
 /// One verifier's state: the run it owns.
@@ -79,27 +83,31 @@ impl Actor for VerifierActor {
         let env = Arc::clone(&state.args.env);
         let model = state.args.model.clone();
         let settings = state.args.settings.clone();
+        let span = state.args.span.clone();
         // The run is owned by this actor: stopping it aborts the run.
-        state.run = Some(tokio::spawn(async move {
-            let sink = Arc::new(LogSink::new(env.log.clone(), Duration::from_secs(30)));
-            let verdict = match run_verifier(
-                &request,
-                Arc::clone(&env.client),
-                &model,
-                Arc::clone(&env.catalog),
-                sink,
-                settings,
-            )
-            .await
-            {
-                Ok(outcome) => outcome.verdict,
-                Err(e) => {
-                    tracing::warn!(error = %e, "verifier could not decide; rejecting");
-                    e.rejection()
-                }
-            };
-            let _ = reply.send(verdict);
-        }));
+        state.run = Some(tokio::spawn(
+            async move {
+                let sink = Arc::new(LogSink::new(env.log.clone(), Duration::from_secs(30)));
+                let verdict = match run_verifier(
+                    &request,
+                    Arc::clone(&env.client),
+                    &model,
+                    Arc::clone(&env.catalog),
+                    sink,
+                    settings,
+                )
+                .await
+                {
+                    Ok(outcome) => outcome.verdict,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "verifier could not decide; rejecting");
+                        e.rejection()
+                    }
+                };
+                let _ = reply.send(verdict);
+            }
+            .instrument(span),
+        ));
         Ok(())
     }
 }

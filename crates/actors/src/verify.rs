@@ -126,6 +126,8 @@ fn verifier_child(
     let env = Arc::clone(env);
     let model = model.to_string();
     let settings = settings.clone();
+    // The verifier's loop goes under the span current here.
+    let span = tracing::Span::current();
     ChildSpec {
         id: id.to_string(),
         role: troupe_protocol::AgentRole::Verifier,
@@ -136,6 +138,7 @@ fn verifier_child(
                 env: Arc::clone(&env),
                 model: model.clone(),
                 settings: settings.clone(),
+                span: span.clone(),
             };
             Box::pin(async move {
                 let (r, _) = Actor::spawn_linked(None, VerifierActor, args, sup).await?;

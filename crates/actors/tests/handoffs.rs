@@ -59,6 +59,7 @@ fn root_args(f: &SessionFixture, resume: bool) -> AgentArgs {
         },
         shared,
         autostart: false,
+        parent_span: tracing::Span::none(),
     }
 }
 

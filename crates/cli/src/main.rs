@@ -22,6 +22,7 @@ mod serve;
 mod session_worktrees;
 mod sessions;
 mod sessions_view;
+mod telemetry;
 mod test_tools;
 
 use std::net::SocketAddr;
@@ -120,14 +121,16 @@ fn main() -> ExitCode {
     // hold it (docs/security.md).
     let hidden = keys::hide();
     let undumpable = troupe_runtime::tools::make_undumpable();
-    init_tracing();
+    let parsed = Cli::try_parse();
+    let otel = parsed.as_ref().ok().and_then(otel_config);
+    let telemetry = telemetry::init(otel.as_ref());
     if let Some(e) = hidden {
         tracing::warn!(error = %e, "could not remove the keys from troupe's initial environment");
     }
     if let Err(e) = undumpable {
         tracing::warn!(error = %e, "could not make troupe non-dumpable");
     }
-    let cli = match Cli::try_parse() {
+    let cli = match parsed {
         Ok(cli) => cli,
         // --help and --version print as clap renders them; a usage
         // error is one `troupe:` line, exit 2.
@@ -145,7 +148,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::BAD_INPUT);
         }
     };
-    match run(cli) {
+    let result = run(cli);
+    // The command's runtime is gone: its spans are closed; flush them.
+    telemetry.shutdown();
+    match result {
         Ok(code) => ExitCode::from(code),
         // A reader that went away (`| head`) is not an error.
         Err(f) if broken_pipe(&f.error) => ExitCode::from(exit::OK),
@@ -207,18 +213,18 @@ fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
         .ok_or_else(|| refuse("it resolves to no address".into()))
 }
 
-/// Logs go to stderr, filtered by `TROUPE_LOG` (default `warn`), coloured
-/// only when stderr is a terminal and `NO_COLOR` is unset or empty.
-fn init_tracing() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TROUPE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal() && !no_color)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// The `[otel]` table of the workspace a command runs in, when it turns
+/// export on. A config error is not reported here: the command reports it.
+fn otel_config(cli: &Cli) -> Option<troupe_runtime::config::OtelConfig> {
+    let workspace = match &cli.command {
+        Command::Exec(a) => &a.workspace,
+        Command::Run(a) => &a.workspace,
+        Command::Batch(a) => &a.workspace,
+        Command::Serve(a) => &a.workspace,
+        _ => return None,
+    };
+    let config = troupe_runtime::config::Config::load_file(workspace).ok()?;
+    config.otel.enabled().then_some(config.otel)
 }
 
 /// Whether writing stdout failed because its reader closed the pipe.

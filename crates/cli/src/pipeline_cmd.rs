@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tracing::Instrument as _;
 use troupe_actors::pipeline::{
     PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
 };
@@ -26,7 +27,7 @@ pub struct RunArgs {
     json: bool,
     /// The workspace: a git repository (default: the current directory).
     #[arg(long, default_value = ".")]
-    workspace: PathBuf,
+    pub(crate) workspace: PathBuf,
     /// Provider kind or a [providers.NAME] table.
     #[arg(long)]
     provider: Option<String>,
@@ -281,6 +282,7 @@ pub(crate) async fn drive(
         },
         spec,
     )
+    .instrument(open.span().clone())
     .await
     .map_err(Failure::bad_input)?;
     open.log().flush(std::time::Duration::from_secs(30)).await?;

@@ -12,7 +12,8 @@
 //!
 //! Figures: the median time of one turn (10,000 single-agent turns), and
 //! the wall time of 1,000 concurrent agents x 10 turns on a 2-worker tokio
-//! runtime.
+//! runtime, with no subscriber (telemetry off); then the median turn again
+//! under the CLI's log subscriber (troupe's spans on, no export).
 #![allow(
     clippy::print_stdout,
     clippy::unwrap_used,
@@ -258,5 +259,30 @@ fn main() {
             bare.as_secs_f64() * 1e3,
             full.as_secs_f64() / bare.as_secs_f64()
         );
+        // Last (the subscriber is global from here on): the CLI's log
+        // subscriber with no `[otel]`: troupe's spans on for the log
+        // lines, warnings only, no export (docs/telemetry.md).
+        log_subscriber();
+        per_turn(&s, true).await;
+        let logged = per_turn(&s, true).await;
+        println!(
+            "per turn (median of 10,000) under the CLI's log subscriber, no export: agent loop {:.1} µs",
+            logged.as_secs_f64() * 1e6
+        );
     });
+}
+
+/// What `troupe` installs when `[otel]` is not configured, writing to a
+/// sink.
+fn log_subscriber() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "warn,{}=info",
+        troupe_runtime::telemetry::SPAN_TARGET
+    ));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::sink)
+        .with_filter(filter);
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(fmt)).unwrap();
 }

@@ -24,6 +24,8 @@
 //! - [`state`]: loop state under `.vtcode/state/`: steering queue, loop run
 //!   state, loop memory (notes, decisions, `remember`), budget tree.
 //! - [`hooks`]: lifecycle hooks (commands fed JSON on stdin).
+//! - [`telemetry`]: the tracing spans of a session (session → agent →
+//!   turn → model call / tool call) with the GenAI attributes.
 //! - [`fsutil`]: writes that must not tear.
 //!
 //! [`provider`] is the `troupe-provider` crate and [`store`] (with
@@ -38,6 +40,7 @@ pub mod config;
 pub mod context;
 pub mod hooks;
 pub mod state;
+pub mod telemetry;
 pub mod tools;
 pub mod verifier;
 

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use troupe_mcp::McpHub;
+use tracing::Instrument as _;
 use troupe_protocol::{
     CompletionSubtype, ErrorEvent, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
 };
@@ -100,6 +101,9 @@ pub struct Session {
     agents: Mutex<HashMap<String, Address<AgentMsg>>>,
     tally: Arc<Mutex<Tally>>,
     watchers: Mutex<Vec<JoinHandle<()>>>,
+    /// The session's span (docs/telemetry.md): the parent of its agents'
+    /// spans; it ends with the session.
+    span: tracing::Span,
     /// The session's MCP servers; stopped with it (killed on drop).
     mcp: Option<McpHub>,
 }
@@ -127,6 +131,10 @@ async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
 pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError> {
     // Everything that can be refused is checked before a session exists.
     let clients = b.clients()?;
+    let kind = b
+        .settings
+        .as_ref()
+        .map_or_else(|| "library".to_string(), |s| s.kind.clone());
     let store = SessionStore::for_workspace(&b.workspace);
     let log_config = b.config.log_config();
     let (id, log, recovery) = match b.resume.clone() {
@@ -185,7 +193,9 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
             ..env.caps
         },
     );
+    let span = troupe_runtime::telemetry::session_span(&id, &kind);
     Ok(Session {
+        span,
         id,
         log,
         tree,
@@ -280,6 +290,12 @@ impl Session {
             .await
     }
 
+    /// The session's span (docs/telemetry.md): run work that starts
+    /// agents (a pipeline) in it to put their spans under the session's.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
     /// Starts an agent on `spec` as a child of the session's supervisor:
     /// id `session/<name>`, its own thread (`<session>:session/<name>`),
     /// restarted (and resumed from the log) if it crashes. Names are
@@ -326,6 +342,7 @@ impl Session {
             shared,
             workspace: env.workspace.clone(),
             autostart: true,
+            parent_span: self.span.clone(),
         };
         let thread_id = crate::agent::thread_id(&args);
         if let Err(e) = self.tree.start_child(agent_child_spec(args)).await {
@@ -355,6 +372,7 @@ impl Session {
     ) -> Result<AgentHandle, SessionError> {
         let run =
             crate::run::start_root_with(&self.tree, Arc::clone(&self.env), task, resume, max_turns)
+                .instrument(self.span.clone())
                 .await?;
         let id = run.address.name().to_string();
         Ok(self.handle(id, self.id.clone(), run.address, run.done))

@@ -39,6 +39,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use troupe_protocol::{
     CompletionSubtype, ErrorEvent, ItemDetails, ItemEvent, ThreadCompletedEvent, ThreadEvent,
     ThreadItem, ThreadStartedEvent, Usage, UserMessageEvent,
@@ -168,6 +169,11 @@ pub struct AgentLoop {
     guard: Option<Arc<dyn SpendGuard>>,
     context: ContextManager,
     state: RunState,
+    /// The parent of the agent span: the span current at construction,
+    /// or the one given to [`AgentLoop::with_parent_span`].
+    parent_span: tracing::Span,
+    /// The agent span (`invoke_agent`), made at first use.
+    span: Option<tracing::Span>,
 }
 
 /// An outside account a loop charges after every model call (the actor
@@ -202,7 +208,37 @@ impl AgentLoop {
             guard: None,
             context,
             state: RunState::default(),
+            parent_span: tracing::Span::current(),
+            span: None,
         }
+    }
+
+    /// Puts this agent's span under `parent` (a session span, or the
+    /// tool-call span of the `spawn_subagent` call that started it);
+    /// by default the span current when the loop was made.
+    pub fn with_parent_span(mut self, parent: tracing::Span) -> Self {
+        self.parent_span = parent;
+        self
+    }
+
+    /// The agent span (`invoke_agent`, docs/telemetry.md); every turn,
+    /// model call and tool call of this loop is under it.
+    pub fn agent_span(&mut self) -> tracing::Span {
+        if let Some(span) = &self.span {
+            return span.clone();
+        }
+        let span = crate::telemetry::agent_span(
+            &self.parent_span,
+            &crate::telemetry::AgentSpanIds {
+                session_id: &self.config.session_id,
+                agent_id: self.config.agent_id.as_deref(),
+                thread_id: &self.config.thread_id,
+                model: &self.model,
+                provider_label: &self.config.provider_label,
+            },
+        );
+        self.span = Some(span.clone());
+        span
     }
 
     /// Manages the context with `settings` (routing, compaction, reset;
@@ -264,13 +300,18 @@ impl AgentLoop {
     /// Starts the thread: `thread.started`, the session_start hook, and
     /// the task as a user message.
     pub async fn start(&mut self, prompt: &str) {
-        self.emit(ThreadEvent::ThreadStarted(ThreadStartedEvent {
-            thread_id: self.config.thread_id.clone(),
-            session_id: Some(self.config.session_id.clone()),
-            agent_id: self.config.agent_id.clone(),
-        }));
-        self.session_start_hook("startup").await;
-        self.push_user(prompt, None);
+        let span = self.agent_span();
+        async {
+            self.emit(ThreadEvent::ThreadStarted(ThreadStartedEvent {
+                thread_id: self.config.thread_id.clone(),
+                session_id: Some(self.config.session_id.clone()),
+                agent_id: self.config.agent_id.clone(),
+            }));
+            self.session_start_hook("startup").await;
+            self.push_user(prompt, None);
+        }
+        .instrument(span)
+        .await;
     }
 
     /// Runs the session_start hook with `source`: `startup` (from
@@ -429,6 +470,9 @@ impl AgentLoop {
             num_turns: self.state.turns,
         };
         self.state.completed = Some(done.clone());
+        if let Some(span) = &self.span {
+            crate::telemetry::record_completion(span, &done);
+        }
         self.emit(ThreadEvent::ThreadCompleted(done.clone()));
         done
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 use troupe_protocol::{
     CompletionSubtype, FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem,
     ToolOutcome, ToolOutputItem,
@@ -14,6 +15,7 @@ use troupe_protocol::{
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
 use crate::hooks::HookEvent;
 use crate::provider::{Message, ToolCall};
+use crate::telemetry;
 use crate::tools::{Capability, SharedTool, SpawnHook, ToolContext, ToolError, ToolOutput};
 
 /// One call, ready to run or already failed.
@@ -360,9 +362,11 @@ async fn run_lanes(
             lane_of_path.insert(path, lane);
         }
     }
+    let turn = tracing::Span::current();
     let permits = Arc::new(Semaphore::new(max.max(1)));
     let lane_results = join_all(lanes.into_iter().map(|lane| {
         let permits = Arc::clone(&permits);
+        let turn = &turn;
         async move {
             let mut out = Vec::with_capacity(lane.len());
             for i in lane {
@@ -371,7 +375,20 @@ async fn run_lanes(
                 let mut call_ctx = ctx.clone();
                 call_ctx.on_spawn = hooks.get(i).cloned().flatten();
                 let result = match &p.tool {
-                    Ok(tool) => tool.call(p.args.clone(), &call_ctx).await,
+                    Ok(tool) => {
+                        let span = telemetry::tool_span(turn, &p.call.name, &p.call.id);
+                        let r = tool
+                            .call(p.args.clone(), &call_ctx)
+                            .instrument(span.clone())
+                            .await;
+                        let (_, outcome) = status_of(&r);
+                        telemetry::record_tool_call(
+                            &span,
+                            outcome,
+                            r.as_ref().err().map(|e| e.class()),
+                        );
+                        r
+                    }
                     Err(e) => Err(e.clone()),
                 };
                 out.push((i, result));

@@ -8,9 +8,12 @@ use troupe_protocol::{
     TurnFailedEvent, TurnStartedEvent, Usage,
 };
 
+use tracing::{Instrument as _, Span};
+
 use super::{AgentLoop, StepOutcome};
 use crate::context::{ContextStep, Recovery, TurnInput};
 use crate::provider::{Message, ModelEvent, ModelRequest, ModelResponse, ProviderError};
+use crate::telemetry;
 
 /// Emit `item.updated` for streamed text after this many new bytes.
 const UPDATE_EVERY_BYTES: usize = 64;
@@ -19,6 +22,15 @@ impl AgentLoop {
     /// Runs one turn. Returns [`StepOutcome::Done`] once the thread ended
     /// (and keeps returning the same result after that).
     pub async fn step(&mut self) -> StepOutcome {
+        // A thread that already ended (resumed as completed) opens no span.
+        if let Some(done) = self.state.completed.clone() {
+            return StepOutcome::Done(done);
+        }
+        let span = self.agent_span();
+        self.step_in_span().instrument(span).await
+    }
+
+    async fn step_in_span(&mut self) -> StepOutcome {
         if let Some(done) = self.state.completed.clone() {
             return StepOutcome::Done(done);
         }
@@ -33,6 +45,12 @@ impl AgentLoop {
         }
         self.state.turns += 1;
         let turn = self.state.turns;
+        let span = telemetry::turn_span(&self.agent_span(), turn);
+        self.run_turn(turn, span.clone()).instrument(span).await
+    }
+
+    /// The body of turn `turn`, in its span.
+    async fn run_turn(&mut self, turn: u32, span: Span) -> StepOutcome {
         let agent_id = self.config.agent_id.clone();
         self.emit(ThreadEvent::TurnStarted(TurnStartedEvent {
             turn: Some(turn),
@@ -46,16 +64,33 @@ impl AgentLoop {
         // A cancel drops the request in flight at once: a stalled model
         // must not hold Ctrl-C for the abort grace.
         let cancel = self.ctx.cancel.clone();
+        let call_span = telemetry::model_span(&span, &request.model, &provider);
         let called = tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
-            r = self.call_model(&request) => Some(r),
+            r = self.call_model(&request).instrument(call_span.clone()) => Some(r),
         };
         let response = match called {
-            None => return self.done(CompletionSubtype::Cancelled, "cancelled"),
-            Some(Ok(r)) => r,
-            Some(Err(e)) => return self.call_failed(e).await,
+            None => {
+                telemetry::record_model_call(&call_span, None, None, Some("cancelled"));
+                return self.done(CompletionSubtype::Cancelled, "cancelled");
+            }
+            Some(Ok(r)) => {
+                telemetry::record_model_call(
+                    &call_span,
+                    r.usage.as_ref(),
+                    r.finish_raw.as_deref(),
+                    None,
+                );
+                r
+            }
+            Some(Err(e)) => {
+                telemetry::record_model_call(&call_span, None, None, Some(error_type(&e)));
+                drop(call_span);
+                return self.call_failed(e).await;
+            }
         };
+        drop(call_span);
         let usage = response.usage.unwrap_or_default();
         self.context.observe_usage(usage.input_tokens);
         self.account(&usage);
@@ -393,5 +428,17 @@ impl AgentLoop {
             Some(max) if !self.state.pricing_unknown => self.state.cost_usd >= max,
             _ => false,
         }
+    }
+}
+
+/// The `error.type` of a failed model call.
+fn error_type(e: &ProviderError) -> &'static str {
+    match e {
+        ProviderError::Retryable { .. } => "retryable",
+        ProviderError::ContextOverflow { .. } => "context_overflow",
+        ProviderError::Auth { .. } => "auth",
+        ProviderError::BadRequest { .. } => "bad_request",
+        ProviderError::StreamBroken { .. } => "stream_broken",
+        ProviderError::Config { .. } => "config",
     }
 }

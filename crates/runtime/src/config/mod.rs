@@ -31,6 +31,7 @@ mod error;
 mod layers;
 mod locate;
 pub mod mcp;
+pub mod otel;
 pub mod sections;
 pub mod supervision;
 mod validate;
@@ -47,6 +48,7 @@ pub use layers::{
     ENV_PROVIDER,
 };
 pub use mcp::McpServerConfig;
+pub use otel::OtelConfig;
 pub use sections::{
     AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
     LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
@@ -113,6 +115,8 @@ pub struct Config {
     pub supervision: SupervisionConfig,
     /// `[mcp_servers.<name>]`: MCP servers whose tools the agents get.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// `[otel]`: trace export (off unless `endpoint` is set).
+    pub otel: OtelConfig,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

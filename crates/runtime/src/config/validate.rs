@@ -223,6 +223,7 @@ impl FileChecker<'_> {
         self.permissions(c)?;
         self.hooks(c)?;
         self.mcp_servers(c)?;
+        self.otel(c)?;
         let s = &c.session;
         self.at(
             &["session", "retention_max_sessions"],
@@ -234,6 +235,37 @@ impl FileChecker<'_> {
         self.at(
             &["session", "retention_max_age_days"],
             positive(s.retention_max_age_days, "the age limit"),
+        )
+    }
+
+    fn otel(&self, c: &Config) -> Result<(), ConfigError> {
+        let o = &c.otel;
+        if let Some(url) = &o.endpoint {
+            self.at(&["otel", "endpoint"], otel_endpoint(url))?;
+        }
+        for name in o.headers.keys() {
+            self.at(&["otel", "headers"], header_name(name))?;
+        }
+        if o.service_name.trim().is_empty() {
+            self.at(
+                &["otel", "service_name"],
+                Err(Problem::new(
+                    "service_name is empty",
+                    "name the service, like \"troupe\", or remove the key",
+                )),
+            )?;
+        }
+        let s = o.sampling;
+        self.at(
+            &["otel", "sampling"],
+            if s.is_finite() && (0.0..=1.0).contains(&s) {
+                Ok(())
+            } else {
+                Err(Problem::new(
+                    format!("sampling {s} is not between 0 and 1"),
+                    "use a ratio: 1.0 traces every session, 0.1 one in ten",
+                ))
+            },
         )
     }
 
@@ -401,5 +433,35 @@ fn relative_entry(entry: &str) -> Result<(), Problem> {
         Err(Problem::new(format!("`{entry}` climbs out with `..`"), fix))
     } else {
         Ok(())
+    }
+}
+
+/// An OTLP/HTTP endpoint: an `http://` or `https://` URL with a host.
+fn otel_endpoint(url: &str) -> Result<(), Problem> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with('/') => Ok(()),
+        _ => Err(Problem::new(
+            format!("`{url}` is not an http(s) URL"),
+            "use the collector's OTLP/HTTP address, like http://127.0.0.1:4318",
+        )),
+    }
+}
+
+/// A header name: visible ASCII with no separators.
+fn header_name(name: &str) -> Result<(), Problem> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Problem::new(
+            format!("`{name}` is not a valid header name"),
+            "use letters, digits and `-`, like authorization or x-api-key",
+        ))
     }
 }

@@ -9,3 +9,4 @@ mod hooks;
 mod limits;
 mod load;
 mod mcp;
+mod otel;
