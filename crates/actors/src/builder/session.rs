@@ -7,8 +7,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use troupe_mcp::McpHub;
 use tracing::Instrument as _;
+use troupe_mcp::McpHub;
 use troupe_protocol::{
     CompletionSubtype, ErrorEvent, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
 };
