@@ -84,6 +84,7 @@ impl AgentEnv {
             sandbox: None,
             verification: crate::verify::Verification::default(),
             supervision: crate::tree::SupervisionSettings::default(),
+            remote: None,
         }
     }
 

@@ -39,6 +39,7 @@ pub mod env;
 pub mod handoff;
 pub mod orient;
 pub mod pipeline;
+pub mod placement;
 mod pipeline_plan;
 pub mod run;
 pub mod session;
