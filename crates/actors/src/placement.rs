@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{AgentArgs, AgentOutcome};
+use crate::agent::{AgentArgs, AgentOutcome, Isolation};
 use crate::handoff::HandoffDelivery;
 use crate::supervisor::ChildSpec;
 
@@ -33,12 +33,23 @@ pub trait RemoteSpawner: Send + Sync {
     fn child_spec(&self, args: AgentArgs) -> ChildSpec;
 }
 
-/// Whether a child with `placement` runs remotely; `Err` when it must and
-/// the session has no remote placement.
-pub fn runs_remotely(placement: Option<Placement>, has_remote: bool) -> Result<bool, String> {
+/// Whether a child with `placement` and `isolation` runs remotely (only a
+/// worktree child can: a worker has no shared workspace); `Err` when it
+/// must and cannot.
+pub fn runs_remotely(
+    placement: Option<Placement>,
+    isolation: Isolation,
+    has_remote: bool,
+) -> Result<bool, String> {
+    let worktree = isolation == Isolation::Worktree;
     match placement.unwrap_or_default() {
         Placement::Local => Ok(false),
-        Placement::Any => Ok(has_remote),
+        Placement::Any => Ok(has_remote && worktree),
+        Placement::Remote if !worktree => Err(
+            "placement `remote` needs `isolation = \"worktree\"` (a worker has no shared \
+             workspace); add it, or use placement `local`"
+                .into(),
+        ),
         Placement::Remote if has_remote => Ok(true),
         Placement::Remote => Err(
             "placement `remote` needs a session started with `--nats URL` (docs/scale-out.md); \
@@ -66,16 +77,21 @@ pub fn deliver_outcome(args: &AgentArgs, id: String, outcome: AgentOutcome) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn placement_resolves_against_the_session() {
-        assert_eq!(runs_remotely(None, false), Ok(false));
-        assert_eq!(runs_remotely(None, true), Ok(true));
-        assert_eq!(runs_remotely(Some(Placement::Local), true), Ok(false));
-        assert_eq!(runs_remotely(Some(Placement::Remote), true), Ok(true));
-        let e = runs_remotely(Some(Placement::Remote), false).unwrap_err();
+        let (wt, shared) = (Isolation::Worktree, Isolation::Shared);
+        assert_eq!(runs_remotely(None, wt, false), Ok(false));
+        assert_eq!(runs_remotely(None, wt, true), Ok(true));
+        assert_eq!(runs_remotely(None, shared, true), Ok(false));
+        assert_eq!(runs_remotely(Some(Placement::Local), wt, true), Ok(false));
+        assert_eq!(runs_remotely(Some(Placement::Remote), wt, true), Ok(true));
+        let e = runs_remotely(Some(Placement::Remote), wt, false).unwrap_err();
         assert!(e.contains("--nats"), "{e}");
+        let e = runs_remotely(Some(Placement::Remote), shared, true).unwrap_err();
+        assert!(e.contains("worktree"), "{e}");
     }
 }

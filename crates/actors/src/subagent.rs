@@ -488,7 +488,11 @@ impl SpawnSubagentTool {
             .and_then(|s| s.with_spec(child.spec.supervision.as_ref()))
             .map_err(ToolError::Schema)?;
         let remote = self.parent.env.remote.as_ref();
-        let elsewhere = crate::placement::runs_remotely(child.spec.placement, remote.is_some())
+        let elsewhere = crate::placement::runs_remotely(
+            child.spec.placement,
+            child.spec.isolation,
+            remote.is_some(),
+        )
             .map_err(ToolError::Denied)?;
         let node = children_supervisor(&self.parent, &settings).await?;
         let child_spec = match remote {

@@ -22,6 +22,7 @@ mod session_worktrees;
 mod sessions;
 mod sessions_view;
 mod test_tools;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,6 +69,9 @@ enum Command {
     /// Serve the HTTP API (docs/serve.md): start, stream, steer, abort and
     /// resume sessions. Prints the bound address first.
     Serve(serve::ServeArgs),
+    /// Run subagents that coordinators (`exec`/`run --nats URL`) queue on
+    /// a NATS JetStream server (docs/scale-out.md).
+    Worker(worker::WorkerArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -157,6 +161,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Exec(args) => exec::run(*args),
         Command::Run(args) => pipeline_cmd::run(args),
+        Command::Worker(args) => worker::run(args),
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
