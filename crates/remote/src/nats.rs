@@ -5,12 +5,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, object_store, stream};
+use async_nats::jetstream::{self, consumer, object_store, stream};
 use async_nats::{ConnectErrorKind, ConnectOptions};
 
 use crate::error::{RemoteError, redact_url};
 use crate::wire::{
-    DONE_BUCKET, EVENT_STREAM, EVENT_SUBJECTS, REPO_BUCKET, TASK_STREAM, TASK_SUBJECT,
+    DONE_STREAM, DONE_SUBJECTS, EVENT_STREAM, EVENT_SUBJECTS, REPO_BUCKET, TASK_STREAM, TASK_SUBJECT,
     WORKER_CONSUMER,
 };
 
@@ -49,9 +49,13 @@ impl Nats {
     /// task and event streams, the buckets and the workers' consumer.
     pub async fn connect(config: &NatsConfig) -> Result<Nats, RemoteError> {
         let url = redact_url(&config.url);
+        let (server, token) = split_token(&config.url);
         let mut opts = ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
             .name("troupe");
+        if let Some(token) = token {
+            opts = opts.token(token);
+        }
         if let Some(path) = &config.creds {
             opts = opts
                 .credentials_file(path)
@@ -69,7 +73,7 @@ impl Nats {
             opts = opts.nkey(seed.trim().to_string());
         }
         let client = opts
-            .connect(config.url.as_str())
+            .connect(server.as_str())
             .await
             .map_err(|e| match e.kind() {
                 ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
@@ -136,6 +140,8 @@ impl Nats {
             stream::RetentionPolicy::Limits,
         )
         .await?;
+        self.ensure_stream(DONE_STREAM, DONE_SUBJECTS, stream::RetentionPolicy::Limits)
+            .await?;
         Ok(())
     }
 
@@ -227,19 +233,33 @@ impl Nats {
         }
     }
 
-    /// The committed-handoffs bucket.
-    pub async fn done(&self) -> Result<kv::Store, RemoteError> {
-        match self.js.get_key_value(DONE_BUCKET).await {
-            Ok(s) => Ok(s),
-            Err(_) => self
-                .js
-                .create_key_value(kv::Config {
-                    bucket: DONE_BUCKET.into(),
-                    storage: stream::StorageType::File,
-                    ..Default::default()
-                })
-                .await
-                .map_err(RemoteError::nats),
+    /// Marks the handoff of task `key` committed to the coordinator's log
+    /// (by incarnation `incarnation`): a message on `troupe.done.<key>` in
+    /// the [`DONE_STREAM`] (a plain stream: Debian's 2.9 server and this
+    /// client disagree on the key-value bucket's replies).
+    pub async fn mark_done(&self, key: &str, incarnation: u64) -> Result<(), RemoteError> {
+        self.publish(
+            format!("troupe.done.{key}"),
+            incarnation.to_string().into(),
+            Some(&format!("done-{key}")),
+        )
+        .await
+    }
+
+    /// Whether task `key`'s handoff is committed.
+    pub async fn is_done(&self, key: &str) -> Result<bool, RemoteError> {
+        let stream = self
+            .js
+            .get_stream(DONE_STREAM)
+            .await
+            .map_err(RemoteError::nats)?;
+        match stream
+            .get_last_raw_message_by_subject(&format!("troupe.done.{key}"))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(RemoteError::nats(e)),
         }
     }
 
@@ -273,5 +293,17 @@ impl Nats {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Err(RemoteError::Nats(format!("publish to {subject}: {last}")))
+    }
+}
+
+/// `nats://TOKEN@host` → (`nats://host`, the token); `user:pass@` stays in
+/// the URL (the client reads it).
+fn split_token(url: &str) -> (String, Option<String>) {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("nats", url));
+    match rest.rsplit_once('@') {
+        Some((user, host)) if !user.contains(':') && !user.is_empty() => {
+            (format!("{scheme}://{host}"), Some(user.to_string()))
+        }
+        _ => (url.to_string(), None),
     }
 }

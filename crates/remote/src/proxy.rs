@@ -41,7 +41,6 @@ impl RemotePlacement {
     pub async fn connect(config: &NatsConfig) -> Result<Arc<RemotePlacement>, RemoteError> {
         let nats = Nats::connect(config).await?;
         nats.repos().await?;
-        nats.done().await?;
         Ok(Arc::new(RemotePlacement { nats }))
     }
 }
@@ -366,23 +365,8 @@ async fn apply(p: &ProxyArgs, wm: WorkerMessage) -> Result<bool, RemoteError> {
                 .await
                 .map_err(|e| RemoteError::Nats(format!("the log did not commit: {e}")))?;
             p.state.finished.store(true, Ordering::SeqCst);
-            let done = p.nats.done().await?;
             let key = done_key(&p.args.env.session_id, &p.task_id);
-            let mut last = String::new();
-            let mut stored = false;
-            for _ in 0..120 {
-                match done.put(&key, inc.to_string().into()).await {
-                    Ok(_) => {
-                        stored = true;
-                        break;
-                    }
-                    Err(e) => last = e.to_string(),
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-            }
-            if !stored {
-                return Err(RemoteError::Nats(format!("mark {key} committed: {last}")));
-            }
+            p.nats.mark_done(&key, inc).await?;
             let outcome = AgentOutcome {
                 completed,
                 handoff,

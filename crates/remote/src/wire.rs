@@ -19,8 +19,10 @@ pub const EVENT_STREAM: &str = "TROUPE_EVENTS";
 pub const EVENT_SUBJECTS: &str = "troupe.events.>";
 /// The object store bucket of repository bundles.
 pub const REPO_BUCKET: &str = "troupe-repos";
-/// The key-value bucket of committed handoffs (`<session>.<task>`).
-pub const DONE_BUCKET: &str = "troupe-done";
+/// The stream of committed-handoff marks (`troupe.done.<session>.<task>`).
+pub const DONE_STREAM: &str = "TROUPE_DONE";
+/// Its subjects.
+pub const DONE_SUBJECTS: &str = "troupe.done.>";
 
 /// A subagent to run on a worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -134,7 +136,7 @@ pub fn claim_subject(session_id: &str, task_id: &str) -> String {
     format!("troupe.claim.{}.{}", token(session_id), token(task_id))
 }
 
-/// The key of a committed handoff in [`DONE_BUCKET`].
+/// The key of a committed handoff in [`DONE_STREAM`].
 pub fn done_key(session_id: &str, task_id: &str) -> String {
     format!("{}.{}", token(session_id), token(task_id))
 }

@@ -70,7 +70,6 @@ struct Ctx {
 pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<(), RemoteError> {
     let nats = Nats::connect(&cfg.nats).await?;
     nats.repos().await?;
-    nats.done().await?;
     let consumer = nats.worker_consumer().await?;
     tracing::info!(worker = %cfg.name, url = %nats.url, "worker ready");
     let slots = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
@@ -238,11 +237,10 @@ async fn publish(
 /// Waits until the coordinator marks the handoff committed.
 async fn wait_committed(ctx: &Ctx, task: &TaskMessage) -> Result<(), RemoteError> {
     let key = done_key(&task.session_id, &task.task_id);
-    let done = ctx.nats.done().await?;
     loop {
-        match done.get(key.clone()).await {
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) => {}
+        match ctx.nats.is_done(&key).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, "committed check failed; retrying"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
