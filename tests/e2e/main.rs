@@ -16,6 +16,7 @@ mod multi_agent;
 mod orphans;
 mod pipeline;
 mod pipeline_plan;
+mod remote;
 mod resume;
 mod resume_trust;
 mod retries;

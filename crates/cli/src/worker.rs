@@ -77,6 +77,11 @@ pub struct WorkerArgs {
     /// consumer is first made).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     ack_wait_secs: Option<u64>,
+    /// The ceiling of every task's sandbox_mode (docs/security.md; default
+    /// troupe.toml's, else workspace-write); a task runs in its own
+    /// (never looser than its coordinator gave it) within this.
+    #[arg(long, short = 's', value_enum, value_name = "MODE")]
+    sandbox: Option<crate::codex_compat::SandboxMode>,
     /// A name for claims and logs (default: worker-<pid>).
     #[arg(long)]
     name: Option<String>,
@@ -115,6 +120,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
     settings.model = args.model.clone();
     settings.model_pinned = args.model.is_some();
     settings.base_url = args.base_url.clone();
+    settings.sandbox = args.sandbox.map(Into::into);
     let factory: troupe_remote::SessionFactory = Arc::new(move |req: SessionRequest| {
         let settings = settings.clone();
         Box::pin(async move {
