@@ -218,7 +218,11 @@ fn assert_complete_with(
     expected: &BTreeSet<String>,
     exact: bool,
 ) -> Vec<ThreadEvent> {
-    assert_eq!(&tree(ws), expected, "the merged tree differs from a local run's");
+    assert_eq!(
+        &tree(ws),
+        expected,
+        "the merged tree differs from a local run's"
+    );
     for i in 1..=PARTS {
         assert_eq!(
             std::fs::read_to_string(ws.join(format!("parts/p{i}.txt"))).unwrap(),
@@ -252,7 +256,12 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let (code, out, err) = run(
-        exec_cmd(ws.path(), &server.url(), &[FULL, &["--nats", &nats.url()]].concat(), PROMPT),
+        exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        ),
         Duration::from_secs(180),
     );
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
@@ -260,9 +269,15 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let events = assert_complete(ws.path(), side.path(), &expected);
     // The children ran on the workers, not here: every task was acked
     // after its handoff was committed, and more than one worker worked.
-    let acked: usize = logs.iter().map(|l| l.matches("handoff committed").count()).sum();
+    let acked: usize = logs
+        .iter()
+        .map(|l| l.matches("handoff committed").count())
+        .sum();
     assert_eq!(acked, PARTS, "{logs:#?}");
-    let busy = logs.iter().filter(|l| l.contains("handoff committed")).count();
+    let busy = logs
+        .iter()
+        .filter(|l| l.contains("handoff committed"))
+        .count();
     assert!(busy >= 2, "only {busy} worker(s) ran tasks: {logs:#?}");
     // The children's events are in the coordinator's log.
     let writes = events
@@ -286,8 +301,15 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
             .collect();
         let ws = tempfile::tempdir().unwrap();
         repo(ws.path());
-        let mut coordinator = exec_cmd(ws.path(), &server.url(), &[FULL, &["--nats", &nats.url()]].concat(), PROMPT);
-        let handle = std::thread::spawn(move || run(coordinator_take(&mut coordinator), Duration::from_secs(240)));
+        let mut coordinator = exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        );
+        let handle = std::thread::spawn(move || {
+            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+        });
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -297,7 +319,8 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..1500)));
         let before = workers[victim].log();
         workers[victim].kill();
-        let in_flight = before.matches("running").count() > before.matches("handoff committed").count();
+        let in_flight =
+            before.matches("running").count() > before.matches("handoff committed").count();
         let (code, out, err) = handle.join().unwrap();
         let logs: Vec<String> = workers.iter().map(Worker::log).collect();
         assert_eq!(code, Some(0), "round {round}: {out}\n{err}\n{logs:#?}");
@@ -330,9 +353,15 @@ fn a_nats_server_restart_mid_run_completes() {
         .collect();
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
-    let mut coordinator = exec_cmd(ws.path(), &server.url(), &[FULL, &["--nats", &nats.url()]].concat(), PROMPT);
-    let handle =
-        std::thread::spawn(move || run(coordinator_take(&mut coordinator), Duration::from_secs(240)));
+    let mut coordinator = exec_cmd(
+        ws.path(),
+        &server.url(),
+        &[FULL, &["--nats", &nats.url()]].concat(),
+        PROMPT,
+    );
+    let handle = std::thread::spawn(move || {
+        run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+    });
     let deadline = Instant::now() + Duration::from_secs(60);
     while !workers.iter().any(|w| w.log().contains("running")) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

@@ -493,7 +493,7 @@ impl SpawnSubagentTool {
             child.spec.isolation,
             remote.is_some(),
         )
-            .map_err(ToolError::Denied)?;
+        .map_err(ToolError::Denied)?;
         let node = children_supervisor(&self.parent, &settings).await?;
         let child_spec = match remote {
             Some(remote) if elsewhere => remote.child_spec(child),

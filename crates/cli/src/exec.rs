@@ -130,7 +130,9 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
             .await?
             .codex_stream(args.codex.experimental_json)
             .plan_mode(args.plan)
-            .remote(remote.map(|r| r as std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>));
+            .remote(
+                remote.map(|r| r as std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>),
+            );
         settings.sandbox = Some(launch.config.sandbox_mode());
         let started = launch
             .start(json, Some("root"), Target::New(settings))

@@ -121,7 +121,10 @@ mod tests {
 
     #[test]
     fn credentials_never_reach_a_message() {
-        assert_eq!(redact_url("nats://s3cret@127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(
+            redact_url("nats://s3cret@127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
         assert_eq!(redact_url("nats://u:p@h:1"), "nats://h:1");
         assert_eq!(redact_url("127.0.0.1:4222"), "127.0.0.1:4222");
         let e = RemoteError::Auth {

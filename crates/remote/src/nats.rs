@@ -10,8 +10,8 @@ use async_nats::{ConnectErrorKind, ConnectOptions};
 
 use crate::error::{RemoteError, redact_url};
 use crate::wire::{
-    DONE_STREAM, DONE_SUBJECTS, EVENT_STREAM, EVENT_SUBJECTS, REPO_BUCKET, TASK_STREAM, TASK_SUBJECT,
-    WORKER_CONSUMER,
+    DONE_STREAM, DONE_SUBJECTS, EVENT_STREAM, EVENT_SUBJECTS, REPO_BUCKET, TASK_STREAM,
+    TASK_SUBJECT, WORKER_CONSUMER,
 };
 
 /// How to reach NATS.
@@ -194,14 +194,14 @@ impl Nats {
 
     /// The workers' durable pull consumer on the task stream.
     pub async fn worker_consumer(&self) -> Result<consumer::PullConsumer, RemoteError> {
-        let stream = self
-            .js
-            .get_stream(TASK_STREAM)
-            .await
-            .map_err(|e| RemoteError::StreamMissing {
-                stream: TASK_STREAM.into(),
-                why: e.to_string(),
-            })?;
+        let stream =
+            self.js
+                .get_stream(TASK_STREAM)
+                .await
+                .map_err(|e| RemoteError::StreamMissing {
+                    stream: TASK_STREAM.into(),
+                    why: e.to_string(),
+                })?;
         stream
             .get_or_create_consumer(
                 WORKER_CONSUMER,

@@ -152,7 +152,8 @@ impl Actor for ProxyActor {
 
 fn scratch(p: &ProxyArgs) -> Result<PathBuf, RemoteError> {
     let dir = p.args.env.log.dir().join("remote");
-    std::fs::create_dir_all(&dir).map_err(|e| RemoteError::io("create the remote scratch dir", e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| RemoteError::io("create the remote scratch dir", e))?;
     Ok(dir)
 }
 
@@ -161,8 +162,8 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
     let session = &a.env.session_id;
     let repos = p.nats.repos().await?;
     let name = format!("{}/{}/base", session, p.task_id);
-    let base = crate::git::put_bundle(&repos, &a.workspace, "HEAD", None, &name, &scratch(p)?)
-        .await?;
+    let base =
+        crate::git::put_bundle(&repos, &a.workspace, "HEAD", None, &name, &scratch(p)?).await?;
     let task = TaskMessage {
         task_id: p.task_id.clone(),
         session_id: session.clone(),
@@ -266,10 +267,11 @@ async fn answer_claim(p: &ProxyArgs, req: async_nats::Message) -> Result<(), Rem
     let Some(reply) = req.reply.clone() else {
         return Ok(());
     };
-    let claim: Claim = serde_json::from_slice(&req.payload).map_err(|e| RemoteError::BadMessage {
-        subject: req.subject.to_string(),
-        why: e.to_string(),
-    })?;
+    let claim: Claim =
+        serde_json::from_slice(&req.payload).map_err(|e| RemoteError::BadMessage {
+            subject: req.subject.to_string(),
+            why: e.to_string(),
+        })?;
     let current = p.state.current.load(Ordering::SeqCst);
     let answer = if claim.incarnation < current || p.state.finished.load(Ordering::SeqCst) {
         fence(p, "a claim", claim.incarnation, current);

@@ -177,7 +177,10 @@ mod tests {
     fn events_are_owned_by_the_agent_and_its_subtree() {
         let a = "session/root/fixer";
         assert!(belongs_to(&json!({"agent_id": a}), a));
-        assert!(belongs_to(&json!({"agent_id": "session/root/fixer/sub"}), a));
+        assert!(belongs_to(
+            &json!({"agent_id": "session/root/fixer/sub"}),
+            a
+        ));
         assert!(!belongs_to(&json!({"agent_id": "session/root/fixer2"}), a));
         assert!(!belongs_to(&json!({"agent_id": "session"}), a));
         assert!(!belongs_to(&json!({"type": "error"}), a));

@@ -109,7 +109,9 @@ pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<()
             let msg = Arc::new(msg);
             if let Err(e) = run_delivery(&ctx, Arc::clone(&msg)).await {
                 tracing::warn!(error = %e, "task failed; it will be redelivered");
-                let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
             }
             drop(permit);
         });
@@ -146,7 +148,9 @@ async fn claim(ctx: &Ctx, task: &TaskMessage, incarnation: u64) -> Option<ClaimR
     for _ in 0..10 {
         match tokio::time::timeout(
             Duration::from_secs(5),
-            ctx.nats.client.request(subject.clone(), body.clone().into()),
+            ctx.nats
+                .client
+                .request(subject.clone(), body.clone().into()),
         )
         .await
         {
@@ -177,7 +181,11 @@ async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), Rem
             let _ = msg.ack_with(AckKind::Term).await;
             return Ok(());
         }
-        None => return Err(RemoteError::Nats("the coordinator did not answer the claim".into())),
+        None => {
+            return Err(RemoteError::Nats(
+                "the coordinator did not answer the claim".into(),
+            ));
+        }
     };
     tracing::info!(task = %task.task_id, agent = %task.agent_id, incarnation, "running");
     let dir = ctx
@@ -200,7 +208,15 @@ async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), Rem
     let finished = run_agent(ctx, &task, incarnation, &journal, &home, &repo).await?;
     let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
     git::commit_all(&repo, &format!("{}: result", task.agent_id)).await?;
-    git::put_bundle(&repos, &repo, "HEAD", Some(&task.base_commit), &result, &dir).await?;
+    git::put_bundle(
+        &repos,
+        &repo,
+        "HEAD",
+        Some(&task.base_commit),
+        &result,
+        &dir,
+    )
+    .await?;
     let (completed, handoff) = finished;
     let message = WorkerMessage::Finished {
         incarnation,
@@ -247,7 +263,10 @@ async fn wait_committed(ctx: &Ctx, task: &TaskMessage) -> Result<(), RemoteError
     }
 }
 
-type Finished = (troupe_protocol::ThreadCompletedEvent, troupe_protocol::HandoffRequest);
+type Finished = (
+    troupe_protocol::ThreadCompletedEvent,
+    troupe_protocol::HandoffRequest,
+);
 
 /// Runs the agent in a session of its own to its end, its events
 /// forwarded (those of the journal it resumes from excepted).
@@ -370,14 +389,25 @@ async fn forward(
         }
         n += 1;
         let completed_item = event.get("type").and_then(Value::as_str) == Some("item.completed");
-        if completed_item && !git::git(&repo, &["status", "--porcelain"]).await?.is_empty() {
+        if completed_item
+            && !git::git(&repo, &["status", "--porcelain"])
+                .await?
+                .is_empty()
+        {
             git::commit_all(&repo, "checkpoint").await?;
             let object = format!(
                 "{}/{}/ckpt-{incarnation}-{n}",
                 task.session_id, task.task_id
             );
-            git::put_bundle(&repos, &repo, "HEAD", Some(&task.base_commit), &object, &repo)
-                .await?;
+            git::put_bundle(
+                &repos,
+                &repo,
+                "HEAD",
+                Some(&task.base_commit),
+                &object,
+                &repo,
+            )
+            .await?;
             let cp = WorkerMessage::Checkpoint {
                 incarnation,
                 object,

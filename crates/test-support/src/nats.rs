@@ -17,7 +17,11 @@ pub struct NatsServer {
 
 /// The binary, or a panic naming `scripts/test-deps`.
 fn binary() -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/sbin", "/usr/bin"]) {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/sbin", "/usr/bin"])
+    {
         let p = Path::new(dir).join("nats-server");
         if p.is_file() {
             return p;
@@ -66,7 +70,11 @@ impl NatsServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
