@@ -370,8 +370,8 @@ async fn apply(p: &ProxyArgs, wm: WorkerMessage) -> Result<bool, RemoteError> {
             let key = done_key(&p.args.env.session_id, &p.task_id);
             p.nats.mark_done(&key, inc).await?;
             let outcome = AgentOutcome {
-                completed,
-                handoff,
+                completed: *completed,
+                handoff: *handoff,
                 spend: Vec::new(),
                 received: Vec::new(),
             };

@@ -107,9 +107,9 @@ pub enum WorkerMessage {
         /// Its handoff's id.
         handoff_id: String,
         /// How its thread ended.
-        completed: ThreadCompletedEvent,
+        completed: Box<ThreadCompletedEvent>,
         /// Its handoff.
-        handoff: HandoffRequest,
+        handoff: Box<HandoffRequest>,
         /// The object holding its result commit as a bundle.
         result_bundle: Option<String>,
     },

@@ -221,8 +221,8 @@ async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), Rem
     let message = WorkerMessage::Finished {
         incarnation,
         handoff_id: handoff_id(&task.agent_id, completed.num_turns),
-        completed,
-        handoff,
+        completed: Box::new(completed),
+        handoff: Box::new(handoff),
         result_bundle: Some(result),
     };
     publish(ctx, &task, incarnation, "finished", &message).await?;
