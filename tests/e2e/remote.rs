@@ -132,6 +132,36 @@ fn script(side: &Path, delay_ms: u64) -> Script {
     )
 }
 
+/// Like [`script`], but every child reply writes its part and hands off
+/// in one step (then only final texts), so two incarnations sharing a
+/// conversation's scripted cursor (a zombie and its successor) both end
+/// with the same tree whatever replies each takes.
+fn shared_cursor_script(side: &Path) -> Script {
+    let mut script = script(side, 0);
+    script.routes.retain(|r| !r.when.starts_with("Write part"));
+    for i in 1..=PARTS {
+        let step = || {
+            Reply::tool_calls(vec![
+                ToolCallSpec::new(
+                    format!("w{i}"),
+                    "write_file",
+                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+                ),
+                ToolCallSpec::new(
+                    format!("h{i}"),
+                    "handoff",
+                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+                ),
+            ])
+            .with_delay_ms(500)
+        };
+        let mut replies = vec![step(), step(), step()];
+        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
+        script = script.with_route(format!("Write part P{i} of six"), replies);
+    }
+    script
+}
+
 /// Runs `cmd` to its end within `limit`, killing it after.
 fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String, String) {
     let mut child = cmd
@@ -398,4 +428,85 @@ fn exec_with_an_unreachable_nats_fails_before_any_session() {
     assert!(err.contains("nats-server -js"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!ws.path().join(".vtcode/sessions").exists());
+}
+
+/// A partition stand-in: one worker is frozen (SIGSTOP) mid-task past the
+/// ack wait, its task is redelivered and completed by another worker, then
+/// the zombie wakes (SIGCONT) and sends its late events and result: they
+/// are fenced off (recorded, never merged) and the result is the local
+/// run's.
+#[test]
+fn a_frozen_worker_that_comes_back_is_fenced_off() {
+    let side_local = tempfile::tempdir().unwrap();
+    let expected = local_tree(side_local.path());
+    for attempt in 0..3 {
+        let nats = NatsServer::start();
+        let tmp = tempfile::tempdir().unwrap();
+        let side = tempfile::tempdir().unwrap();
+        let server = Server::with_script(shared_cursor_script(side.path()));
+        let workers: Vec<Worker> = (0..3)
+            .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+            .collect();
+        let ws = tempfile::tempdir().unwrap();
+        repo(ws.path());
+        let mut coordinator = exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        );
+        let handle = std::thread::spawn(move || {
+            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+        });
+        let victim = &workers[fastrand::usize(0..3)];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !victim.log().contains("running") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
+        let pid = victim.child.as_ref().unwrap().id().to_string();
+        let signal = |sig: &str| {
+            assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+        };
+        signal("-STOP");
+        let before = victim.log();
+        let in_flight =
+            before.matches("running").count() > before.matches("handoff committed").count();
+        // Past the ack wait (3 s) its task is redelivered; the zombie wakes
+        // once another worker has claimed it as incarnation 2.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while in_flight
+            && !workers.iter().any(|w| w.log().contains("incarnation=2"))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal("-CONT");
+        let (code, out, err) = handle.join().unwrap();
+        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+        assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
+        if !in_flight {
+            eprintln!("attempt {attempt}: the frozen worker held no task; again");
+            continue;
+        }
+        assert_eq!(tree(ws.path()), expected, "{logs:#?}");
+        let events = session_events(ws.path());
+        let mut from = handoffs(&events);
+        from.sort();
+        let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
+        assert_eq!(from, want, "each handoff once");
+        let fenced: Vec<&String> = events
+            .iter()
+            .filter_map(|e| match e {
+                ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            fenced.iter().any(|m| m.contains("stale incarnation 1")),
+            "no fenced record: {fenced:?}\n{logs:#?}"
+        );
+        return;
+    }
+    panic!("the frozen worker never held a task in three attempts");
 }
