@@ -250,10 +250,23 @@ async fn publish(
         .await
 }
 
+/// How long a finished task waits for its coordinator to commit the
+/// handoff before it gives the delivery back (a coordinator that is gone).
+const COMMIT_WAIT: Duration = Duration::from_secs(600);
+
 /// Waits until the coordinator marks the handoff committed.
 async fn wait_committed(ctx: &Ctx, task: &TaskMessage) -> Result<(), RemoteError> {
     let key = done_key(&task.session_id, &task.task_id);
+    let deadline = tokio::time::Instant::now() + COMMIT_WAIT;
     loop {
+        if tokio::time::Instant::now() > deadline {
+            return Err(RemoteError::Nats(format!(
+                "the coordinator of session {} did not commit the handoff of task {} within {} s",
+                task.session_id,
+                task.task_id,
+                COMMIT_WAIT.as_secs()
+            )));
+        }
         match ctx.nats.is_done(&key).await {
             Ok(true) => return Ok(()),
             Ok(false) => {}
