@@ -494,6 +494,11 @@ impl SpawnSubagentTool {
             remote.is_some(),
         )
         .map_err(ToolError::Denied)?;
+        // A continued or interrupted child resumes from this process's
+        // loop state and log: with placement `any` it stays here.
+        let elsewhere = elsewhere
+            && (child.spec.placement == Some(crate::placement::Placement::Remote)
+                || !thread_in_log(self.parent.env.log.events_path(), &child.agent_id));
         let node = children_supervisor(&self.parent, &settings).await?;
         let child_spec = match remote {
             Some(remote) if elsewhere => remote.child_spec(child),
