@@ -19,6 +19,7 @@ mod otel;
 mod pipeline;
 mod pipeline_plan;
 mod reasoning;
+mod remote;
 mod responses;
 mod resume;
 mod resume_trust;

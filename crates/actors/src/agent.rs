@@ -87,6 +87,10 @@ pub struct AgentSpec {
     /// Supervision overrides (strategy, intensity, restart type).
     #[serde(default)]
     pub supervision: Option<crate::tree::SupervisionSpec>,
+    /// Where it runs: here or on a worker (`None`: `any`, the session's
+    /// default; docs/scale-out.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::placement::Placement>,
     /// Plan mode: its write and exec tools are refused
     /// (`troupe_runtime::tools::plan_mode`); it ends with a plan. Set by
     /// troupe (a pipeline's `mode = "plan"`), never by a model.
@@ -175,6 +179,8 @@ pub struct AgentEnv {
     pub supervision: crate::tree::SupervisionSettings,
     /// The session's running agents by id (shared by every clone).
     pub agents: crate::directory::AgentDirectory,
+    /// Runs subagents on workers (`--nats URL`); `None`: all run here.
+    pub remote: Option<Arc<dyn crate::placement::RemoteSpawner>>,
 }
 
 /// How an agent ended.
@@ -194,7 +200,7 @@ pub struct AgentOutcome {
 /// State shared by every incarnation of one agent.
 pub struct AgentShared {
     started: AtomicBool,
-    done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
+    pub(crate) done: Mutex<Option<oneshot::Sender<AgentOutcome>>>,
     /// `.vtcode/state/loop-<id>.json`: step index, usage, cost, status and
     /// the durable steering queue. The file is written durably when the
     /// steering queue changes; the other fields are derived from the log:

@@ -86,6 +86,7 @@ impl AgentEnv {
             verification: crate::verify::Verification::default(),
             supervision: crate::tree::SupervisionSettings::default(),
             agents: crate::directory::AgentDirectory::default(),
+            remote: None,
         }
     }
 

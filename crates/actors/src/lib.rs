@@ -43,6 +43,7 @@ pub mod handoff;
 pub mod orient;
 pub mod pipeline;
 mod pipeline_plan;
+pub mod placement;
 pub mod run;
 pub mod session;
 pub mod subagent;

@@ -383,6 +383,7 @@ impl Tool for SpawnSubagentTool {
                 "reasoning_effort": {"type": "string", "enum": ["minimal", "low", "medium", "high"], "description": "How hard the child's model thinks (default yours)."},
                 "budget_share": {"type": "number", "minimum": 0, "maximum": 1},
                 "isolation": {"type": "string", "enum": ["shared", "worktree"]},
+                "placement": {"type": "string", "enum": ["local", "remote", "any"], "description": "Where it runs: here, on a worker machine, or wherever the session's default says (any)."},
                 "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."},
                 "supervision": {
                     "type": "object",
@@ -490,8 +491,24 @@ impl SpawnSubagentTool {
             .with_spec(self.parent.spec.supervision.as_ref())
             .and_then(|s| s.with_spec(child.spec.supervision.as_ref()))
             .map_err(ToolError::Schema)?;
+        let remote = self.parent.env.remote.as_ref();
+        let elsewhere = crate::placement::runs_remotely(
+            child.spec.placement,
+            child.spec.isolation,
+            remote.is_some(),
+        )
+        .map_err(ToolError::Denied)?;
+        // A continued or interrupted child resumes from this process's
+        // loop state and log: with placement `any` it stays here.
+        let elsewhere = elsewhere
+            && (child.spec.placement == Some(crate::placement::Placement::Remote)
+                || !thread_in_log(self.parent.env.log.events_path(), &child.agent_id));
         let node = children_supervisor(&self.parent, &settings).await?;
-        start_under(&node, agent_child_spec(child), timeout).await?;
+        let child_spec = match remote {
+            Some(remote) if elsewhere => remote.child_spec(child),
+            _ => agent_child_spec(child),
+        };
+        start_under(&node, child_spec, timeout).await?;
         let given_up = |what: &str| {
             let why = self.parent.shared.node.escalation().map_or_else(
                 || what.to_string(),

@@ -75,6 +75,9 @@ pub struct ExecArgs {
     /// The Codex-compatible flags (docs/cli.md).
     #[command(flatten)]
     pub(crate) codex: CodexArgs,
+    /// Subagents to workers through NATS JetStream (docs/scale-out.md).
+    #[command(flatten)]
+    pub(crate) nats: crate::worker::NatsArgs,
     /// `resume ID [PROMPT]`: a new run of session ID's thread.
     #[command(subcommand)]
     pub(crate) command: Option<ExecCommand>,
@@ -132,10 +135,14 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     let (code, id) = rt.block_on(async {
         let task = settings.task.clone();
+        let remote = args.nats.placement().await?;
         let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json)
-            .plan_mode(args.plan);
+            .plan_mode(args.plan)
+            .remote(
+                remote.map(|r| r as std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>),
+            );
         settings.sandbox = Some(launch.config.sandbox_mode());
         let started = launch
             .start(json, Some("root"), Target::New(settings))
@@ -307,6 +314,10 @@ pub struct Launch {
     fresh_plan: bool,
     /// Exporters made from the session id (`troupe serve`'s live feed).
     exporters: Vec<ExporterFn>,
+    /// A new session's id (a worker's session takes its coordinator's).
+    session_id: Option<String>,
+    /// Subagents to workers (`--nats`).
+    remote: Option<std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>>,
 }
 
 /// Makes an exporter from the session id once it is known.
@@ -414,6 +425,8 @@ impl Launch {
             plan_mode: false,
             fresh_plan: false,
             exporters: Vec::new(),
+            session_id: None,
+            remote: None,
         })
     }
 
@@ -477,6 +490,21 @@ impl Launch {
     /// first event, like the output's).
     pub fn exporter_for(mut self, make: ExporterFn) -> Self {
         self.exporters.push(make);
+        self
+    }
+
+    /// A new session with this id (a worker's session of a remote child).
+    pub fn session_id(mut self, id: String) -> Self {
+        self.session_id = Some(id);
+        self
+    }
+
+    /// Sends subagents to workers through `remote` (`--nats URL`).
+    pub fn remote(
+        mut self,
+        remote: Option<std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>>,
+    ) -> Self {
+        self.remote = remote;
         self
     }
 
@@ -552,6 +580,12 @@ impl Launch {
         }
         if let Some(var) = key_env {
             b = b.key_env(var);
+        }
+        if let Some(id) = self.session_id.take() {
+            b = b.session_id(id);
+        }
+        if let Some(remote) = self.remote.take() {
+            b = b.remote(remote);
         }
         let (codex, labelled) = (self.codex_stream, self.label_agents);
         if !self.quiet_stdout {

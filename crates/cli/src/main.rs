@@ -24,6 +24,7 @@ mod sessions;
 mod sessions_view;
 mod telemetry;
 mod test_tools;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -70,6 +71,9 @@ enum Command {
     /// Serve the HTTP API (docs/serve.md): start, stream, steer, abort and
     /// resume sessions. Prints the bound address first.
     Serve(serve::ServeArgs),
+    /// Run subagents that coordinators (`exec`/`run --nats URL`) queue on
+    /// a NATS JetStream server (docs/scale-out.md).
+    Worker(worker::WorkerArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
@@ -166,6 +170,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Exec(args) => exec::run(*args),
         Command::Run(args) => pipeline_cmd::run(args),
+        Command::Worker(args) => worker::run(args),
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),

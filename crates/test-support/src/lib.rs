@@ -19,6 +19,7 @@ pub mod bin;
 pub mod e2e;
 pub mod events;
 pub mod git;
+pub mod nats;
 pub mod session;
 pub mod vtcode;
 pub mod wait;

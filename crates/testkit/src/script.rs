@@ -58,6 +58,13 @@ pub struct Route {
     pub unless: Vec<String>,
     /// The route's replies.
     pub replies: Vec<Reply>,
+    /// Pick the reply by the conversation's history instead of a cursor:
+    /// the request with N assistant messages gets reply N. A conversation
+    /// resumed elsewhere (another process, a worker that took over) that
+    /// lacks a turn whose reply was served but never acted on is asked
+    /// again, as a real model would be.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_history: bool,
 }
 
 impl Route {
@@ -112,9 +119,8 @@ impl Script {
     pub fn with_route(mut self, when: impl Into<String>, replies: Vec<Reply>) -> Script {
         self.routes.push(Route {
             when: when.into(),
-            also: Vec::new(),
-            unless: Vec::new(),
             replies,
+            ..Route::default()
         });
         self
     }
@@ -132,6 +138,19 @@ impl Script {
             also: Vec::new(),
             unless,
             replies,
+            by_history: false,
+        });
+        self
+    }
+
+    /// Adds a route whose replies are picked by history
+    /// ([`Route::by_history`]).
+    pub fn with_history_route(mut self, when: impl Into<String>, replies: Vec<Reply>) -> Script {
+        self.routes.push(Route {
+            when: when.into(),
+            replies,
+            by_history: true,
+            ..Route::default()
         });
         self
     }
@@ -149,6 +168,7 @@ impl Script {
             also,
             unless: Vec::new(),
             replies,
+            by_history: false,
         });
         self
     }

@@ -407,6 +407,18 @@ impl Shared {
             .iter()
             .enumerate()
             .find(|(_, r)| r.matches(&system, &first));
+        if let Some((_, r)) = route
+            && r.by_history
+        {
+            let turn = request
+                .messages
+                .iter()
+                .filter(|m| m.role == crate::request::Role::Assistant)
+                .count();
+            if let Some(reply) = r.replies.get(turn) {
+                return Decision::Reply(reply.clone());
+            }
+        }
         let (replies, key) = match (route, self.script.cursor) {
             (Some((i, r)), _) => {
                 // Keyed by the first user message only: an agent whose system

@@ -152,6 +152,7 @@ impl SessionBuilder {
             ContextSettings::from_config(config, &self.workspace, Some(log.dir().join("derived")));
         env.context.handoff = self.handoff.clone();
         env.context.fresh_plan_context = self.fresh_plan;
+        env.remote = self.remote.clone();
         env
     }
 }

@@ -76,6 +76,8 @@ pub struct SessionBuilder {
     pub(crate) plan_mode: bool,
     pub(crate) fresh_plan: bool,
     pub(crate) client: Option<Arc<dyn troupe_runtime::provider::ModelClient>>,
+    pub(crate) session_id: Option<String>,
+    pub(crate) remote: Option<Arc<dyn crate::placement::RemoteSpawner>>,
 }
 
 impl Session {
@@ -107,6 +109,8 @@ impl Session {
             plan_mode: false,
             fresh_plan: false,
             client: None,
+            session_id: None,
+            remote: None,
         }
     }
 
@@ -121,6 +125,21 @@ impl Session {
 }
 
 impl SessionBuilder {
+    /// A new session with this id instead of a fresh one: a worker's
+    /// session of a remote subagent carries its coordinator's id, so the
+    /// agent's thread and event ids are the ones of its coordinator's log.
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// Runs subagents through `spawner` (a worker queue) unless their spec
+    /// says `placement = "local"`.
+    pub fn remote(mut self, spawner: Arc<dyn crate::placement::RemoteSpawner>) -> Self {
+        self.remote = Some(spawner);
+        self
+    }
+
     /// Use `config` (troupe.toml, environment and flags already applied)
     /// for the provider, model, limits, tools' settings, hooks, context and
     /// log; later builder calls override it.

@@ -139,7 +139,10 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     let log_config = b.config.log_config();
     let (id, log, recovery) = match b.resume.clone() {
         None => {
-            let id = SessionStore::new_session_id();
+            let id = b
+                .session_id
+                .take()
+                .unwrap_or_else(SessionStore::new_session_id);
             let log = store.create(&id, log_config)?;
             let settings = b.settings.take().unwrap_or_else(|| library_settings(&b));
             settings.write(log.dir())?;

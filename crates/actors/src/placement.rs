@@ -1,0 +1,97 @@
+//! Where a subagent runs: in this process, or on a worker machine through
+//! a [`RemoteSpawner`] (the `troupe-remote` crate's NATS JetStream
+//! placement). The actor tree knows only this trait: a remote child is a
+//! [`ChildSpec`] like any other (a proxy actor under its parent's
+//! supervisor), so its parent's restart policy applies to it unchanged.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{AgentArgs, AgentOutcome, Isolation};
+use crate::handoff::HandoffDelivery;
+use crate::supervisor::ChildSpec;
+
+/// A subagent spec's `placement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// In this process, always.
+    Local,
+    /// On a worker (through the session's [`RemoteSpawner`]); refused when
+    /// the session has none.
+    Remote,
+    /// Wherever the session's default puts it: on a worker when the
+    /// session has a [`RemoteSpawner`], else here.
+    #[default]
+    Any,
+}
+
+/// Runs subagents elsewhere: makes the child spec of a proxy actor that
+/// stands for the remote agent in the local tree.
+pub trait RemoteSpawner: Send + Sync {
+    /// The child spec of a proxy for `args` (the child's id, spec,
+    /// worktree and parent link, as for a local child).
+    fn child_spec(&self, args: AgentArgs) -> ChildSpec;
+}
+
+/// Whether a child with `placement` and `isolation` runs remotely (only a
+/// worktree child can: a worker has no shared workspace); `Err` when it
+/// must and cannot.
+pub fn runs_remotely(
+    placement: Option<Placement>,
+    isolation: Isolation,
+    has_remote: bool,
+) -> Result<bool, String> {
+    let worktree = isolation == Isolation::Worktree;
+    match placement.unwrap_or_default() {
+        Placement::Local => Ok(false),
+        Placement::Any => Ok(has_remote && worktree),
+        Placement::Remote if !worktree => Err(
+            "placement `remote` needs `isolation = \"worktree\"` (a worker has no shared \
+             workspace); add it, or use placement `local`"
+                .into(),
+        ),
+        Placement::Remote if has_remote => Ok(true),
+        Placement::Remote => Err(
+            "placement `remote` needs a session started with `--nats URL` (docs/scale-out.md); \
+             use `local` or `any`, or start the session with --nats"
+                .into(),
+        ),
+    }
+}
+
+/// Ends a child that ran elsewhere as a local one ends: its handoff (with
+/// the id `handoff_id(agent_id, turns)`, already in the log) goes to its
+/// parent's actor, and its outcome to whoever waits for it.
+pub fn deliver_outcome(args: &AgentArgs, id: String, outcome: AgentOutcome) {
+    let parent = args.shared.parent.lock().clone();
+    if let Some(parent) = parent {
+        parent.send(HandoffDelivery {
+            id,
+            from_agent: args.agent_id.clone(),
+            outcome: outcome.clone(),
+        });
+    }
+    if let Some(tx) = args.shared.done.lock().take() {
+        let _ = tx.send(outcome);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_resolves_against_the_session() {
+        let (wt, shared) = (Isolation::Worktree, Isolation::Shared);
+        assert_eq!(runs_remotely(None, wt, false), Ok(false));
+        assert_eq!(runs_remotely(None, wt, true), Ok(true));
+        assert_eq!(runs_remotely(None, shared, true), Ok(false));
+        assert_eq!(runs_remotely(Some(Placement::Local), wt, true), Ok(false));
+        assert_eq!(runs_remotely(Some(Placement::Remote), wt, true), Ok(true));
+        let e = runs_remotely(Some(Placement::Remote), wt, false).unwrap_err();
+        assert!(e.contains("--nats"), "{e}");
+        let e = runs_remotely(Some(Placement::Remote), shared, true).unwrap_err();
+        assert!(e.contains("worktree"), "{e}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Repositories across machines as git bundles (the `git` program): the
+//! base commit out to a worker, checkpoints and the result commit back.
+
+use std::path::Path;
+
+use async_nats::jetstream::object_store::ObjectStore;
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+
+use crate::error::RemoteError;
+
+const AUTHOR: [&str; 4] = [
+    "-c",
+    "user.name=troupe worker",
+    "-c",
+    "user.email=worker@troupe.invalid",
+];
+
+/// Runs `git ARGS` in `dir`; its stdout, trimmed.
+pub async fn git(dir: &Path, args: &[&str]) -> Result<String, RemoteError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(AUTHOR)
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| RemoteError::Git {
+            what: args.join(" "),
+            why: format!("cannot run git ({e}); install git"),
+        })?;
+    if !out.status.success() {
+        return Err(RemoteError::Git {
+            what: args.join(" "),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Bundles `rev` (with its history, or only what is not in `since`) of the
+/// repository at `dir` and stores it as object `name`; the commit id.
+pub async fn put_bundle(
+    store: &ObjectStore,
+    dir: &Path,
+    rev: &str,
+    since: Option<&str>,
+    name: &str,
+    scratch: &Path,
+) -> Result<String, RemoteError> {
+    let commit = git(dir, &["rev-parse", rev]).await?;
+    let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
+    let file_s = file.to_string_lossy().to_string();
+    let branch = "refs/heads/troupe-bundle";
+    git(dir, &["update-ref", branch, &commit]).await?;
+    let range = since.map(|s| format!("{s}..{branch}"));
+    let what = range.as_deref().unwrap_or(branch);
+    git(dir, &["bundle", "create", &file_s, what]).await?;
+    let mut f = tokio::fs::File::open(&file)
+        .await
+        .map_err(|e| RemoteError::io(format!("open {file_s}"), e))?;
+    store
+        .put(name, &mut f)
+        .await
+        .map_err(|e| RemoteError::Nats(format!("store {name}: {e}")))?;
+    let _ = tokio::fs::remove_file(&file).await;
+    Ok(commit)
+}
+
+/// Fetches object `name` into `scratch` and returns the file.
+pub async fn get_bundle(
+    store: &ObjectStore,
+    name: &str,
+    scratch: &Path,
+) -> Result<std::path::PathBuf, RemoteError> {
+    let mut obj = store
+        .get(name)
+        .await
+        .map_err(|e| RemoteError::Nats(format!("fetch {name}: {e}")))?;
+    let mut bytes = Vec::new();
+    obj.read_to_end(&mut bytes)
+        .await
+        .map_err(|e| RemoteError::io(format!("read {name}"), e))?;
+    let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
+    tokio::fs::write(&file, bytes)
+        .await
+        .map_err(|e| RemoteError::io(format!("write {}", file.display()), e))?;
+    Ok(file)
+}
+
+/// A working copy of `commit` from `bundle` at `dir` (a fresh clone,
+/// detached at the commit, troupe's own files ignored).
+pub async fn clone_at(bundle: &Path, dir: &Path, commit: &str) -> Result<(), RemoteError> {
+    let parent = dir.parent().unwrap_or(dir);
+    let b = bundle.to_string_lossy().to_string();
+    let d = dir.to_string_lossy().to_string();
+    git(parent, &["clone", "-q", "--no-checkout", &b, &d]).await?;
+    git(dir, &["checkout", "-q", "--detach", commit]).await?;
+    let exclude = dir.join(".git/info/exclude");
+    tokio::fs::create_dir_all(dir.join(".git/info"))
+        .await
+        .map_err(|e| RemoteError::io("create .git/info", e))?;
+    tokio::fs::write(&exclude, "/.vtcode/\n")
+        .await
+        .map_err(|e| RemoteError::io("write .git/info/exclude", e))?;
+    Ok(())
+}
+
+/// Puts the tree of the commit in `bundle` (a checkpoint or a result)
+/// into the working copy at `dir`, index and files, leaving `HEAD` where
+/// it is.
+pub async fn apply_tree(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
+    let b = bundle.to_string_lossy().to_string();
+    git(dir, &["fetch", "-q", &b, "refs/heads/troupe-bundle"]).await?;
+    git(dir, &["read-tree", "-u", "--reset", "FETCH_HEAD"]).await?;
+    Ok(())
+}
+
+/// Commits everything in `dir` (an empty commit when nothing changed);
+/// the commit id.
+pub async fn commit_all(dir: &Path, message: &str) -> Result<String, RemoteError> {
+    git(dir, &["add", "-A"]).await?;
+    git(dir, &["commit", "-q", "--allow-empty", "-m", message]).await?;
+    git(dir, &["rev-parse", "HEAD"]).await
+}

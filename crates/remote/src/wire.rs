@@ -1,0 +1,197 @@
+//! What crosses the wire: the task a coordinator queues, what a worker
+//! publishes on the task's event subject, the claim a worker makes before
+//! it runs, and the names of subjects, streams and buckets.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use troupe_actors::AgentSpec;
+use troupe_protocol::{HandoffRequest, ThreadCompletedEvent};
+
+/// The work-queue stream of subagent tasks.
+pub const TASK_STREAM: &str = "TROUPE_TASKS";
+/// Its one subject.
+pub const TASK_SUBJECT: &str = "troupe.tasks";
+/// The workers' shared durable pull consumer.
+pub const WORKER_CONSUMER: &str = "troupe-workers";
+/// The stream of workers' messages (events, heartbeats, results).
+pub const EVENT_STREAM: &str = "TROUPE_EVENTS";
+/// Its subjects: `troupe.events.<session>.<task>`.
+pub const EVENT_SUBJECTS: &str = "troupe.events.>";
+/// The object store bucket of repository bundles.
+pub const REPO_BUCKET: &str = "troupe-repos";
+/// The stream of committed-handoff marks (`troupe.done.<session>.<task>`).
+pub const DONE_STREAM: &str = "TROUPE_DONE";
+/// Its subjects.
+pub const DONE_SUBJECTS: &str = "troupe.done.>";
+
+/// A subagent to run on a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskMessage {
+    /// The task id (one `spawn_subagent` call): names its subjects and
+    /// objects.
+    pub task_id: String,
+    /// The coordinator's session; the worker's session takes its id, so
+    /// thread and event ids match the coordinator's log.
+    pub session_id: String,
+    /// The agent's id in the coordinator's tree (`session/root/fixer`).
+    pub agent_id: String,
+    /// Its parent's id.
+    pub parent_id: String,
+    /// Its depth (1 for a child of the root).
+    pub depth: u32,
+    /// What to do.
+    pub spec: AgentSpec,
+    /// Plan mode (not part of the spec's serde form).
+    #[serde(default)]
+    pub plan_mode: bool,
+    /// The previous agent's handoff for its orientation.
+    #[serde(default)]
+    pub handoff: Option<String>,
+    /// The commit its worktree starts from.
+    pub base_commit: String,
+    /// The object holding the base as a git bundle.
+    pub base_bundle: String,
+}
+
+/// A worker's claim of a delivery, before it runs anything.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claim {
+    /// The delivery's incarnation (JetStream's delivery count).
+    pub incarnation: u64,
+    /// The worker's name.
+    pub worker: String,
+}
+
+/// The coordinator's answer to a [`Claim`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClaimReply {
+    /// Run it: the agent's journal so far (empty on a first delivery),
+    /// which a later incarnation resumes from.
+    Granted {
+        /// The agent's accepted events, in log order.
+        journal: Vec<Value>,
+        /// The latest worktree checkpoint object, if any.
+        checkpoint: Option<String>,
+    },
+    /// A newer incarnation holds the task (or it is done): drop it.
+    Fenced {
+        /// The current incarnation.
+        current: u64,
+    },
+}
+
+/// What a worker publishes on its task's event subject.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMessage {
+    /// One event of the agent (or of its own subagents), as the worker's
+    /// log wrote it.
+    Event {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// The event.
+        event: Value,
+    },
+    /// The worktree as of the events published so far.
+    Checkpoint {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// The object holding it.
+        object: String,
+    },
+    /// The agent ended.
+    Finished {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// Its handoff's id.
+        handoff_id: String,
+        /// How its thread ended.
+        completed: Box<ThreadCompletedEvent>,
+        /// Its handoff.
+        handoff: Box<HandoffRequest>,
+        /// The object holding its result commit as a bundle.
+        result_bundle: Option<String>,
+    },
+}
+
+impl WorkerMessage {
+    /// The incarnation that sent it.
+    pub fn incarnation(&self) -> u64 {
+        match self {
+            WorkerMessage::Event { incarnation, .. }
+            | WorkerMessage::Checkpoint { incarnation, .. }
+            | WorkerMessage::Finished { incarnation, .. } => *incarnation,
+        }
+    }
+}
+
+/// `troupe.events.<session>.<task>`.
+pub fn events_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.events.{}.{}", token(session_id), token(task_id))
+}
+
+/// `troupe.claim.<session>.<task>` (request / reply).
+pub fn claim_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.claim.{}.{}", token(session_id), token(task_id))
+}
+
+/// The key of a committed handoff in [`DONE_STREAM`].
+pub fn done_key(session_id: &str, task_id: &str) -> String {
+    format!("{}.{}", token(session_id), token(task_id))
+}
+
+/// A subject token: letters, digits, `-` and `_` kept, the rest `_`.
+fn token(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Whether event `event` (bare JSON) belongs to agent `agent_id` or one
+/// of its subagents.
+pub fn belongs_to(event: &Value, agent_id: &str) -> bool {
+    let owner = event
+        .get("agent_id")
+        .or_else(|| event.get("from_agent"))
+        .and_then(Value::as_str);
+    owner.is_some_and(|o| {
+        o == agent_id
+            || o.strip_prefix(agent_id)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_are_owned_by_the_agent_and_its_subtree() {
+        let a = "session/root/fixer";
+        assert!(belongs_to(&json!({"agent_id": a}), a));
+        assert!(belongs_to(
+            &json!({"agent_id": "session/root/fixer/sub"}),
+            a
+        ));
+        assert!(!belongs_to(&json!({"agent_id": "session/root/fixer2"}), a));
+        assert!(!belongs_to(&json!({"agent_id": "session"}), a));
+        assert!(!belongs_to(&json!({"type": "error"}), a));
+    }
+
+    #[test]
+    fn subjects_are_single_tokens_per_part() {
+        assert_eq!(
+            events_subject("0190-ab.c", "t1"),
+            "troupe.events.0190-ab_c.t1"
+        );
+        assert_eq!(done_key("s", "t/x"), "s.t_x");
+    }
+}

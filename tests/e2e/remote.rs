@@ -1,0 +1,506 @@
+//! Scale-out through NATS JetStream (docs/scale-out.md): a real
+//! nats-server on a free loopback port, `troupe worker` processes, a
+//! `troupe exec --nats` coordinator, the scripted model server, real git
+//! repositories.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use troupe_protocol::ThreadEvent;
+use troupe_test_support::nats::NatsServer;
+use troupe_testkit::{Reply, Script, ToolCallSpec};
+
+use super::exec::{Server, bin, exec_cmd, session_events};
+
+const PARTS: usize = 6;
+
+/// A worker process, killed on drop; its stderr goes to a file.
+struct Worker {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn start(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
+        let log = dir.join(format!("worker-{n}.log"));
+        let workdir = dir.join(format!("worker-{n}"));
+        let child = Command::new(bin())
+            .args(["worker", "--nats", nats, "--base-url", model])
+            .args(["--ack-wait-secs", "3", "--name", &format!("w{n}")])
+            .args(["--sandbox", "danger-full-access"])
+            .arg("--workdir")
+            .arg(&workdir)
+            .env("TROUPE_LOG", "info")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("TROUPE_MODEL")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Worker {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn repo(dir: &Path) {
+    std::fs::write(dir.join("README.md"), "parts\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    std::fs::write(
+        dir.join("troupe.toml"),
+        "[verifier]\nallow_unverified_merge = true\n",
+    )
+    .unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+}
+
+/// Each part's subagent writes its file, runs a command that appends to
+/// a side-effect file outside the repository (so a re-run shows), and
+/// hands off; the root spawns them three at a time and merges all six.
+fn script(side: &Path, delay_ms: u64) -> Script {
+    let mut script = Script::replies(vec![]);
+    for i in 1..=PARTS {
+        let side_file = side.join(format!("p{i}.count"));
+        script = script.with_history_route(
+            format!("Write part P{i} of six"),
+            vec![
+                Reply::tool_call(
+                    format!("w{i}"),
+                    "write_file",
+                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+                )
+                .with_delay_ms(delay_ms),
+                Reply::tool_call(
+                    format!("x{i}"),
+                    "exec_command",
+                    json!({"command": format!("echo ran >> {}", side_file.display())}),
+                )
+                .with_delay_ms(delay_ms),
+                Reply::tool_call(
+                    format!("h{i}"),
+                    "handoff",
+                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+                )
+                .with_delay_ms(delay_ms),
+                Reply::text(format!("part {i} written")),
+            ],
+        );
+    }
+    let spawn = |i: usize| {
+        ToolCallSpec::new(
+            format!("s{i}"),
+            "spawn_subagent",
+            json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
+        )
+    };
+    let merge = |i: usize| {
+        ToolCallSpec::new(
+            format!("m{i}"),
+            "merge_worktree",
+            json!({"name": format!("p{i}")}),
+        )
+    };
+    script.with_route(
+        "Split the work into six parts",
+        vec![
+            Reply::tool_calls((1..=3).map(spawn).collect()),
+            Reply::tool_calls((4..=6).map(spawn).collect()),
+            Reply::tool_calls((1..=PARTS).map(merge).collect()),
+            Reply::text("all six parts merged"),
+        ],
+    )
+}
+
+/// Like [`script`], but every child reply writes its part and hands off
+/// in one step (then only final texts), so two incarnations sharing a
+/// conversation's scripted cursor (a zombie and its successor) both end
+/// with the same tree whatever replies each takes.
+fn shared_cursor_script(side: &Path) -> Script {
+    let mut script = script(side, 0);
+    script.routes.retain(|r| !r.when.starts_with("Write part"));
+    for i in 1..=PARTS {
+        let step = || {
+            Reply::tool_calls(vec![
+                ToolCallSpec::new(
+                    format!("w{i}"),
+                    "write_file",
+                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+                ),
+                ToolCallSpec::new(
+                    format!("h{i}"),
+                    "handoff",
+                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+                ),
+            ])
+            .with_delay_ms(500)
+        };
+        let mut replies = vec![step(), step(), step()];
+        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
+        script = script.with_route(format!("Write part P{i} of six"), replies);
+    }
+    script
+}
+
+/// Runs `cmd` to its end within `limit`, killing it after.
+fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The tracked files at HEAD with their blob ids (content-addressed).
+fn tree(dir: &Path) -> BTreeSet<String> {
+    let out = Command::new("git")
+        .args(["ls-tree", "-r", "HEAD"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(h.from_agent.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The side-effect files live outside the repositories.
+const FULL: &[&str] = &["--sandbox", "danger-full-access"];
+
+const PROMPT: &str = "Split the work into six parts.";
+
+fn local_tree(side: &Path) -> BTreeSet<String> {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let server = Server::with_script(script(side, 0));
+    let (code, out, err) = run(
+        exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, Some(0), "local run: {out}\n{err}");
+    tree(ws.path())
+}
+
+/// How many times part `i`'s exec ran.
+fn runs(side: &Path, i: usize) -> usize {
+    std::fs::read_to_string(side.join(format!("p{i}.count")))
+        .map(|c| c.lines().count())
+        .unwrap_or(0)
+}
+
+/// The merged tree is the local run's, every exec ran exactly once (a
+/// side-effect file outside the repositories), each handoff is in the log
+/// once.
+fn assert_complete(ws: &Path, side: &Path, expected: &BTreeSet<String>) -> Vec<ThreadEvent> {
+    assert_eq!(
+        &tree(ws),
+        expected,
+        "the merged tree differs from a local run's"
+    );
+    for i in 1..=PARTS {
+        assert_eq!(
+            std::fs::read_to_string(ws.join(format!("parts/p{i}.txt"))).unwrap(),
+            format!("part {i}\n")
+        );
+        let n = runs(side, i);
+        assert_eq!(n, 1, "part {i}'s exec ran {n} times");
+    }
+    let events = session_events(ws);
+    let mut from = handoffs(&events);
+    from.sort();
+    let expected: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
+    assert_eq!(from, expected, "each handoff once");
+    events
+}
+
+#[test]
+fn three_workers_run_six_worktree_subagents_with_the_local_result() {
+    let side_local = tempfile::tempdir().unwrap();
+    let expected = local_tree(side_local.path());
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let side = tempfile::tempdir().unwrap();
+    let server = Server::with_script(script(side.path(), 200));
+    let workers: Vec<Worker> = (0..3)
+        .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+        .collect();
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let (code, out, err) = run(
+        exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        ),
+        Duration::from_secs(180),
+    );
+    let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+    assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
+    let events = assert_complete(ws.path(), side.path(), &expected);
+    // The children ran on the workers, not here: every task was acked
+    // after its handoff was committed, and more than one worker worked.
+    let acked: usize = logs
+        .iter()
+        .map(|l| l.matches("handoff committed").count())
+        .sum();
+    assert_eq!(acked, PARTS, "{logs:#?}");
+    let busy = logs
+        .iter()
+        .filter(|l| l.contains("handoff committed"))
+        .count();
+    assert!(busy >= 2, "only {busy} worker(s) ran tasks: {logs:#?}");
+    // The children's events are in the coordinator's log.
+    let writes = events
+        .iter()
+        .filter(|e| matches!(e, ThreadEvent::ItemCompleted(i) if i.agent_id.as_deref().is_some_and(|a| a.starts_with("session/root/p"))))
+        .count();
+    assert!(writes >= PARTS * 2, "{writes} child items in the log");
+}
+
+#[test]
+fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
+    let side_local = tempfile::tempdir().unwrap();
+    let expected = local_tree(side_local.path());
+    for round in 0..5u64 {
+        let nats = NatsServer::start();
+        let tmp = tempfile::tempdir().unwrap();
+        let side = tempfile::tempdir().unwrap();
+        let server = Server::with_script(script(side.path(), 400));
+        let mut workers: Vec<Worker> = (0..3)
+            .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+            .collect();
+        let ws = tempfile::tempdir().unwrap();
+        repo(ws.path());
+        let mut coordinator = exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        );
+        let handle = std::thread::spawn(move || {
+            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+        });
+        // Kill one worker at a random point once it runs a task.
+        let victim = fastrand::usize(0..3);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !workers[victim].log().contains("running") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..1500)));
+        let before = workers[victim].log();
+        workers[victim].kill();
+        let in_flight =
+            before.matches("running").count() > before.matches("handoff committed").count();
+        let (code, out, err) = handle.join().unwrap();
+        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+        assert_eq!(code, Some(0), "round {round}: {out}\n{err}\n{logs:#?}");
+        assert_complete(ws.path(), side.path(), &expected);
+        if in_flight {
+            // Its task went to another worker as incarnation 2, which
+            // resumed it from the coordinator's journal.
+            assert!(
+                logs.iter().any(|l| l.contains("incarnation=2")),
+                "round {round}: no redelivery: {logs:#?}"
+            );
+        }
+    }
+}
+
+fn coordinator_take(cmd: &mut Command) -> Command {
+    std::mem::replace(cmd, Command::new("true"))
+}
+
+#[test]
+fn a_nats_server_restart_mid_run_completes() {
+    let side_local = tempfile::tempdir().unwrap();
+    let expected = local_tree(side_local.path());
+    let mut nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let side = tempfile::tempdir().unwrap();
+    let server = Server::with_script(script(side.path(), 300));
+    let workers: Vec<Worker> = (0..3)
+        .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+        .collect();
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let mut coordinator = exec_cmd(
+        ws.path(),
+        &server.url(),
+        &[FULL, &["--nats", &nats.url()]].concat(),
+        PROMPT,
+    );
+    let handle = std::thread::spawn(move || {
+        run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !workers.iter().any(|w| w.log().contains("running")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    nats.restart();
+    let (code, out, err) = handle.join().unwrap();
+    let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+    assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
+    assert_complete(ws.path(), side.path(), &expected);
+}
+
+#[test]
+fn exec_with_an_unreachable_nats_fails_before_any_session() {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Server::with_script(Script::replies(vec![]));
+    let (code, _, err) = run(
+        exec_cmd(
+            ws.path(),
+            &server.url(),
+            &["--nats", &format!("nats://127.0.0.1:{port}")],
+            PROMPT,
+        ),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot reach the NATS server"), "{err}");
+    assert!(err.contains("nats-server -js"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!ws.path().join(".vtcode/sessions").exists());
+}
+
+/// A partition stand-in: one worker is frozen (SIGSTOP) mid-task past the
+/// ack wait, its task is redelivered and completed by another worker, then
+/// the zombie wakes (SIGCONT) and sends its late events and result: they
+/// are fenced off (recorded, never merged) and the result is the local
+/// run's.
+#[test]
+fn a_frozen_worker_that_comes_back_is_fenced_off() {
+    let side_local = tempfile::tempdir().unwrap();
+    let expected = local_tree(side_local.path());
+    for attempt in 0..3 {
+        let nats = NatsServer::start();
+        let tmp = tempfile::tempdir().unwrap();
+        let side = tempfile::tempdir().unwrap();
+        let server = Server::with_script(shared_cursor_script(side.path()));
+        let workers: Vec<Worker> = (0..3)
+            .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+            .collect();
+        let ws = tempfile::tempdir().unwrap();
+        repo(ws.path());
+        let mut coordinator = exec_cmd(
+            ws.path(),
+            &server.url(),
+            &[FULL, &["--nats", &nats.url()]].concat(),
+            PROMPT,
+        );
+        let handle = std::thread::spawn(move || {
+            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+        });
+        let victim = &workers[fastrand::usize(0..3)];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !victim.log().contains("running") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
+        let pid = victim.child.as_ref().unwrap().id().to_string();
+        let signal = |sig: &str| {
+            assert!(
+                Command::new("kill")
+                    .args([sig, &pid])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        };
+        signal("-STOP");
+        let before = victim.log();
+        let in_flight =
+            before.matches("running").count() > before.matches("handoff committed").count();
+        // Past the ack wait (3 s) its task is redelivered; the zombie wakes
+        // once another worker has claimed it as incarnation 2.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while in_flight
+            && !workers.iter().any(|w| w.log().contains("incarnation=2"))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal("-CONT");
+        let (code, out, err) = handle.join().unwrap();
+        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+        assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
+        if !in_flight {
+            eprintln!("attempt {attempt}: the frozen worker held no task; again");
+            continue;
+        }
+        assert_eq!(tree(ws.path()), expected, "{logs:#?}");
+        let events = session_events(ws.path());
+        let mut from = handoffs(&events);
+        from.sort();
+        let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
+        assert_eq!(from, want, "each handoff once");
+        let fenced: Vec<&String> = events
+            .iter()
+            .filter_map(|e| match e {
+                ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            fenced.iter().any(|m| m.contains("stale incarnation 1")),
+            "no fenced record: {fenced:?}\n{logs:#?}"
+        );
+        return;
+    }
+    panic!("the frozen worker never held a task in three attempts");
+}
