@@ -82,7 +82,7 @@ pub struct WorkerArgs {
     /// (never looser than its coordinator gave it) within this.
     #[arg(long, short = 's', value_enum, value_name = "MODE")]
     sandbox: Option<crate::codex_compat::SandboxMode>,
-    /// A name for claims and logs (default: worker-<pid>).
+    /// A name for claims and logs (default: `worker-<pid>`).
     #[arg(long)]
     name: Option<String>,
 }
