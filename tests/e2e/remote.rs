@@ -228,6 +228,18 @@ fn local_tree(side: &Path) -> BTreeSet<String> {
     tree(ws.path())
 }
 
+/// Whether the log reports call `call_id` as interrupted by a restart.
+fn interrupted(events: &[ThreadEvent], call_id: &str) -> bool {
+    events.iter().any(|e| match e {
+        ThreadEvent::ItemCompleted(i) => matches!(
+            &i.item.details,
+            troupe_protocol::ItemDetails::ToolOutput(o)
+                if o.call_id == call_id && o.output.contains("interrupted:")
+        ),
+        _ => false,
+    })
+}
+
 /// How many times part `i`'s exec ran.
 fn runs(side: &Path, i: usize) -> usize {
     std::fs::read_to_string(side.join(format!("p{i}.count")))
@@ -238,25 +250,52 @@ fn runs(side: &Path, i: usize) -> usize {
 /// The merged tree is the local run's, every exec ran exactly once (a
 /// side-effect file outside the repositories), each handoff is in the log
 /// once.
-fn assert_complete(ws: &Path, side: &Path, expected: &BTreeSet<String>) -> Vec<ThreadEvent> {
+fn assert_complete(
+    ws: &Path,
+    side: &Path,
+    expected: &BTreeSet<String>,
+    logs: &[String],
+) -> Vec<ThreadEvent> {
+    let log_lines = || {
+        std::fs::read_to_string(super::exec::session_dir(ws).join("events.jsonl"))
+            .unwrap_or_default()
+    };
     assert_eq!(
         &tree(ws),
         expected,
-        "the merged tree differs from a local run's"
+        "the merged tree differs from a local run's\nworkers: {logs:#?}\nlog:\n{}",
+        log_lines()
     );
+    let events = session_events(ws);
     for i in 1..=PARTS {
         assert_eq!(
             std::fs::read_to_string(ws.join(format!("parts/p{i}.txt"))).unwrap(),
             format!("part {i}\n")
         );
+        // troupe never runs a call twice; a call cut off mid-run is
+        // reported as interrupted (effect unknown) and the scripted model
+        // asks for it again, so it may then have run twice.
         let n = runs(side, i);
-        assert_eq!(n, 1, "part {i}'s exec ran {n} times");
+        let interrupted = interrupted(&events, &format!("x{i}"));
+        let ok = if interrupted {
+            (1..=2).contains(&n)
+        } else {
+            n == 1
+        };
+        assert!(
+            ok,
+            "part {i}'s exec ran {n} times (interrupted: {interrupted})\nworkers: {logs:#?}"
+        );
     }
-    let events = session_events(ws);
     let mut from = handoffs(&events);
     from.sort();
     let expected: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
-    assert_eq!(from, expected, "each handoff once");
+    assert_eq!(
+        from,
+        expected,
+        "each handoff once\nworkers: {logs:#?}\nlog:\n{}",
+        log_lines()
+    );
     events
 }
 
@@ -284,7 +323,7 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     );
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
     assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
-    let events = assert_complete(ws.path(), side.path(), &expected);
+    let events = assert_complete(ws.path(), side.path(), &expected, &logs);
     // The children ran on the workers, not here: every task was acked
     // after its handoff was committed, and more than one worker worked.
     let acked: usize = logs
@@ -306,11 +345,11 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
 }
 
 #[test]
-#[ignore = "known open flaw (docs/scale-out.md, issue 17): under load a redelivered task can lose a part or hand off twice; run with --run-ignored ignored-only"]
 fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
     let side_local = tempfile::tempdir().unwrap();
     let expected = local_tree(side_local.path());
-    for round in 0..5u64 {
+    for round in 0..10u64 {
+        let started = Instant::now();
         let nats = NatsServer::start();
         let tmp = tempfile::tempdir().unwrap();
         let side = tempfile::tempdir().unwrap();
@@ -343,7 +382,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         let (code, out, err) = handle.join().unwrap();
         let logs: Vec<String> = workers.iter().map(Worker::log).collect();
         assert_eq!(code, Some(0), "round {round}: {out}\n{err}\n{logs:#?}");
-        assert_complete(ws.path(), side.path(), &expected);
+        assert_complete(ws.path(), side.path(), &expected, &logs);
         if in_flight {
             // Its task went to another worker as incarnation 2, which
             // resumed it from the coordinator's journal.
@@ -352,6 +391,11 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
                 "round {round}: no redelivery: {logs:#?}"
             );
         }
+        eprintln!(
+            "round {round}: killed {} a task, {:.1} s",
+            if in_flight { "during" } else { "outside" },
+            started.elapsed().as_secs_f64()
+        );
     }
 }
 
@@ -390,7 +434,7 @@ fn a_nats_server_restart_mid_run_completes() {
     let (code, out, err) = handle.join().unwrap();
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
     assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
-    assert_complete(ws.path(), side.path(), &expected);
+    assert_complete(ws.path(), side.path(), &expected, &logs);
 }
 
 #[test]
@@ -425,7 +469,6 @@ fn exec_with_an_unreachable_nats_fails_before_any_session() {
 /// are fenced off (recorded, never merged) and the result is the local
 /// run's.
 #[test]
-#[ignore = "known open flaw (docs/scale-out.md, issue 17): under load a redelivered task can lose a part or hand off twice; run with --run-ignored ignored-only"]
 fn a_frozen_worker_that_comes_back_is_fenced_off() {
     let side_local = tempfile::tempdir().unwrap();
     let expected = local_tree(side_local.path());
@@ -505,4 +548,77 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         return;
     }
     panic!("the frozen worker never held a task in three attempts");
+}
+
+/// Ctrl-C on the coordinator while a remote child runs: the session ends
+/// cancelled at once, the worker stops the child and drops the task, and
+/// the task is not run again.
+#[test]
+fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Script::replies(vec![])
+        .with_route(
+            "Write part P1 of six",
+            vec![Reply::stall_ms(60_000), Reply::text("never")],
+        )
+        .with_route(
+            "Split the work into six parts",
+            vec![
+                Reply::tool_call(
+                    "s1",
+                    "spawn_subagent",
+                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "placement": "remote"}),
+                ),
+                Reply::text("done"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let worker = Worker::start(&nats.url(), &server.url(), tmp.path(), 0);
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let coordinator = exec_cmd(ws.path(), &server.url(), &["--nats", &nats.url()], PROMPT)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !worker.log().contains("running") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(worker.log().contains("running"), "{}", worker.log());
+    let sent = Instant::now();
+    let pid = coordinator.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = coordinator.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(15),
+        "cancel took {:?}",
+        sent.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !worker.log().contains("cancelled by the coordinator") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        worker.log().contains("cancelled by the coordinator"),
+        "{}",
+        worker.log()
+    );
+    // Past twice the ack wait (3 s) nothing has taken the task again.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        worker.log().matches("running").count(),
+        1,
+        "{}",
+        worker.log()
+    );
 }

@@ -37,7 +37,7 @@ use troupe_runtime::tools::{SandboxMode, ToolContext, ToolRegistry, ToolSandbox}
 
 use crate::address::Address;
 use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
-use crate::handoff::{HandoffDelivery, Inbox, ParentLink, handoff_id};
+use crate::handoff::{HandoffDelivery, Inbox, ParentLink, handoff_id, journaled_handoff};
 use crate::orient::{OrientInput, orientation};
 use crate::subagent::{HandoffSlot, HandoffTool, SpawnSubagentTool};
 use crate::supervisor::SupervisorMsg;
@@ -371,6 +371,9 @@ pub struct AgentState {
     cancel: CancellationToken,
     /// Steering intents pushed into the running turn, not yet durable.
     applying: Vec<String>,
+    /// Resumed with its thread already completed: its handoff may be in
+    /// the log already.
+    completed_before: bool,
 }
 
 impl Actor for AgentActor {
@@ -390,6 +393,7 @@ impl Actor for AgentActor {
             turn: None,
             cancel: CancellationToken::new(),
             applying: Vec::new(),
+            completed_before: false,
         })
     }
 
@@ -432,6 +436,7 @@ impl Actor for AgentActor {
             if let Some(done) = report.completed_event {
                 if replay.is_empty() {
                     agent.mark_completed(done);
+                    state.completed_before = true;
                 } else {
                     // A new run of the thread: thread.started again, then
                     // the intent's user message at the next turn.
@@ -846,11 +851,26 @@ async fn finish(
         .take()
         .unwrap_or_else(|| synthesize_handoff(args, &done));
     let id = handoff_id(&args.agent_id, done.num_turns);
-    // A blocked root hands off too: `troupe sessions resume` continues
-    // from that handoff.
-    if args.depth > 0 || done.outcome_code == "blocked" {
-        journal_handoff(args, &id, &handoff).await;
-    }
+    // A thread that had completed before this incarnation may have
+    // journaled its handoff too: that one stands, once.
+    let journaled = if state.completed_before {
+        journaled_handoff(args.env.log.events_path(), &args.agent_id)
+            .filter(|(hid, _)| *hid == id)
+            .map(|(_, h)| h)
+    } else {
+        None
+    };
+    let handoff = match journaled {
+        Some(h) => h,
+        // A blocked root hands off too: `troupe sessions resume`
+        // continues from that handoff.
+        None => {
+            if args.depth > 0 || done.outcome_code == "blocked" {
+                journal_handoff(args, &id, &handoff).await;
+            }
+            handoff
+        }
+    };
     {
         let mut st = args.shared.loop_state.lock();
         st.step_index = u64::from(done.num_turns);

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
 use crate::address::{Address, AddressError};
@@ -34,12 +35,25 @@ pub enum SteerError {
     },
 }
 
+/// An agent that runs elsewhere (a subagent on a worker machine, with its
+/// own subagents), reached through its proxy.
+pub trait RemoteAgent: Send + Sync {
+    /// Queues `text` for agent `agent_id` (the remote agent or one of its
+    /// subagents); the intent id.
+    fn steer(&self, agent_id: &str, text: &str) -> BoxFuture<'static, Result<String, SteerError>>;
+    /// Aborts it (its parent's call was cancelled): the proxy stops and
+    /// cancels the task.
+    fn abort(&self);
+}
+
 /// Every agent of one session that is running, by agent id. Filled by
 /// each agent when it starts (every incarnation), emptied of it when it
-/// finishes; shared by every clone of the session's environment.
+/// finishes; shared by every clone of the session's environment. A remote
+/// agent is registered by its proxy and stands for its whole subtree.
 #[derive(Clone, Default)]
 pub struct AgentDirectory {
     agents: Arc<Mutex<HashMap<String, Address<AgentMsg>>>>,
+    remote: Arc<Mutex<HashMap<String, Arc<dyn RemoteAgent>>>>,
 }
 
 impl std::fmt::Debug for AgentDirectory {
@@ -65,6 +79,30 @@ impl AgentDirectory {
         }
     }
 
+    /// Records agent `id` as running elsewhere, reached through `steer`.
+    pub fn register_remote(&self, id: &str, steer: Arc<dyn RemoteAgent>) {
+        self.remote.lock().insert(id.to_string(), steer);
+    }
+
+    /// Forgets remote agent `id`.
+    pub fn remove_remote(&self, id: &str) {
+        self.remote.lock().remove(id);
+    }
+
+    /// The remote agent that `id` is, or runs under.
+    pub fn remote_for(&self, id: &str) -> Option<Arc<dyn RemoteAgent>> {
+        let remote = self.remote.lock();
+        remote
+            .iter()
+            .find(|(root, _)| {
+                id == root.as_str()
+                    || id
+                        .strip_prefix(root.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .map(|(_, s)| Arc::clone(s))
+    }
+
     /// The address of agent `id`, if it is running.
     pub fn get(&self, id: &str) -> Option<Address<AgentMsg>> {
         self.agents.lock().get(id).cloned()
@@ -73,7 +111,9 @@ impl AgentDirectory {
     /// The ids of the running agents, sorted.
     pub fn ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = self.agents.lock().keys().cloned().collect();
+        ids.extend(self.remote.lock().keys().cloned());
         ids.sort();
+        ids.dedup();
         ids
     }
 
@@ -85,9 +125,12 @@ impl AgentDirectory {
         text: &str,
         timeout: Duration,
     ) -> Result<String, SteerError> {
-        let address = self
-            .get(id)
-            .ok_or_else(|| SteerError::Unknown(id.to_string()))?;
+        let Some(address) = self.get(id) else {
+            return match self.remote_for(id) {
+                Some(remote) => remote.steer(id, text).await,
+                None => Err(SteerError::Unknown(id.to_string())),
+            };
+        };
         let text = text.to_string();
         let reply = address
             .call(
@@ -125,6 +168,48 @@ mod tests {
         dir.remove("s/root/a", &second);
         assert!(dir.get("s/root/a").is_none());
         assert!(dir.ids().is_empty());
+    }
+
+    struct Recorder(Arc<Mutex<Vec<(String, String)>>>);
+
+    impl RemoteAgent for Recorder {
+        fn steer(
+            &self,
+            agent_id: &str,
+            text: &str,
+        ) -> BoxFuture<'static, Result<String, SteerError>> {
+            self.0.lock().push((agent_id.into(), text.into()));
+            Box::pin(async { Ok("intent-1".to_string()) })
+        }
+
+        fn abort(&self) {}
+    }
+
+    #[tokio::test]
+    async fn a_remote_agent_is_steered_through_its_proxy_with_its_subtree() {
+        let dir = AgentDirectory::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        dir.register_remote("s/root/p1", Arc::new(Recorder(Arc::clone(&seen))));
+        let t = Duration::from_millis(20);
+        assert_eq!(dir.steer("s/root/p1", "a", t).await, Ok("intent-1".into()));
+        assert_eq!(
+            dir.steer("s/root/p1/sub", "b", t).await,
+            Ok("intent-1".into())
+        );
+        assert_eq!(
+            dir.steer("s/root/p10", "c", t).await,
+            Err(SteerError::Unknown("s/root/p10".into()))
+        );
+        assert_eq!(dir.ids(), vec!["s/root/p1".to_string()]);
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                ("s/root/p1".to_string(), "a".to_string()),
+                ("s/root/p1/sub".to_string(), "b".to_string())
+            ]
+        );
+        dir.remove_remote("s/root/p1");
+        assert!(dir.steer("s/root/p1", "d", t).await.is_err());
     }
 
     #[tokio::test]

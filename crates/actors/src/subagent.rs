@@ -527,7 +527,12 @@ impl SpawnSubagentTool {
                 self.await_delivery(&agent_id, ended).await
             }
             _ = ctx.cancel.cancelled() => {
-                let _ = address.call(AgentMsg::Abort, timeout).await;
+                match self.parent.env.agents.remote_for(&agent_id) {
+                    Some(remote) if elsewhere => remote.abort(),
+                    _ => {
+                        let _ = address.call(AgentMsg::Abort, timeout).await;
+                    }
+                }
                 return Err(ToolError::Cancelled);
             }
         };

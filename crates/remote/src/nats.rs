@@ -11,7 +11,7 @@ use async_nats::{ConnectErrorKind, ConnectOptions};
 use crate::error::{RemoteError, redact_url};
 use crate::wire::{
     DONE_STREAM, DONE_SUBJECTS, EVENT_STREAM, EVENT_SUBJECTS, REPO_BUCKET, TASK_STREAM,
-    TASK_SUBJECT, WORKER_CONSUMER,
+    TASK_SUBJECTS, WORKER_CONSUMER,
 };
 
 /// How to reach NATS.
@@ -130,7 +130,7 @@ impl Nats {
     async fn ensure_streams(&self) -> Result<(), RemoteError> {
         self.ensure_stream(
             TASK_STREAM,
-            TASK_SUBJECT,
+            TASK_SUBJECTS,
             stream::RetentionPolicy::WorkQueue,
         )
         .await?;
@@ -217,6 +217,17 @@ impl Nats {
             .map_err(RemoteError::nats)
     }
 
+    /// The ack wait the workers' consumer really has (it is made by the
+    /// first worker, with that worker's setting); this connection's own
+    /// when there is none yet.
+    pub async fn delivery_ack_wait(&self) -> Duration {
+        let info = match self.js.get_stream(TASK_STREAM).await {
+            Ok(s) => s.consumer_info(WORKER_CONSUMER).await.ok(),
+            Err(_) => None,
+        };
+        info.map_or(self.ack_wait, |i| i.config.ack_wait)
+    }
+
     /// The repository bundles' object store.
     pub async fn repos(&self) -> Result<object_store::ObjectStore, RemoteError> {
         match self.js.get_object_store(REPO_BUCKET).await {
@@ -248,19 +259,40 @@ impl Nats {
 
     /// Whether task `key`'s handoff is committed.
     pub async fn is_done(&self, key: &str) -> Result<bool, RemoteError> {
+        Ok(self
+            .last_seq(DONE_STREAM, &format!("troupe.done.{key}"))
+            .await?
+            .is_some())
+    }
+
+    /// The stream sequence of the last message on `subject` in stream
+    /// `stream`, if it holds one.
+    pub async fn last_seq(&self, stream: &str, subject: &str) -> Result<Option<u64>, RemoteError> {
         let stream = self
             .js
-            .get_stream(DONE_STREAM)
+            .get_stream(stream)
             .await
             .map_err(RemoteError::nats)?;
-        match stream
-            .get_last_raw_message_by_subject(&format!("troupe.done.{key}"))
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(m) => Ok(Some(m.sequence)),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(RemoteError::nats(e)),
         }
+    }
+
+    /// Deletes message `seq` of the task stream (a cancelled task no
+    /// worker holds).
+    pub async fn delete_task(&self, seq: u64) -> Result<(), RemoteError> {
+        let stream = self
+            .js
+            .get_stream(TASK_STREAM)
+            .await
+            .map_err(RemoteError::nats)?;
+        stream
+            .delete_message(seq)
+            .await
+            .map(|_| ())
+            .map_err(RemoteError::nats)
     }
 
     /// Publishes `payload` on JetStream subject `subject` and waits for its

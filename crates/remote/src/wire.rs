@@ -9,8 +9,8 @@ use troupe_protocol::{HandoffRequest, ThreadCompletedEvent};
 
 /// The work-queue stream of subagent tasks.
 pub const TASK_STREAM: &str = "TROUPE_TASKS";
-/// Its one subject.
-pub const TASK_SUBJECT: &str = "troupe.tasks";
+/// Its subjects: `troupe.tasks.<session>.<task>`.
+pub const TASK_SUBJECTS: &str = "troupe.tasks.>";
 /// The workers' shared durable pull consumer.
 pub const WORKER_CONSUMER: &str = "troupe-workers";
 /// The stream of workers' messages (events, heartbeats, results).
@@ -56,40 +56,122 @@ pub struct TaskMessage {
 /// A worker's claim of a delivery, before it runs anything.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claim {
-    /// The delivery's incarnation (JetStream's delivery count).
-    pub incarnation: u64,
+    /// JetStream's delivery count of the task message: a claim of an
+    /// older delivery than the one granted is stale.
+    pub delivered: u64,
     /// The worker's name.
     pub worker: String,
+    /// Unique per delivery: a retried claim gets the same answer.
+    pub claim_id: String,
 }
 
 /// The coordinator's answer to a [`Claim`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClaimReply {
-    /// Run it: the agent's journal so far (empty on a first delivery),
-    /// which a later incarnation resumes from.
+    /// Run it as incarnation `incarnation`: the agent's journal so far
+    /// (empty on a first run), which it resumes from.
     Granted {
+        /// The incarnation granted (1, 2, ...: one per grant).
+        incarnation: u64,
         /// The agent's accepted events, in log order.
         journal: Vec<Value>,
         /// The latest worktree checkpoint object, if any.
         checkpoint: Option<String>,
     },
-    /// A newer incarnation holds the task (or it is done): drop it.
+    /// The current incarnation is alive (the coordinator heard from it
+    /// within the ack wait): give this delivery back for later.
+    Busy {
+        /// The live incarnation.
+        current: u64,
+    },
+    /// Drop this delivery: a newer one holds the task, or (`done`) its
+    /// handoff is committed.
+    Fenced {
+        /// The current incarnation.
+        current: u64,
+        /// The task is done: ack the delivery.
+        done: bool,
+    },
+}
+
+/// What the coordinator tells the worker running a task (core NATS, on
+/// [`control_subject`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Control {
+    /// Incarnations older than `current` are fenced off: stop.
     Fenced {
         /// The current incarnation.
         current: u64,
     },
+    /// The task is cancelled (its parent aborted it): stop, drop it.
+    Cancel,
+    /// A steering message for the agent `agent_id` (the task's agent or
+    /// one of its subagents).
+    Steer {
+        /// The agent.
+        agent_id: String,
+        /// The text.
+        text: String,
+    },
 }
 
-/// What a worker publishes on its task's event subject.
+/// A worker's answer to [`Control::Steer`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SteerReply {
+    /// Queued as a durable intent on the worker.
+    Queued {
+        /// The intent id.
+        intent_id: String,
+    },
+    /// No such agent runs in the task.
+    Unknown,
+    /// The agent ended, or is restarting.
+    NotRunning,
+    /// The agent refused it.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A worker's heartbeat for its running incarnation (core NATS, on
+/// [`alive_subject`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Alive {
+    /// The incarnation.
+    pub incarnation: u64,
+}
+
+/// What goes on a task's event subject, in one order: the coordinator's
+/// grants and the workers' messages. The coordinator decides everything
+/// (which incarnation is current, which event is new) from this order
+/// alone, so a coordinator that restarts replays it to the same state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMessage {
+    /// The coordinator granted incarnation `incarnation` to a claim: from
+    /// here on, older incarnations are fenced off.
+    Grant {
+        /// The incarnation granted.
+        incarnation: u64,
+        /// The claim it answers.
+        claim_id: String,
+        /// The claimed delivery's count.
+        delivered: u64,
+        /// The claiming worker.
+        worker: String,
+    },
     /// One event of the agent (or of its own subagents), as the worker's
     /// log wrote it.
     Event {
         /// The delivery's incarnation.
         incarnation: u64,
+        /// Its place among the agent's events (0 is the first): an event
+        /// the coordinator's log already holds is not written again.
+        position: u64,
         /// The event.
         event: Value,
     },
@@ -119,7 +201,8 @@ impl WorkerMessage {
     /// The incarnation that sent it.
     pub fn incarnation(&self) -> u64 {
         match self {
-            WorkerMessage::Event { incarnation, .. }
+            WorkerMessage::Grant { incarnation, .. }
+            | WorkerMessage::Event { incarnation, .. }
             | WorkerMessage::Checkpoint { incarnation, .. }
             | WorkerMessage::Finished { incarnation, .. } => *incarnation,
         }
@@ -129,6 +212,29 @@ impl WorkerMessage {
 /// `troupe.events.<session>.<task>`.
 pub fn events_subject(session_id: &str, task_id: &str) -> String {
     format!("troupe.events.{}.{}", token(session_id), token(task_id))
+}
+
+/// `troupe.tasks.<session>.<task>`: where the task waits for a worker.
+pub fn task_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.tasks.{}.{}", token(session_id), token(task_id))
+}
+
+/// `troupe.alive.<session>.<task>`: the running worker's heartbeats.
+pub fn alive_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.alive.{}.{}", token(session_id), token(task_id))
+}
+
+/// `troupe.control.<session>.<task>`: fence, cancel and steer notices to
+/// the running worker.
+pub fn control_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.control.{}.{}", token(session_id), token(task_id))
+}
+
+/// The task id of run `run` (0 for the first, 1 after one handoff...) of
+/// agent `agent_id`: the same after a coordinator restart, so a resumed
+/// coordinator finds its tasks again.
+pub fn task_id(agent_id: &str, run: usize) -> String {
+    format!("{}-r{run}", token(agent_id))
 }
 
 /// `troupe.claim.<session>.<task>` (request / reply).
@@ -142,7 +248,7 @@ pub fn done_key(session_id: &str, task_id: &str) -> String {
 }
 
 /// A subject token: letters, digits, `-` and `_` kept, the rest `_`.
-fn token(s: &str) -> String {
+pub fn token(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

@@ -11,14 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::{Semaphore, mpsc, oneshot};
-use troupe_actors::Session;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use troupe_actors::address::Address;
 use troupe_actors::agent::{AgentArgs, AgentShared, loop_id};
 use troupe_actors::handoff::handoff_id;
 use troupe_actors::subagent::agent_child_spec;
+use troupe_actors::{Session, SteerError};
 use troupe_protocol::ThreadEvent;
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::store::Exporter;
@@ -28,8 +29,8 @@ use crate::git;
 use crate::nats::{Nats, NatsConfig};
 use crate::proxy::is_tree_event;
 use crate::wire::{
-    Claim, ClaimReply, TaskMessage, WorkerMessage, belongs_to, claim_subject, done_key,
-    events_subject,
+    Alive, Claim, ClaimReply, Control, SteerReply, TaskMessage, WorkerMessage, alive_subject,
+    belongs_to, claim_subject, control_subject, done_key, events_subject,
 };
 
 /// What a worker's session of one task is made from.
@@ -93,7 +94,6 @@ pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<()
                 continue;
             }
         };
-        use futures::StreamExt;
         let Some(msg) = batch.next().await else {
             continue;
         };
@@ -109,16 +109,15 @@ pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<()
             let msg = Arc::new(msg);
             if let Err(e) = run_delivery(&ctx, Arc::clone(&msg)).await {
                 tracing::warn!(error = %e, "task failed; it will be redelivered");
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                    .await;
+                let _ = msg.ack_with(AckKind::Nak(Some(ctx.nats.ack_wait))).await;
             }
             drop(permit);
         });
     }
 }
 
-/// Sends in-progress acks until dropped.
+/// Sends in-progress acks (and, once granted, heartbeats to the
+/// coordinator) until dropped.
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Drop for Heartbeat {
@@ -127,21 +126,34 @@ impl Drop for Heartbeat {
     }
 }
 
-fn heartbeat(msg: Arc<jetstream::Message>, every: Duration) -> Heartbeat {
+fn heartbeat(ctx: &Ctx, msg: Arc<jetstream::Message>, alive: Option<(String, u64)>) -> Heartbeat {
+    let every = ctx.nats.ack_wait / 3;
+    let client = ctx.nats.client.clone();
+    let beat = alive.and_then(|(subject, incarnation)| {
+        serde_json::to_vec(&Alive { incarnation })
+            .ok()
+            .map(|b| (subject, bytes::Bytes::from(b)))
+    });
     Heartbeat(tokio::spawn(async move {
         loop {
-            tokio::time::sleep(every).await;
             if let Err(e) = msg.ack_with(AckKind::Progress).await {
                 tracing::debug!(error = %e, "in-progress ack failed");
             }
+            if let Some((subject, body)) = &beat
+                && let Err(e) = client.publish(subject.clone(), body.clone()).await
+            {
+                tracing::debug!(error = %e, "heartbeat failed");
+            }
+            tokio::time::sleep(every).await;
         }
     }))
 }
 
-async fn claim(ctx: &Ctx, task: &TaskMessage, incarnation: u64) -> Option<ClaimReply> {
+async fn claim(ctx: &Ctx, task: &TaskMessage, delivered: u64) -> Option<ClaimReply> {
     let body = serde_json::to_vec(&Claim {
-        incarnation,
+        delivered,
         worker: ctx.cfg.name.clone(),
+        claim_id: uuid::Uuid::new_v4().simple().to_string(),
     })
     .ok()?;
     let subject = claim_subject(&task.session_id, &task.task_id);
@@ -163,22 +175,85 @@ async fn claim(ctx: &Ctx, task: &TaskMessage, incarnation: u64) -> Option<ClaimR
     None
 }
 
+/// Why a running incarnation stopped before its end.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// A newer incarnation holds the task.
+    Fenced(u64),
+    /// Its coordinator cancelled it.
+    Cancelled,
+}
+
+/// What the coordinator says to one running incarnation.
+struct Controls {
+    stop: watch::Receiver<Option<Stop>>,
+    steer: mpsc::UnboundedReceiver<(String, String, Option<async_nats::Subject>)>,
+    _listener: Heartbeat,
+}
+
+async fn controls(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    incarnation: u64,
+) -> Result<Controls, RemoteError> {
+    let mut sub = ctx
+        .nats
+        .client
+        .subscribe(control_subject(&task.session_id, &task.task_id))
+        .await
+        .map_err(RemoteError::nats)?;
+    let (stop_tx, stop) = watch::channel(None);
+    let (steer_tx, steer) = mpsc::unbounded_channel();
+    let listener = tokio::spawn(async move {
+        while let Some(m) = sub.next().await {
+            match serde_json::from_slice::<Control>(&m.payload) {
+                Ok(Control::Fenced { current }) if current > incarnation => {
+                    let _ = stop_tx.send(Some(Stop::Fenced(current)));
+                }
+                Ok(Control::Cancel) => {
+                    let _ = stop_tx.send(Some(Stop::Cancelled));
+                }
+                Ok(Control::Steer { agent_id, text }) => {
+                    let _ = steer_tx.send((agent_id, text, m.reply));
+                }
+                Ok(Control::Fenced { .. }) => {}
+                Err(e) => tracing::debug!(error = %e, "bad control message"),
+            }
+        }
+    });
+    Ok(Controls {
+        stop,
+        steer,
+        _listener: Heartbeat(listener),
+    })
+}
+
 async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), RemoteError> {
-    let incarnation = u64::try_from(msg.info().map_err(RemoteError::nats)?.delivered).unwrap_or(0);
+    let delivered = u64::try_from(msg.info().map_err(RemoteError::nats)?.delivered).unwrap_or(0);
     let task: TaskMessage =
         serde_json::from_slice(&msg.payload).map_err(|e| RemoteError::BadMessage {
             subject: msg.subject.to_string(),
             why: e.to_string(),
         })?;
-    let _hb = heartbeat(Arc::clone(&msg), ctx.nats.ack_wait / 3);
-    let (journal, checkpoint) = match claim(ctx, &task, incarnation).await {
+    let hb = heartbeat(ctx, Arc::clone(&msg), None);
+    let (incarnation, journal, checkpoint) = match claim(ctx, &task, delivered).await {
         Some(ClaimReply::Granted {
+            incarnation,
             journal,
             checkpoint,
-        }) => (journal, checkpoint),
-        Some(ClaimReply::Fenced { current }) => {
-            tracing::info!(task = %task.task_id, incarnation, current, "fenced; dropping the delivery");
-            let _ = msg.ack_with(AckKind::Term).await;
+        }) => (incarnation, journal, checkpoint),
+        Some(ClaimReply::Busy { current }) => {
+            drop(hb);
+            tracing::info!(task = %task.task_id, delivered, current, "held by a live incarnation; giving the delivery back");
+            let _ = msg.ack_with(AckKind::Nak(Some(ctx.nats.ack_wait))).await;
+            return Ok(());
+        }
+        Some(ClaimReply::Fenced { current, done }) => {
+            drop(hb);
+            tracing::info!(task = %task.task_id, delivered, current, done, "fenced; dropping the delivery");
+            if done {
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
             return Ok(());
         }
         None => {
@@ -187,37 +262,81 @@ async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), Rem
             ));
         }
     };
+    drop(hb);
+    let alive = alive_subject(&task.session_id, &task.task_id);
+    let _hb = heartbeat(ctx, Arc::clone(&msg), Some((alive, incarnation)));
+    let mut controls = controls(ctx, &task, incarnation).await?;
     tracing::info!(task = %task.task_id, agent = %task.agent_id, incarnation, "running");
     let dir = ctx
         .cfg
         .workdir
         .join(format!("{}-{incarnation}", task.task_id));
+    let ran = run_incarnation(
+        ctx,
+        &task,
+        incarnation,
+        &journal,
+        checkpoint,
+        &dir,
+        &mut controls,
+    )
+    .await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
+    match ran? {
+        None => {
+            tracing::info!(task = %task.task_id, incarnation, "handoff committed; acked");
+            msg.double_ack().await.map_err(RemoteError::nats)
+        }
+        Some(Stop::Fenced(current)) => {
+            tracing::info!(task = %task.task_id, incarnation, current, "fenced off by a newer incarnation; stopped");
+            Ok(())
+        }
+        Some(Stop::Cancelled) => {
+            tracing::info!(task = %task.task_id, incarnation, "cancelled by the coordinator; stopped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            Ok(())
+        }
+    }
+}
+
+/// Runs one granted incarnation in `dir` to its committed handoff
+/// (`None`), or until the coordinator stops it.
+async fn run_incarnation(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    incarnation: u64,
+    journal: &[Value],
+    checkpoint: Option<String>,
+    dir: &Path,
+    controls: &mut Controls,
+) -> Result<Option<Stop>, RemoteError> {
+    let _ = tokio::fs::remove_dir_all(dir).await;
     let home = dir.join("home");
     let repo = dir.join("repo");
     tokio::fs::create_dir_all(&home)
         .await
         .map_err(|e| RemoteError::io(format!("create {}", home.display()), e))?;
     let repos = ctx.nats.repos().await?;
-    let base = git::get_bundle(&repos, &task.base_bundle, &dir).await?;
+    let base = git::get_bundle(&repos, &task.base_bundle, dir).await?;
     git::clone_at(&base, &repo, &task.base_commit).await?;
     if let Some(cp) = &checkpoint {
-        let file = git::get_bundle(&repos, cp, &dir).await?;
+        let file = git::get_bundle(&repos, cp, dir).await?;
         git::apply_tree(&file, &repo).await?;
     }
-    let finished = run_agent(ctx, &task, incarnation, &journal, &home, &repo).await?;
+    let run = Run {
+        ctx,
+        task,
+        incarnation,
+        home: &home,
+        repo: &repo,
+    };
+    let (completed, handoff) = match run_agent(&run, journal, controls).await? {
+        Ran::Done(f) => *f,
+        Ran::Stopped(stop) => return Ok(Some(stop)),
+    };
     let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
     git::commit_all(&repo, &format!("{}: result", task.agent_id)).await?;
-    git::put_bundle(
-        &repos,
-        &repo,
-        "HEAD",
-        Some(&task.base_commit),
-        &result,
-        &dir,
-    )
-    .await?;
-    let (completed, handoff) = finished;
+    git::put_bundle(&repos, &repo, "HEAD", Some(&task.base_commit), &result, dir).await?;
     let message = WorkerMessage::Finished {
         incarnation,
         handoff_id: handoff_id(&task.agent_id, completed.num_turns),
@@ -225,12 +344,11 @@ async fn run_delivery(ctx: &Ctx, msg: Arc<jetstream::Message>) -> Result<(), Rem
         handoff: Box::new(handoff),
         result_bundle: Some(result),
     };
-    publish(ctx, &task, incarnation, "finished", &message).await?;
-    wait_committed(ctx, &task).await?;
-    msg.double_ack().await.map_err(RemoteError::nats)?;
-    tracing::info!(task = %task.task_id, incarnation, "handoff committed; acked");
-    let _ = tokio::fs::remove_dir_all(&dir).await;
-    Ok(())
+    if let Some(stop) = *controls.stop.borrow() {
+        return Ok(Some(stop));
+    }
+    publish(ctx, task, incarnation, "finished", &message).await?;
+    wait_committed(ctx, task, &mut controls.stop).await
 }
 
 async fn publish(
@@ -254,8 +372,13 @@ async fn publish(
 /// handoff before it gives the delivery back (a coordinator that is gone).
 const COMMIT_WAIT: Duration = Duration::from_secs(600);
 
-/// Waits until the coordinator marks the handoff committed.
-async fn wait_committed(ctx: &Ctx, task: &TaskMessage) -> Result<(), RemoteError> {
+/// Waits until the coordinator marks the handoff committed (`None`), or
+/// stops this incarnation.
+async fn wait_committed(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    stop: &mut watch::Receiver<Option<Stop>>,
+) -> Result<Option<Stop>, RemoteError> {
     let key = done_key(&task.session_id, &task.task_id);
     let deadline = tokio::time::Instant::now() + COMMIT_WAIT;
     loop {
@@ -268,11 +391,14 @@ async fn wait_committed(ctx: &Ctx, task: &TaskMessage) -> Result<(), RemoteError
             )));
         }
         match ctx.nats.is_done(&key).await {
-            Ok(true) => return Ok(()),
+            Ok(true) => return Ok(None),
             Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, "committed check failed; retrying"),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(s) = *stop.borrow() {
+            return Ok(Some(s));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
     }
 }
 
@@ -281,16 +407,36 @@ type Finished = (
     troupe_protocol::HandoffRequest,
 );
 
-/// Runs the agent in a session of its own to its end, its events
-/// forwarded (those of the journal it resumes from excepted).
-async fn run_agent(
-    ctx: &Ctx,
-    task: &TaskMessage,
+/// How an incarnation's agent ended.
+enum Ran {
+    Done(Box<Finished>),
+    Stopped(Stop),
+}
+
+/// One incarnation's run: what it runs and where.
+struct Run<'a> {
+    ctx: &'a Ctx,
+    task: &'a TaskMessage,
     incarnation: u64,
+    home: &'a Path,
+    repo: &'a Path,
+}
+
+/// Runs the agent in a session of its own to its end, its events
+/// forwarded (those of the journal it resumes from excepted), steering
+/// passed on, stopped when the coordinator says so.
+async fn run_agent(
+    run: &Run<'_>,
     journal: &[Value],
-    home: &Path,
-    repo: &Path,
-) -> Result<Finished, RemoteError> {
+    controls: &mut Controls,
+) -> Result<Ran, RemoteError> {
+    let Run {
+        ctx,
+        task,
+        incarnation,
+        home,
+        repo,
+    } = *run;
     let (tx, rx) = mpsc::unbounded_channel();
     let session = (ctx.factory)(SessionRequest {
         home: home.to_path_buf(),
@@ -299,21 +445,32 @@ async fn run_agent(
     })
     .await
     .map_err(RemoteError::Nats)?;
+    // The journal goes into this session's log first (the agent resumes
+    // from it); what the log took of it is not forwarded again.
+    let mut replayed = 0;
+    for v in journal {
+        match serde_json::from_value::<ThreadEvent>(v.clone()) {
+            Ok(ev) => match session.log().sender().emit(&ev) {
+                Ok(_) => replayed += 1,
+                Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
+            },
+            Err(e) => tracing::warn!(error = %e, "a journal event does not parse"),
+        }
+    }
     let forwarder = tokio::spawn(forward(
         ctx.clone(),
         task.clone(),
         incarnation,
         rx,
-        journal.len(),
+        Positions {
+            skip: replayed,
+            first: journal.len() as u64,
+        },
         repo.to_path_buf(),
+        controls.stop.clone(),
     ));
-    for v in journal {
-        if let Ok(ev) = serde_json::from_value::<ThreadEvent>(v.clone()) {
-            let _ = session.log().sender().emit(&ev);
-        }
-    }
     let env = Arc::clone(session.env());
-    let (done_tx, done_rx) = oneshot::channel();
+    let (done_tx, mut done_rx) = oneshot::channel();
     let mut spec = task.spec.clone();
     spec.plan_mode = task.plan_mode;
     spec.handoff.clone_from(&task.handoff);
@@ -342,15 +499,43 @@ async fn run_agent(
         .start_child(agent_child_spec(args))
         .await
         .map_err(|e| RemoteError::Nats(format!("start the agent: {e}")))?;
-    let outcome = done_rx.await;
+    let outcome = loop {
+        tokio::select! {
+            o = &mut done_rx => break Ok(o),
+            _ = controls.stop.changed() => {
+                if let Some(stop) = *controls.stop.borrow() {
+                    break Err(stop);
+                }
+            }
+            Some((agent_id, text, reply)) = controls.steer.recv() => {
+                let answer = match session.steer(&agent_id, &text).await {
+                    Ok(intent_id) => {
+                        tracing::info!(agent = %agent_id, intent = %intent_id, "steering queued");
+                        SteerReply::Queued { intent_id }
+                    }
+                    Err(SteerError::Unknown(_)) => SteerReply::Unknown,
+                    Err(SteerError::NotRunning(_)) => SteerReply::NotRunning,
+                    Err(e) => SteerReply::Refused { reason: e.to_string() },
+                };
+                if let (Some(reply), Ok(body)) = (reply, serde_json::to_vec(&answer)) {
+                    let _ = ctx.nats.client.publish(reply, body.into()).await;
+                }
+            }
+        }
+    };
     let _ = session.close().await;
-    match forwarder.await {
+    let forwarded = forwarder.await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(stop) => return Ok(Ran::Stopped(stop)),
+    };
+    match forwarded {
         Ok(r) => r?,
         Err(e) => return Err(RemoteError::Nats(format!("forwarder: {e}"))),
     }
     let outcome =
         outcome.map_err(|_| RemoteError::Nats("the agent stopped without an outcome".into()))?;
-    Ok((outcome.completed, outcome.handoff))
+    Ok(Ran::Done(Box::new((outcome.completed, outcome.handoff))))
 }
 
 /// The exporter that hands the worker log's events to the forwarder.
@@ -378,20 +563,35 @@ impl Exporter for Forward {
     }
 }
 
-/// Publishes the agent's events in order; before a completed item that
-/// changed the worktree, a checkpoint of it, so a later incarnation sees
-/// the tree as of its last journaled call.
+/// Where the forwarded events start: the journal's events the worker's
+/// log replayed are skipped, the first new one is at the journal's length.
+struct Positions {
+    skip: usize,
+    first: u64,
+}
+
+/// Publishes the agent's events in order, each with its position among
+/// the agent's events (the journal's come first); before a completed item
+/// that changed the worktree, a checkpoint of it, so a later incarnation
+/// sees the tree as of its last journaled call. Publishes nothing once
+/// the incarnation is stopped.
 async fn forward(
     ctx: Ctx,
     task: TaskMessage,
     incarnation: u64,
     mut rx: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    mut skip: usize,
+    positions: Positions,
     repo: PathBuf,
+    stop: watch::Receiver<Option<Stop>>,
 ) -> Result<(), RemoteError> {
-    let mut n = 0u64;
+    let mut skip = positions.skip;
+    let mut position = positions.first;
     let repos = ctx.nats.repos().await?;
+    let scratch = repo.parent().unwrap_or(&repo).to_path_buf();
     while let Some(Some(bytes)) = rx.recv().await {
+        if stop.borrow().is_some() {
+            continue;
+        }
         let Ok(event) = serde_json::from_slice::<Value>(&bytes) else {
             continue;
         };
@@ -402,7 +602,8 @@ async fn forward(
             skip -= 1;
             continue;
         }
-        n += 1;
+        position += 1;
+        let position = position - 1;
         let completed_item = event.get("type").and_then(Value::as_str) == Some("item.completed");
         if completed_item
             && !git::git(&repo, &["status", "--porcelain"])
@@ -411,7 +612,7 @@ async fn forward(
         {
             git::commit_all(&repo, "checkpoint").await?;
             let object = format!(
-                "{}/{}/ckpt-{incarnation}-{n}",
+                "{}/{}/ckpt-{incarnation}-{position}",
                 task.session_id, task.task_id
             );
             git::put_bundle(
@@ -420,17 +621,21 @@ async fn forward(
                 "HEAD",
                 Some(&task.base_commit),
                 &object,
-                &repo,
+                &scratch,
             )
             .await?;
             let cp = WorkerMessage::Checkpoint {
                 incarnation,
                 object,
             };
-            publish(&ctx, &task, incarnation, &format!("c{n}"), &cp).await?;
+            publish(&ctx, &task, incarnation, &format!("c{position}"), &cp).await?;
         }
-        let message = WorkerMessage::Event { incarnation, event };
-        publish(&ctx, &task, incarnation, &format!("e{n}"), &message).await?;
+        let message = WorkerMessage::Event {
+            incarnation,
+            position,
+            event,
+        };
+        publish(&ctx, &task, incarnation, &format!("e{position}"), &message).await?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
-use troupe_remote::wire::{TASK_STREAM, TASK_SUBJECT};
+use troupe_remote::wire::{TASK_STREAM, TASK_SUBJECTS};
 use troupe_remote::{Nats, NatsConfig, RemoteError};
 use troupe_test_support::nats::NatsServer;
 
@@ -62,7 +62,7 @@ async fn a_task_stream_without_work_queue_retention_is_refused() {
     let js = async_nats::jetstream::new(client);
     js.create_stream(async_nats::jetstream::stream::Config {
         name: TASK_STREAM.into(),
-        subjects: vec![TASK_SUBJECT.into()],
+        subjects: vec![TASK_SUBJECTS.into()],
         ..Default::default()
     })
     .await
@@ -80,11 +80,11 @@ async fn redelivery_after_the_ack_wait_and_in_progress_acks() {
     let server = NatsServer::start();
     let nats = Nats::connect(&config(&server.url())).await.unwrap();
     let consumer = nats.worker_consumer().await.unwrap();
-    nats.publish(TASK_SUBJECT.into(), "t1".into(), Some("t1"))
+    nats.publish("troupe.tasks.s.t1".into(), "t1".into(), Some("t1"))
         .await
         .unwrap();
     // Duplicate publishes (a retry) are dropped by the message id.
-    nats.publish(TASK_SUBJECT.into(), "t1".into(), Some("t1"))
+    nats.publish("troupe.tasks.s.t1".into(), "t1".into(), Some("t1"))
         .await
         .unwrap();
     let fetch = |wait: Duration| {

@@ -410,13 +410,9 @@ impl Shared {
         if let Some((_, r)) = route
             && r.by_history
         {
-            let turn = request
-                .messages
-                .iter()
-                .filter(|m| m.role == crate::request::Role::Assistant)
-                .count();
+            let (turn, retries) = history_turn(&request.messages);
             if let Some(reply) = r.replies.get(turn) {
-                return Decision::Reply(reply.clone());
+                return Decision::Reply(retried(reply.clone(), retries));
             }
         }
         let (replies, key) = match (route, self.script.cursor) {
@@ -466,5 +462,55 @@ impl Shared {
         });
         tracing::warn!(request = request.index, "scripted server: script exhausted");
         Decision::Exhausted { served }
+    }
+}
+
+/// A `by_history` conversation's place: the assistant messages whose tool
+/// calls all came back `interrupted:` (a restart cut them off, effect
+/// unknown) are asked again, as a real model that checks and retries
+/// would; the second number is how many such turns there were.
+fn history_turn(messages: &[crate::request::RecordedMessage]) -> (usize, usize) {
+    use crate::request::Role;
+    let mut turn = 0;
+    let mut retries = 0;
+    for (i, m) in messages.iter().enumerate() {
+        if m.role != Role::Assistant {
+            continue;
+        }
+        let ids: Vec<&str> = m.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        let results: Vec<&crate::request::RecordedToolResult> = messages[i + 1..]
+            .iter()
+            .take_while(|n| n.role != Role::Assistant)
+            .flat_map(|n| n.tool_results.iter())
+            .filter(|r| ids.contains(&r.call_id.as_str()))
+            .collect();
+        let interrupted = !ids.is_empty()
+            && results.len() == ids.len()
+            && results.iter().all(|r| r.output.contains("interrupted:"));
+        if interrupted {
+            retries += 1;
+        } else {
+            turn += 1;
+        }
+    }
+    (turn, retries)
+}
+
+/// A reply asked again after `retries` interrupted turns: its tool call
+/// ids get a `-retryN` suffix (ids stay unique in the conversation).
+fn retried(reply: Reply, retries: usize) -> Reply {
+    if retries == 0 {
+        return reply;
+    }
+    match reply {
+        Reply::Message(mut m) => {
+            for c in &mut m.tool_calls {
+                if let Some(id) = &mut c.id {
+                    id.push_str(&format!("-retry{retries}"));
+                }
+            }
+            Reply::Message(m)
+        }
+        other => other,
     }
 }
