@@ -364,7 +364,8 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
 
 /// A `--nats` coordinator SIGKILLed while its subagent waits in the queue
 /// (no worker): `sessions resume` without `--nats` says what is missing
-/// (exit 2, one line) and leaves the session as it was.
+/// (exit 2, one line), as does `troupe serve` without it (409), and both
+/// leave the session as it was.
 #[test]
 fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     let nats = NatsServer::start();
@@ -422,5 +423,20 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(std::fs::read(dir.join("events.jsonl")).unwrap(), before);
+    // A server without --nats refuses it too (409), naming the fix.
+    use super::serve::{Server as Serve, client, post, rt};
+    let server = Serve::start(ws.path(), &[], &[]);
+    let url = server.url(&format!("/v1/sessions/{id}/resume"));
+    let (status, v) = rt().block_on(post(&client(), url, json!(null)));
+    assert_eq!(status, 409, "{v}");
+    let message = v["error"].as_str().unwrap();
+    assert!(
+        message.contains("restart troupe serve with --nats URL"),
+        "{message}"
+    );
+    assert!(message.contains(&nats.url()), "{message}");
+    let (code, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(std::fs::read(dir.join("events.jsonl")).unwrap(), before);
 }
