@@ -622,3 +622,109 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
         worker.log()
     );
 }
+
+/// The coordinator SIGKILLed while its remote child runs, then `troupe
+/// sessions resume ID --nats URL`: the resumed root asks for the child
+/// again, its proxy replays the task's stream and reattaches to the task
+/// the worker kept running (no redelivery), and the session completes with
+/// the child's work merged, its exec run once and its handoff once.
+#[test]
+fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let side = tempfile::tempdir().unwrap();
+    let count = side.path().join("p1.count");
+    let script = Script::replies(vec![])
+        .with_history_route(
+            "Write part P1 of six",
+            vec![
+                Reply::tool_call(
+                    "w1",
+                    "write_file",
+                    json!({"path": "parts/p1.txt", "content": "part 1\n"}),
+                ),
+                Reply::tool_call(
+                    "x1",
+                    "exec_command",
+                    json!({"command": format!("echo ran >> {}", count.display())}),
+                )
+                .with_delay_ms(3000),
+                Reply::tool_call(
+                    "h1",
+                    "handoff",
+                    json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
+                ),
+                Reply::text("part 1 written"),
+            ],
+        )
+        .with_history_route(
+            "Split the work into six parts",
+            vec![
+                Reply::tool_call(
+                    "s1",
+                    "spawn_subagent",
+                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
+                ),
+                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
+                Reply::text("merged"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let worker = Worker::start(&nats.url(), &server.url(), tmp.path(), 0);
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let mut coordinator = exec_cmd(
+        ws.path(),
+        &server.url(),
+        &[FULL, &["--nats", &nats.url()]].concat(),
+        PROMPT,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // Kill it once the child's write is in its log (the worker is then
+    // waiting 3 s for the model's next reply).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let dir = loop {
+        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
+        if let Some(d) = dirs.iter().find(|d| {
+            std::fs::read_to_string(d.join("events.jsonl"))
+                .is_ok_and(|l| l.contains("\"call_id\":\"w1\""))
+        }) {
+            break d.clone();
+        }
+        assert!(Instant::now() < deadline, "{}", worker.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let mut resume = Command::new(bin());
+    resume
+        .args(["sessions", "resume", &id, "--nats", &nats.url()])
+        .arg("--workspace")
+        .arg(ws.path())
+        .env("TROUPE_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL");
+    let (code, out, err) = run(resume, Duration::from_secs(120));
+    let log = worker.log();
+    assert_eq!(code, Some(0), "{out}\n{err}\n{log}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("parts/p1.txt")).unwrap(),
+        "part 1\n",
+        "{err}"
+    );
+    assert_eq!(runs(side.path(), 1), 1, "{log}");
+    // Reattached: the worker ran it once and acked it once.
+    assert_eq!(log.matches("running").count(), 1, "{log}");
+    assert_eq!(log.matches("handoff committed").count(), 1, "{log}");
+    let events = session_events(ws.path());
+    assert_eq!(
+        handoffs(&events),
+        vec!["session/root/p1".to_string()],
+        "{err}"
+    );
+    assert!(err.contains("remote task replayed; live"), "{err}");
+}

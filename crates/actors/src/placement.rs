@@ -4,6 +4,7 @@
 //! [`ChildSpec`] like any other (a proxy actor under its parent's
 //! supervisor), so its parent's restart policy applies to it unchanged.
 
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentArgs, AgentOutcome, Isolation};
@@ -31,6 +32,14 @@ pub trait RemoteSpawner: Send + Sync {
     /// The child spec of a proxy for `args` (the child's id, spec,
     /// worktree and parent link, as for a local child).
     fn child_spec(&self, args: AgentArgs) -> ChildSpec;
+
+    /// Whether this run of the child (`args`) already went to a worker
+    /// (a coordinator that restarted respawns it): it then reattaches to
+    /// its task instead of resuming here.
+    fn holds<'a>(&'a self, args: &'a AgentArgs) -> BoxFuture<'a, bool> {
+        let _ = args;
+        Box::pin(async { false })
+    }
 }
 
 /// Whether a child with `placement` and `isolation` runs remotely (only a

@@ -499,10 +499,16 @@ impl SpawnSubagentTool {
         )
         .map_err(ToolError::Denied)?;
         // A continued or interrupted child resumes from this process's
-        // loop state and log: with placement `any` it stays here.
+        // loop state and log: with placement `any` it stays here, unless
+        // its run went to a worker before this process restarted (it
+        // reattaches to its task).
         let elsewhere = elsewhere
             && (child.spec.placement == Some(crate::placement::Placement::Remote)
-                || !thread_in_log(self.parent.env.log.events_path(), &child.agent_id));
+                || !thread_in_log(self.parent.env.log.events_path(), &child.agent_id)
+                || match remote {
+                    Some(r) => r.holds(&child).await,
+                    None => false,
+                });
         let node = children_supervisor(&self.parent, &settings).await?;
         let child_spec = match remote {
             Some(remote) if elsewhere => remote.child_spec(child),

@@ -132,17 +132,16 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     settings.sandbox = codex.sandbox;
     settings.network_access = codex.network_access;
     settings.reasoning_effort = args.reasoning_effort;
+    crate::coordinator::record(&mut settings, &args.nats);
     let rt = tokio::runtime::Runtime::new()?;
     let (code, id) = rt.block_on(async {
         let task = settings.task.clone();
-        let remote = args.nats.placement().await?;
+        let remote = crate::coordinator::connect(&args.nats).await?;
         let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json)
             .plan_mode(args.plan)
-            .remote(
-                remote.map(|r| r as std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>),
-            );
+            .remote(remote);
         settings.sandbox = Some(launch.config.sandbox_mode());
         let started = launch
             .start(json, Some("root"), Target::New(settings))
@@ -317,7 +316,7 @@ pub struct Launch {
     /// A new session's id (a worker's session takes its coordinator's).
     session_id: Option<String>,
     /// Subagents to workers (`--nats`).
-    remote: Option<std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>>,
+    remote: crate::coordinator::Remote,
 }
 
 /// Makes an exporter from the session id once it is known.
@@ -500,10 +499,7 @@ impl Launch {
     }
 
     /// Sends subagents to workers through `remote` (`--nats URL`).
-    pub fn remote(
-        mut self,
-        remote: Option<std::sync::Arc<dyn troupe_actors::placement::RemoteSpawner>>,
-    ) -> Self {
+    pub fn remote(mut self, remote: crate::coordinator::Remote) -> Self {
         self.remote = remote;
         self
     }

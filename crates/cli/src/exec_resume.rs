@@ -67,14 +67,17 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
     }
     claim(&dir, &id)?;
     let settings = merged(load_settings(&dir, &id, manifest.event_count)?, args)?;
+    crate::coordinator::require(&id, &settings, &args.nats)?;
     crate::destination::verify(&workspace, &id, &settings, args.base_url.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (agent, turns) = root_turns(&store, &id, &manifest.root_thread_id)?;
+        let remote = crate::coordinator::connect(&args.nats).await?;
         let launch = Launch::prepare(&workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json)
-            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan));
+            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
+            .remote(remote);
         let limit = turns.saturating_add(launch.max_turns());
         let task = settings.task.clone();
         let target = Target::Resume {
@@ -142,6 +145,7 @@ pub(crate) fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionS
         .reasoning_effort
         .or(codex.reasoning_effort)
         .or(s.reasoning_effort);
+    crate::coordinator::record(&mut s, &args.nats);
     Ok(s)
 }
 

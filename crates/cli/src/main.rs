@@ -4,6 +4,7 @@
 
 mod batch;
 mod codex_compat;
+mod coordinator;
 mod destination;
 mod errors;
 mod exec;

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// medium or high (`model_reasoning_effort`, docs/providers.md).
     #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
     reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
+    /// The proposers' subagents to workers through NATS JetStream
+    /// (docs/scale-out.md).
+    #[command(flatten)]
+    nats: crate::worker::NatsArgs,
 }
 
 /// Arguments of `troupe demo`.
@@ -96,8 +100,9 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         sandbox: args.sandbox.map(Into::into),
         network_access: None,
         reasoning_effort: args.reasoning_effort,
+        nats: crate::coordinator::recorded(&args.nats),
     };
-    execute(&workspace, &settings, &spec, args.json, false)
+    execute(&workspace, &settings, &spec, args.json, false, &args.nats)
 }
 
 /// A pipeline needs a git repository with a commit (worktrees branch
@@ -159,6 +164,7 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         sandbox: None,
         network_access: None,
         reasoning_effort: None,
+        nats: None,
     };
     if !args.json {
         writeln!(
@@ -168,7 +174,8 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         )?;
     }
     let temporary = args.dir.is_none();
-    let result = execute(&workspace, &settings, &spec, args.json, temporary);
+    let local = crate::worker::NatsArgs::default();
+    let result = execute(&workspace, &settings, &spec, args.json, temporary, &local);
     if temporary {
         clean_up_demo(&workspace, &result, args.json)?;
     }
@@ -211,18 +218,23 @@ fn make_demo_repo(dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Runs the pipeline in a new session; with `--nats`, the proposers'
+/// subagents go to workers.
 fn execute(
     workspace: &Path,
     settings: &SessionSettings,
     spec: &PipelineSpec,
     json: bool,
     temporary: bool,
+    nats: &crate::worker::NatsArgs,
 ) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
+        let remote = crate::coordinator::connect(nats).await?;
         let started = Launch::prepare(workspace, settings, None)
             .await?
             .label_agents()
+            .remote(remote)
             .start(json, Some("pipeline"), Target::New(settings.clone()))
             .await?;
         let id = started.session.id().to_string();

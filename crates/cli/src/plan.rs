@@ -226,13 +226,16 @@ pub fn implement(args: &ExecArgs, workspace: &Path, id: &str, json: bool) -> Res
     claim(&dir, id)?;
     // This command line's provider, script and limits win (then saved).
     let settings = merged(load_settings(&dir, id, manifest.event_count)?, args)?;
+    crate::coordinator::require(id, &settings, &args.nats)?;
     crate::destination::verify(workspace, id, &settings, args.base_url.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (agent, turns) = root_turns(&store, id, &manifest.root_thread_id)?;
+        let remote = crate::coordinator::connect(&args.nats).await?;
         let launch = Launch::prepare(workspace, &settings, args.events.clone())
             .await?
             .codex_stream(args.codex.experimental_json)
+            .remote(remote)
             .handoff(plan_handoff(&settings.task, &plan).to_markdown())
             .fresh_plan();
         let limit = turns.saturating_add(launch.max_turns());

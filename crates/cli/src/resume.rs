@@ -9,15 +9,22 @@ use crate::Failure;
 use troupe_actors::ResumeMode;
 
 use crate::exec::{Launch, SETTINGS_FILE, SessionSettings, Target, canonical_workspace};
+use crate::worker::NatsArgs;
 
-pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Result<u8, Failure> {
+pub fn run(
+    workspace: &Path,
+    id: &str,
+    base_url: Option<&str>,
+    nats: &NatsArgs,
+    json: bool,
+) -> Result<u8, Failure> {
     let workspace = canonical_workspace(workspace)?;
     let store = SessionStore::for_workspace(&workspace);
     let dir = store.session_dir(id).map_err(Failure::bad_input)?;
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
     if manifest.status == SessionStatus::Completed {
         if let Some(handoff) = crate::resume_blocked::blocked_handoff(&store, id, &manifest)? {
-            return crate::resume_blocked::run(workspace, id, base_url, json, handoff);
+            return crate::resume_blocked::run(workspace, id, base_url, nats, json, handoff);
         }
         return Err(Failure::bad_input(anyhow::anyhow!(
             "session {id} already completed ({}); nothing to resume",
@@ -26,6 +33,7 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
     }
     claim(&dir, id)?;
     let mut settings = load_settings(&dir, id, manifest.event_count)?;
+    let rewrite = nats_settings(id, &settings, nats)?;
     if let Some(url) = base_url {
         settings.script = None;
         settings.base_url = Some(url.to_owned());
@@ -41,11 +49,13 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
         let target = Target::Resume {
             id: id.to_string(),
             mode: ResumeMode::Interrupted,
-            settings: None,
+            settings: rewrite,
         };
+        let remote = crate::coordinator::connect(nats).await?;
         let started = Launch::prepare(&workspace, &settings, None)
             .await?
             .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
+            .remote(remote)
             .start(json, Some("root"), target)
             .await?;
         if let Some(report) = started.session.recovery()
@@ -60,6 +70,20 @@ pub fn run(workspace: &Path, id: &str, base_url: Option<&str>, json: bool) -> Re
         let task = first_task(&store, id).unwrap_or(settings.task.clone());
         started.run_root(task, true, None, json).await
     })
+}
+
+/// Refuses to resume session `id` without `--nats` when it placed its
+/// subagents on workers; with `--nats`, the settings to record when they
+/// name another server than `stored` (written under the claim), else
+/// `None` (left as they are).
+pub(crate) fn nats_settings(
+    id: &str,
+    stored: &SessionSettings,
+    nats: &NatsArgs,
+) -> Result<Option<SessionSettings>, Failure> {
+    crate::coordinator::require(id, stored, nats)?;
+    let mut updated = stored.clone();
+    Ok(crate::coordinator::record(&mut updated, nats).then_some(updated))
 }
 
 /// Refuses session `id` when a live process writes it, naming the holder.

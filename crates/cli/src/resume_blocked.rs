@@ -59,6 +59,7 @@ pub(crate) fn run(
     workspace: std::path::PathBuf,
     id: &str,
     base_url: Option<&str>,
+    nats: &crate::worker::NatsArgs,
     json: bool,
     handoff: HandoffRequest,
 ) -> Result<u8, Failure> {
@@ -67,6 +68,7 @@ pub(crate) fn run(
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
     claim(&dir, id)?;
     let mut settings = load_settings(&dir, id, manifest.event_count)?;
+    let rewrite = crate::resume::nats_settings(id, &settings, nats)?;
     if let Some(url) = base_url {
         settings.script = None;
         settings.base_url = Some(url.to_owned());
@@ -75,16 +77,18 @@ pub(crate) fn run(
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (agent, turns) = root_turns(&store, id, &manifest.root_thread_id)?;
+        let remote = crate::coordinator::connect(nats).await?;
         let launch = Launch::prepare(&workspace, &settings, None)
             .await?
             .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
-            .handoff(handoff.to_markdown());
+            .handoff(handoff.to_markdown())
+            .remote(remote);
         let limit = turns.saturating_add(launch.max_turns());
         let task = settings.task.clone();
         let target = Target::Resume {
             id: id.to_string(),
             mode: ResumeMode::Completed,
-            settings: None,
+            settings: rewrite,
         };
         let started = launch.start(json, Some("root"), target).await?;
         // Under the claim: the directive becomes the root's next turn.

@@ -52,6 +52,11 @@ enum SessionsCommand {
         /// to send a key to unconfirmed (docs/security.md).
         #[arg(long, value_name = "URL")]
         base_url: Option<String>,
+        /// Send its subagents to workers through this NATS JetStream
+        /// server (docs/scale-out.md); required when the session was
+        /// started with --nats.
+        #[command(flatten)]
+        nats: crate::worker::NatsArgs,
     },
     /// Compact a stored session: archive its full history under
     /// `derived/`, write the compacted history beside it (summary envelope,
@@ -104,8 +109,8 @@ pub(crate) fn store_err(e: StoreError) -> Failure {
 }
 
 pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
-    if let SessionsCommand::Resume { id, base_url } = &args.command {
-        return crate::resume::run(&args.workspace, id, base_url.as_deref(), args.json);
+    if let SessionsCommand::Resume { id, base_url, nats } = &args.command {
+        return crate::resume::run(&args.workspace, id, base_url.as_deref(), nats, args.json);
     }
     if let SessionsCommand::Compact { id, tail_tokens } = &args.command {
         return context_cmd::compact(&args.workspace, id, *tail_tokens, args.json);

@@ -63,6 +63,22 @@ struct ProxyArgs {
 }
 
 impl RemoteSpawner for RemotePlacement {
+    fn holds<'a>(&'a self, args: &'a AgentArgs) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let session = &args.env.session_id;
+            let task = task_id(&args.agent_id, handoffs_in_log(args));
+            let stream = self
+                .nats
+                .last_seq(EVENT_STREAM, &events_subject(session, &task))
+                .await;
+            let queued = self
+                .nats
+                .last_seq(TASK_STREAM, &task_subject(session, &task))
+                .await;
+            matches!(stream, Ok(Some(_))) || matches!(queued, Ok(Some(_)))
+        })
+    }
+
     fn child_spec(&self, args: AgentArgs) -> ChildSpec {
         let id = args
             .agent_id

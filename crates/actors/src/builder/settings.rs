@@ -55,6 +55,11 @@ pub struct SessionSettings {
     /// `None`: troupe.toml's `model_reasoning_effort`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// The NATS server the session sent its subagents to (`--nats`), as a
+    /// URL without its credentials (never a token): a resume needs
+    /// `--nats URL` again rather than running them here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<String>,
 }
 
 fn exec_kind() -> String {
@@ -77,6 +82,7 @@ impl SessionSettings {
             sandbox: None,
             network_access: None,
             reasoning_effort: None,
+            nats: None,
         }
     }
 

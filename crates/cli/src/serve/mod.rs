@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// behind is disconnected (and reconnects with Last-Event-ID).
     #[arg(long, default_value = "1024", value_parser = crate::errors::positive_u32)]
     pub stream_buffer: u32,
+    /// Every session's subagents to workers through NATS JetStream
+    /// (docs/scale-out.md): one connection, made before listening.
+    #[command(flatten)]
+    pub nats: crate::worker::NatsArgs,
 }
 
 /// Runs `troupe serve` until SIGTERM or Ctrl-C.
@@ -66,13 +70,17 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
             listen.ip()
         )));
     }
-    let runs = Arc::new(Runs::new(
-        workspace,
-        args.max_sessions as usize,
-        args.max_streams as usize,
-        args.stream_buffer as usize,
-    ));
     let rt = tokio::runtime::Runtime::new()?;
+    let remote = rt.block_on(crate::coordinator::connect(&args.nats))?;
+    let runs = Arc::new(
+        Runs::new(
+            workspace,
+            args.max_sessions as usize,
+            args.max_streams as usize,
+            args.stream_buffer as usize,
+        )
+        .with_remote(remote, crate::coordinator::recorded(&args.nats)),
+    );
     rt.block_on(serve(runs, listen, token))?;
     Ok(exit::OK)
 }

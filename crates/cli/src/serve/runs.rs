@@ -127,6 +127,10 @@ pub struct Runs {
     starting: AtomicUsize,
     /// Cleared at shutdown: no new session starts.
     accepting: AtomicBool,
+    /// `--nats`: every session's subagents to workers (one connection).
+    remote: crate::coordinator::Remote,
+    /// The `--nats` URL without its credentials (settings.json's `nats`).
+    nats: Option<String>,
 }
 
 impl Runs {
@@ -145,7 +149,17 @@ impl Runs {
             runs: Mutex::new(HashMap::new()),
             starting: AtomicUsize::new(0),
             accepting: AtomicBool::new(true),
+            remote: None,
+            nats: None,
         }
+    }
+
+    /// Places every session's subagents through `remote` (`--nats`), whose
+    /// URL without credentials is `nats`.
+    pub fn with_remote(mut self, remote: crate::coordinator::Remote, nats: Option<String>) -> Runs {
+        self.remote = remote;
+        self.nats = nats;
+        self
     }
 
     /// The store of the workspace's sessions.
@@ -221,9 +235,11 @@ impl Runs {
         settings.max_turns = req.max_turns;
         settings.max_budget_usd = req.max_budget_usd;
         settings.script = script;
+        settings.nats = self.nats.clone();
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
-            .map_err(ApiError::from_failure)?;
+            .map_err(ApiError::from_failure)?
+            .remote(self.remote.clone());
         let run = match spec {
             Some(spec) => self.launch_pipeline(launch, settings, spec).await?,
             None => {
@@ -257,16 +273,24 @@ impl Runs {
         crate::resume::claim(&dir, id).map_err(ApiError::conflict_failure)?;
         let settings = crate::resume::load_settings(&dir, id, manifest.event_count)
             .map_err(ApiError::from_failure)?;
+        let fix = "restart troupe serve with --nats URL to resume it";
+        if let Some(why) = crate::coordinator::missing(id, &settings, self.remote.is_some(), fix) {
+            return Err(ApiError::conflict(why));
+        }
         crate::destination::verify(&self.workspace, id, &settings, None)
             .map_err(ApiError::from_failure)?;
+        let mut updated = settings.clone();
+        let changed = self.nats.is_some() && updated.nats != self.nats;
+        updated.nats.clone_from(&self.nats);
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
-            .map_err(ApiError::from_failure)?;
+            .map_err(ApiError::from_failure)?
+            .remote(self.remote.clone());
         let task = crate::resume::first_task(&store, id).unwrap_or(settings.task.clone());
         let target = Target::Resume {
             id: id.to_string(),
             mode: ResumeMode::Interrupted,
-            settings: None,
+            settings: changed.then_some(updated),
         };
         let run = self.launch(launch, target, task, true).await?;
         drop(slot);
