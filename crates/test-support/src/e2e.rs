@@ -55,7 +55,10 @@ impl Server {
     /// (`http://IP:PORT/v1`, e.g. a namespace's gateway).
     pub fn url_via(&self, ip: impl Into<std::net::IpAddr>) -> String {
         let ip = ip.into();
-        format!("http://{}/v1", std::net::SocketAddr::new(ip, self.server.addr().port()))
+        format!(
+            "http://{}/v1",
+            std::net::SocketAddr::new(ip, self.server.addr().port())
+        )
     }
 }
 

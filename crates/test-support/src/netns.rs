@@ -43,11 +43,12 @@ pub struct NetNs {
 
 /// `ip`, or a panic naming `scripts/test-deps`.
 fn ip_binary() -> PathBuf {
-    for dir in std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
-    {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain([
+        "/usr/sbin",
+        "/sbin",
+        "/usr/bin",
+        "/bin",
+    ]) {
         let p = Path::new(dir).join("ip");
         if p.is_file() {
             return p;
@@ -63,7 +64,10 @@ fn ip(args: &[&str]) -> String {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| {
-            panic!("cannot run ip {}: {e}; run scripts/test-deps (iproute2)", args.join(" "))
+            panic!(
+                "cannot run ip {}: {e}; run scripts/test-deps (iproute2)",
+                args.join(" ")
+            )
         });
     if !out.status.success() {
         panic!(
@@ -172,7 +176,11 @@ impl NetNs {
     }
 
     fn set_up(&self) {
-        let (name, h, n) = (self.name.as_str(), self.host_if.as_str(), self.ns_if.as_str());
+        let (name, h, n) = (
+            self.name.as_str(),
+            self.host_if.as_str(),
+            self.ns_if.as_str(),
+        );
         ip(&["netns", "add", name]);
         ip(&["link", "add", h, "type", "veth", "peer", "name", n]);
         ip(&["link", "set", n, "netns", name]);

@@ -31,21 +31,42 @@ fn a_cut_link_stops_connections_and_a_restored_one_carries_them_again() {
     let listener = TcpListener::bind((ns.host_ip(), 0)).unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let second = NetNs::new();
-    assert_ne!(second.host_ip(), ns.host_ip(), "each namespace has its own /30");
-    assert!(ns.reaches(addr, Duration::from_secs(5)), "{name} does not reach {addr}");
+    assert_ne!(
+        second.host_ip(),
+        ns.host_ip(),
+        "each namespace has its own /30"
+    );
+    assert!(
+        ns.reaches(addr, Duration::from_secs(5)),
+        "{name} does not reach {addr}"
+    );
     ns.cut();
-    assert!(!ns.reaches(addr, Duration::from_secs(2)), "{name} reaches {addr} with its link cut");
+    assert!(
+        !ns.reaches(addr, Duration::from_secs(2)),
+        "{name} reaches {addr} with its link cut"
+    );
     ns.restore();
-    assert!(ns.reaches(addr, Duration::from_secs(5)), "{name} does not reach {addr} after the restore");
+    assert!(
+        ns.reaches(addr, Duration::from_secs(5)),
+        "{name} does not reach {addr} after the restore"
+    );
     // A program started inside sees only lo and its end of the pair.
-    let out = ns.command("ip").args(["-o", "link", "show"]).output().unwrap();
+    let out = ns
+        .command("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .unwrap();
     let links = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(links.lines().count(), 2, "{links}");
     assert!(links.contains(&format!("{name}n")), "{links}");
     let host_if = format!("{name}h");
     assert_eq!(exists(&name, &host_if), (true, true));
     drop(ns);
-    assert_eq!(exists(&name, &host_if), (false, false), "namespace or veth left behind");
+    assert_eq!(
+        exists(&name, &host_if),
+        (false, false),
+        "namespace or veth left behind"
+    );
 }
 
 #[test]
