@@ -20,6 +20,7 @@ mod pipeline;
 mod pipeline_plan;
 mod reasoning;
 mod remote;
+mod remote_partition;
 mod responses;
 mod resume;
 mod resume_trust;

@@ -1,0 +1,360 @@
+//! A real network partition (issue 17, docs/scale-out.md): three `troupe
+//! worker` processes, each in a network namespace of its own joined to the
+//! host by a veth pair (`troupe_test_support::netns`), a real nats-server
+//! and the scripted model server listening on the host (`0.0.0.0`, reached
+//! from each namespace through its own link), the coordinator (`troupe
+//! exec --nats`) on the host. One worker's link is cut while it runs a
+//! task; the task is redelivered to another worker; the link comes back
+//! and the zombie's late messages are fenced off, never merged. Needs root
+//! (CI runs as root) and iproute2 (`scripts/test-deps`).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use troupe_protocol::ThreadEvent;
+use troupe_test_support::nats::NatsServer;
+use troupe_test_support::netns::NetNs;
+use troupe_testkit::{Reply, Script, ToolCallSpec};
+
+use super::exec::{Server, bin, exec_cmd, session_events};
+
+const PARTS: usize = 6;
+
+const PROMPT: &str = "Split the work into six parts.";
+
+/// The sandbox the other NATS tests use (the coordinator's ceiling).
+const FULL: &[&str] = &["--sandbox", "danger-full-access"];
+
+const EVERYWHERE: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+/// A process killed on drop; its stdout and stderr go to files.
+struct Proc {
+    child: Option<Child>,
+    name: String,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
+        let out = dir.join(format!("{name}.out"));
+        let err = dir.join(format!("{name}.log"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(File::create(&out).unwrap())
+            .stderr(File::create(&err).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child: Some(child),
+            name: name.to_string(),
+            out,
+            err,
+        }
+    }
+
+    /// Its stderr so far (a worker's tracing log).
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Waits for its exit within `limit` (then kills it): the exit code
+    /// (`None`: killed), stdout, stderr.
+    fn finish(&mut self, limit: Duration) -> (Option<i32>, String, String) {
+        let deadline = Instant::now() + limit;
+        let mut code = None;
+        if let Some(child) = self.child.as_mut() {
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    code = status.code();
+                    break;
+                }
+                if Instant::now() > deadline {
+                    eprintln!("{} still running after {limit:?}: killed", self.name);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.kill();
+        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+        (code, out, self.log())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `troupe worker` inside `ns`, reaching NATS and the model through the
+/// namespace's link.
+fn worker(ns: &NetNs, nats: &str, model: &str, dir: &Path, n: usize) -> Proc {
+    let mut cmd = ns.command(bin());
+    cmd.args(["worker", "--nats", nats, "--base-url", model])
+        .args(["--ack-wait-secs", "3", "--name", &format!("w{n}")])
+        .args(["--sandbox", "danger-full-access"])
+        .arg("--workdir")
+        .arg(dir.join(format!("worker-{n}")))
+        .env("TROUPE_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL");
+    Proc::spawn(cmd, dir, &format!("worker-{n}"))
+}
+
+fn repo(dir: &Path) {
+    std::fs::write(dir.join("README.md"), "parts\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    std::fs::write(
+        dir.join("troupe.toml"),
+        "[verifier]\nallow_unverified_merge = true\n",
+    )
+    .unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+}
+
+/// The root spawns six worktree children three at a time and merges them
+/// after `merge_delay_ms`. Every child reply writes its part and hands off
+/// in one step (then only final texts), with a delay so a worker is
+/// mid-turn (its model request in flight, or retried by the provider
+/// while the link is down) when its link is cut: the zombie
+/// and its successor share the conversation's scripted cursor, and both
+/// end with the same tree whatever replies each takes.
+fn script(merge_delay_ms: u64) -> Script {
+    let spawn = |i: usize| {
+        ToolCallSpec::new(
+            format!("s{i}"),
+            "spawn_subagent",
+            json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
+        )
+    };
+    let merge = |i: usize| {
+        ToolCallSpec::new(
+            format!("m{i}"),
+            "merge_worktree",
+            json!({"name": format!("p{i}")}),
+        )
+    };
+    let mut script = Script::replies(vec![]);
+    for i in 1..=PARTS {
+        let step = || {
+            Reply::tool_calls(vec![
+                ToolCallSpec::new(
+                    format!("w{i}"),
+                    "write_file",
+                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+                ),
+                ToolCallSpec::new(
+                    format!("h{i}"),
+                    "handoff",
+                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+                ),
+            ])
+            .with_delay_ms(800)
+        };
+        let mut replies = vec![step(), step(), step()];
+        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
+        script = script.with_route(format!("Write part P{i} of six"), replies);
+    }
+    // After the children's routes: a child's orientation quotes the
+    // session's task, so the root's route would match the children too.
+    script.with_route(
+        "Split the work into six parts",
+        vec![
+            Reply::tool_calls((1..=3).map(spawn).collect()),
+            Reply::tool_calls((4..=6).map(spawn).collect()),
+            Reply::tool_calls((1..=PARTS).map(merge).collect()).with_delay_ms(merge_delay_ms),
+            Reply::text("all six parts merged"),
+        ],
+    )
+}
+
+/// The tracked files at HEAD with their blob ids (content-addressed).
+fn tree(dir: &Path) -> BTreeSet<String> {
+    let out = Command::new("git")
+        .args(["ls-tree", "-r", "HEAD"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn local_tree() -> BTreeSet<String> {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let server = Server::with_script(script(0));
+    let mut run = Proc::spawn(
+        exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
+        ws.path(),
+        "local",
+    );
+    let (code, out, err) = run.finish(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "local run: {out}\n{err}");
+    tree(ws.path())
+}
+
+/// A task started and not yet acked, by the worker's log.
+fn busy(log: &str) -> bool {
+    log.matches("running").count() > log.matches("handoff committed").count()
+}
+
+/// Every worker's log, for failure messages.
+fn logs(workers: &[Proc]) -> String {
+    workers
+        .iter()
+        .map(|w| format!("--- {} ---\n{}", w.name, w.log()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Polls `done` every 20 ms until it holds or `limit` passes.
+fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// One run: `Some(())` when the cut caught a worker mid-task and every
+/// check held, `None` when the victim turned out to hold no task.
+fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = NatsServer::start_on(EVERYWHERE);
+    let server = Server::with_script_on(script(6000), SocketAddr::new(EVERYWHERE, 0));
+    // Declared before the workers, so dropped after them: a namespace is
+    // deleted once no process is left inside it.
+    let nets: Vec<NetNs> = (0..3).map(|_| NetNs::new()).collect();
+    let gateway = |ns: &NetNs| SocketAddr::new(ns.host_ip().into(), nats.port());
+    for ns in &nets {
+        assert!(
+            ns.reaches(gateway(ns), Duration::from_secs(5)),
+            "namespace {} does not reach nats-server at {}",
+            ns.name(),
+            gateway(ns)
+        );
+    }
+    let workers: Vec<Proc> = nets
+        .iter()
+        .enumerate()
+        .map(|(n, ns)| {
+            let model = server.url_via(ns.host_ip());
+            worker(ns, &nats.url_via(ns.host_ip()), &model, tmp.path(), n)
+        })
+        .collect();
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let nats_url = nats.url();
+    let nats_arg = [FULL, &["--nats", &nats_url]].concat();
+    let mut coordinator = Proc::spawn(
+        exec_cmd(ws.path(), &server.url_via(local), &nats_arg, PROMPT),
+        tmp.path(),
+        "coordinator",
+    );
+    // Cut the link of the first worker seen running a task.
+    let mut victim = None;
+    wait(Duration::from_secs(90), || {
+        victim = workers.iter().position(|w| busy(&w.log()));
+        victim.is_some()
+    });
+    let Some(v) = victim else {
+        panic!("no worker ran a task within 90 s\n{}", logs(&workers));
+    };
+    nets[v].cut();
+    let in_flight = busy(&workers[v].log());
+    assert!(
+        !nets[v].reaches(gateway(&nets[v]), Duration::from_secs(2)),
+        "with its link cut, namespace {} still reaches nats-server",
+        nets[v].name()
+    );
+    // Past the ack wait (3 s) its task goes to another worker as
+    // incarnation 2; only then does the link come back.
+    let redelivered = wait(Duration::from_secs(45), || {
+        workers
+            .iter()
+            .enumerate()
+            .any(|(k, w)| k != v && w.log().contains("incarnation=2"))
+    });
+    nets[v].restore();
+    assert!(
+        nets[v].reaches(gateway(&nets[v]), Duration::from_secs(10)),
+        "with its link restored, namespace {} does not reach nats-server",
+        nets[v].name()
+    );
+    let (code, out, err) = coordinator.finish(Duration::from_secs(240));
+    let all = logs(&workers);
+    assert_eq!(code, Some(0), "coordinator: {out}\n{err}\n{all}");
+    if !in_flight {
+        eprintln!("attempt {attempt}: worker {v} held no task at the cut; again");
+        return None;
+    }
+    assert!(
+        redelivered,
+        "worker {v}'s task was not redelivered while its link was cut\n{all}"
+    );
+    assert_eq!(
+        tree(ws.path()),
+        *expected,
+        "the merged tree differs from a local run's\n{all}"
+    );
+    let events = session_events(ws.path());
+    let mut from: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(h.from_agent.clone()),
+            _ => None,
+        })
+        .collect();
+    from.sort();
+    let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
+    assert_eq!(from, want, "each handoff once\n{all}");
+    let fenced: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        fenced.iter().any(|m| m.contains("stale incarnation 1")),
+        "no fenced record of the zombie's late messages: {fenced:?}\n{err}\n{all}"
+    );
+    eprintln!("attempt {attempt}: worker {v} cut mid-task; fenced: {fenced:#?}");
+    Some(())
+}
+
+/// The zombie is mid-turn at the cut (its model reply delayed 800 ms, then
+/// stuck in the dead link or retried by the provider), so once the link is
+/// back it sends that turn's events and its result, all from incarnation
+/// 1; the root's merge waits 6 s, so the session is still running when
+/// they arrive.
+#[test]
+fn a_worker_cut_off_mid_task_is_fenced_off_when_its_link_returns() {
+    let expected = local_tree();
+    for attempt in 0..3 {
+        if partition_round(&expected, attempt).is_some() {
+            return;
+        }
+    }
+    panic!("the cut worker never held a task in three attempts");
+}
