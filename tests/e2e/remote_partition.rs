@@ -7,6 +7,8 @@
 //! task; the task is redelivered to another worker; the link comes back
 //! and the zombie's late messages are fenced off, never merged. Needs root
 //! (CI runs as root) and iproute2 (`scripts/test-deps`).
+// Each attempt says on stderr what it caught (shown when the test fails).
+#![allow(clippy::print_stderr)]
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -243,7 +245,7 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
     let server = Server::with_script_on(script(6000), SocketAddr::new(EVERYWHERE, 0));
     // Declared before the workers, so dropped after them: a namespace is
     // deleted once no process is left inside it.
-    let nets: Vec<NetNs> = (0..3).map(|_| NetNs::new()).collect();
+    let nets: Vec<NetNs> = (0..3).map(|_| NetNs::create()).collect();
     let gateway = |ns: &NetNs| SocketAddr::new(ns.host_ip().into(), nats.port());
     for ns in &nets {
         assert!(

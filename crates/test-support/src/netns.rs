@@ -14,7 +14,7 @@
 //! [`NetNs::host_ip`]. Dropping the value (also while a test panics)
 //! deletes the namespace, and with it the veth pair. Namespaces left by a
 //! test process that was killed (its pid gone) are deleted by the next
-//! [`NetNs::new`].
+//! [`NetNs::create`].
 
 use std::ffi::OsStr;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -152,7 +152,7 @@ impl NetNs {
     /// Creates the namespace, the veth pair (one end moved in), their
     /// addresses, and brings `lo` and both ends up. Panics naming the
     /// step that failed; whatever was made by then is deleted.
-    pub fn new() -> NetNs {
+    pub fn create() -> NetNs {
         delete_stale();
         let pid = std::process::id();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);

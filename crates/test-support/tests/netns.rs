@@ -26,11 +26,11 @@ fn exists(name: &str, host_if: &str) -> (bool, bool) {
 
 #[test]
 fn a_cut_link_stops_connections_and_a_restored_one_carries_them_again() {
-    let ns = NetNs::new();
+    let ns = NetNs::create();
     let name = ns.name().to_string();
     let listener = TcpListener::bind((ns.host_ip(), 0)).unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    let second = NetNs::new();
+    let second = NetNs::create();
     assert_ne!(
         second.host_ip(),
         ns.host_ip(),
@@ -73,7 +73,7 @@ fn a_cut_link_stops_connections_and_a_restored_one_carries_them_again() {
 fn a_panicking_test_leaves_no_namespace_behind() {
     let mut made = None;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ns = NetNs::new();
+        let ns = NetNs::create();
         made = Some(ns.name().to_string());
         panic!("the test fails");
     }));
