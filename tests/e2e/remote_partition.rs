@@ -24,6 +24,7 @@ use troupe_test_support::netns::NetNs;
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
+use troupe_test_support::e2e::session_dirs;
 
 const PARTS: usize = 6;
 
@@ -225,6 +226,20 @@ fn logs(workers: &[Proc]) -> String {
         .join("\n")
 }
 
+/// How many records of incarnation 1 fenced off the session's log under
+/// `ws` holds so far (the raw lines: the session is still writing).
+fn fenced_so_far(ws: &Path) -> usize {
+    session_dirs(ws)
+        .iter()
+        .map(|d| std::fs::read_to_string(d.join("events.jsonl")).unwrap_or_default())
+        .map(|log| {
+            log.lines()
+                .filter(|l| l.contains("fenced") && l.contains("stale incarnation 1"))
+                .count()
+        })
+        .sum()
+}
+
 /// Polls `done` every 20 ms until it holds or `limit` passes.
 fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -297,6 +312,7 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
             .enumerate()
             .any(|(k, w)| k != v && w.log().contains("incarnation=2"))
     });
+    let fenced_before_restore = fenced_so_far(ws.path());
     nets[v].restore();
     assert!(
         nets[v].reaches(gateway(&nets[v]), Duration::from_secs(10)),
@@ -337,11 +353,18 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
             _ => None,
         })
         .collect();
+    let stale = fenced
+        .iter()
+        .filter(|m| m.contains("stale incarnation 1"))
+        .count();
+    // Fenced after the restore: what the zombie sent once its link was back.
     assert!(
-        fenced.iter().any(|m| m.contains("stale incarnation 1")),
-        "no fenced record of the zombie's late messages: {fenced:?}\n{err}\n{all}"
+        stale > fenced_before_restore,
+        "no fenced record of the zombie's late messages ({fenced_before_restore} before the restore): {fenced:?}\n{err}\n{all}"
     );
-    eprintln!("attempt {attempt}: worker {v} cut mid-task; fenced: {fenced:#?}");
+    eprintln!(
+        "attempt {attempt}: worker {v} cut mid-task; {fenced_before_restore} fenced before the restore, {stale} in all: {fenced:#?}"
+    );
     Some(())
 }
 
