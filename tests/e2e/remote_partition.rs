@@ -252,82 +252,132 @@ fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// One run: `Some(())` when the cut caught a worker mid-task and every
-/// check held, `None` when the victim turned out to hold no task.
-fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = NatsServer::start_on(EVERYWHERE);
-    let server = Server::with_script_on(script(6000), SocketAddr::new(EVERYWHERE, 0));
-    // Declared before the workers, so dropped after them: a namespace is
-    // deleted once no process is left inside it.
-    let nets: Vec<NetNs> = (0..3).map(|_| NetNs::create()).collect();
-    let gateway = |ns: &NetNs| SocketAddr::new(ns.host_ip().into(), nats.port());
-    for ns in &nets {
-        assert!(
-            ns.reaches(gateway(ns), Duration::from_secs(5)),
-            "namespace {} does not reach nats-server at {}",
-            ns.name(),
-            gateway(ns)
-        );
+/// Three workers, each in a namespace of its own, and the servers they
+/// reach on the host through their links.
+struct Cluster {
+    // Fields drop in order: the workers before their namespaces (a
+    // namespace is deleted once no process is left inside it).
+    workers: Vec<Proc>,
+    nets: Vec<NetNs>,
+    server: Server,
+    nats: NatsServer,
+    tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let nats = NatsServer::start_on(EVERYWHERE);
+        let server = Server::with_script_on(script(6000), SocketAddr::new(EVERYWHERE, 0));
+        let nets: Vec<NetNs> = (0..3).map(|_| NetNs::create()).collect();
+        let mut c = Cluster {
+            workers: Vec::new(),
+            nets,
+            server,
+            nats,
+            tmp,
+        };
+        for k in 0..c.nets.len() {
+            assert!(
+                c.nets[k].reaches(c.gateway(k), Duration::from_secs(5)),
+                "namespace {} does not reach nats-server at {}",
+                c.nets[k].name(),
+                c.gateway(k)
+            );
+            let ip = c.nets[k].host_ip();
+            let (nats, model) = (c.nats.url_via(ip), c.server.url_via(ip));
+            let w = worker(&c.nets[k], &nats, &model, c.tmp.path(), k);
+            c.workers.push(w);
+        }
+        c
     }
-    let workers: Vec<Proc> = nets
-        .iter()
-        .enumerate()
-        .map(|(n, ns)| {
-            let model = server.url_via(ns.host_ip());
-            worker(ns, &nats.url_via(ns.host_ip()), &model, tmp.path(), n)
-        })
-        .collect();
-    let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
-    let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let nats_url = nats.url();
-    let nats_arg = [FULL, &["--nats", &nats_url]].concat();
-    let mut coordinator = Proc::spawn(
-        exec_cmd(ws.path(), &server.url_via(local), &nats_arg, PROMPT),
-        tmp.path(),
-        "coordinator",
-    );
-    // Cut the link of the first worker seen running a task.
+
+    /// nats-server as namespace `k` reaches it: through its link.
+    fn gateway(&self, k: usize) -> SocketAddr {
+        SocketAddr::new(self.nets[k].host_ip().into(), self.nats.port())
+    }
+
+    fn logs(&self) -> String {
+        logs(&self.workers)
+    }
+}
+
+/// What happened around the cut.
+struct Cut {
+    victim: usize,
+    /// The victim held a task (by its log) when its link went down.
+    in_flight: bool,
+    /// Another worker ran the task as incarnation 2 before the restore.
+    redelivered: bool,
+    /// Fenced records of incarnation 1 in the log at the restore.
+    fenced_before_restore: usize,
+}
+
+/// Cuts the link of the first worker seen running a task; once another
+/// worker runs it as incarnation 2 (past the 3 s ack wait), restores it.
+fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
     let mut victim = None;
     wait(Duration::from_secs(90), || {
-        victim = workers.iter().position(|w| busy(&w.log()));
+        victim = c.workers.iter().position(|w| busy(&w.log()));
         victim.is_some()
     });
     let Some(v) = victim else {
-        panic!("no worker ran a task within 90 s\n{}", logs(&workers));
+        panic!("no worker ran a task within 90 s\n{}", c.logs());
     };
-    nets[v].cut();
-    let in_flight = busy(&workers[v].log());
+    let ns = &c.nets[v];
+    ns.cut();
+    let in_flight = busy(&c.workers[v].log());
     assert!(
-        !nets[v].reaches(gateway(&nets[v]), Duration::from_secs(2)),
+        !ns.reaches(c.gateway(v), Duration::from_secs(2)),
         "with its link cut, namespace {} still reaches nats-server",
-        nets[v].name()
+        ns.name()
     );
-    // Past the ack wait (3 s) its task goes to another worker as
-    // incarnation 2; only then does the link come back.
     let redelivered = wait(Duration::from_secs(45), || {
-        workers
+        c.workers
             .iter()
             .enumerate()
             .any(|(k, w)| k != v && w.log().contains("incarnation=2"))
     });
-    let fenced_before_restore = fenced_so_far(ws.path());
-    nets[v].restore();
+    let fenced_before_restore = fenced_so_far(ws);
+    ns.restore();
     assert!(
-        nets[v].reaches(gateway(&nets[v]), Duration::from_secs(10)),
+        ns.reaches(c.gateway(v), Duration::from_secs(10)),
         "with its link restored, namespace {} does not reach nats-server",
-        nets[v].name()
+        ns.name()
     );
+    Cut {
+        victim: v,
+        in_flight,
+        redelivered,
+        fenced_before_restore,
+    }
+}
+
+/// One run: `Some(())` when the cut caught a worker mid-task and every
+/// check held, `None` when the victim turned out to hold no task.
+fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
+    let c = Cluster::start();
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let nats_url = c.nats.url();
+    let nats_arg = [FULL, &["--nats", &nats_url]].concat();
+    let mut coordinator = Proc::spawn(
+        exec_cmd(ws.path(), &c.server.url_via(local), &nats_arg, PROMPT),
+        c.tmp.path(),
+        "coordinator",
+    );
+    let cut = cut_and_restore(&c, ws.path());
     let (code, out, err) = coordinator.finish(Duration::from_secs(240));
-    let all = logs(&workers);
+    let all = c.logs();
     assert_eq!(code, Some(0), "coordinator: {out}\n{err}\n{all}");
-    if !in_flight {
+    let v = cut.victim;
+    if !cut.in_flight {
         eprintln!("attempt {attempt}: worker {v} held no task at the cut; again");
         return None;
     }
     assert!(
-        redelivered,
+        cut.redelivered,
         "worker {v}'s task was not redelivered while its link was cut\n{all}"
     );
     assert_eq!(
@@ -335,7 +385,15 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
         *expected,
         "the merged tree differs from a local run's\n{all}"
     );
-    let events = session_events(ws.path());
+    check_log(ws.path(), &cut, &format!("{err}\n{all}"));
+    eprintln!("attempt {attempt}: worker {v} cut mid-task");
+    Some(())
+}
+
+/// Each handoff is in the log once, and records of the zombie's messages
+/// fenced off were added after the restore.
+fn check_log(ws: &Path, cut: &Cut, logs: &str) {
+    let events = session_events(ws);
     let mut from: Vec<String> = events
         .iter()
         .filter_map(|e| match e {
@@ -345,7 +403,7 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
         .collect();
     from.sort();
     let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
-    assert_eq!(from, want, "each handoff once\n{all}");
+    assert_eq!(from, want, "each handoff once\n{logs}");
     let fenced: Vec<&String> = events
         .iter()
         .filter_map(|e| match e {
@@ -357,15 +415,12 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
         .iter()
         .filter(|m| m.contains("stale incarnation 1"))
         .count();
-    // Fenced after the restore: what the zombie sent once its link was back.
+    let before = cut.fenced_before_restore;
     assert!(
-        stale > fenced_before_restore,
-        "no fenced record of the zombie's late messages ({fenced_before_restore} before the restore): {fenced:?}\n{err}\n{all}"
+        stale > before,
+        "no fenced record of the zombie's late messages ({before} before the restore): {fenced:?}\n{logs}"
     );
-    eprintln!(
-        "attempt {attempt}: worker {v} cut mid-task; {fenced_before_restore} fenced before the restore, {stale} in all: {fenced:#?}"
-    );
-    Some(())
+    eprintln!("{before} fenced before the restore, {stale} in all: {fenced:#?}");
 }
 
 /// The zombie is mid-turn at the cut (its model reply delayed 800 ms, then
