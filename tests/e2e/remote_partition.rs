@@ -329,8 +329,9 @@ fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
     let in_flight = busy(&c.workers[v].log());
     assert!(
         !ns.reaches(c.gateway(v), Duration::from_secs(2)),
-        "with its link cut, namespace {} still reaches nats-server",
-        ns.name()
+        "with its link cut, namespace {} still reaches nats-server\n{}",
+        ns.name(),
+        c.logs()
     );
     let redelivered = wait(Duration::from_secs(45), || {
         c.workers
@@ -342,8 +343,9 @@ fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
     ns.restore();
     assert!(
         ns.reaches(c.gateway(v), Duration::from_secs(10)),
-        "with its link restored, namespace {} does not reach nats-server",
-        ns.name()
+        "with its link restored, namespace {} does not reach nats-server\n{}",
+        ns.name(),
+        c.logs()
     );
     Cut {
         victim: v,
