@@ -21,6 +21,7 @@ mod pipeline_plan;
 mod reasoning;
 mod remote;
 mod remote_cli;
+mod remote_partition;
 mod responses;
 mod resume;
 mod resume_trust;

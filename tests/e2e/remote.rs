@@ -159,6 +159,11 @@ fn shared_cursor_script(side: &Path) -> Script {
         replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
         script = script.with_route(format!("Write part P{i} of six"), replies);
     }
+    // The children's routes first: a child's orientation quotes the
+    // session's task, which the root's route matches.
+    script
+        .routes
+        .sort_by_key(|r| !r.when.starts_with("Write part"));
     script
 }
 

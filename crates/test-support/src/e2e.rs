@@ -29,20 +29,36 @@ impl Server {
 
     /// Serves `script`.
     pub fn with_script(script: Script) -> Server {
+        Server::with_script_on(script, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Serves `script` on `addr` (port 0: a free one); `0.0.0.0` serves
+    /// the host ends of test namespaces' links too ([`Server::url_via`]).
+    pub fn with_script_on(script: Script, addr: std::net::SocketAddr) -> Server {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("a runtime for the scripted server");
         let server = rt
-            .block_on(ScriptedServer::start(script))
-            .expect("the scripted server starts on 127.0.0.1");
+            .block_on(ScriptedServer::start_on(script, addr))
+            .expect("the scripted server starts");
         Server { _rt: rt, server }
     }
 
     /// Its OpenAI-style base URL (`http://127.0.0.1:PORT/v1`).
     pub fn url(&self) -> String {
         self.server.openai_base_url()
+    }
+
+    /// Its OpenAI-style base URL through another of the host's addresses
+    /// (`http://IP:PORT/v1`, e.g. a namespace's gateway).
+    pub fn url_via(&self, ip: impl Into<std::net::IpAddr>) -> String {
+        let ip = ip.into();
+        format!(
+            "http://{}/v1",
+            std::net::SocketAddr::new(ip, self.server.addr().port())
+        )
     }
 }
 

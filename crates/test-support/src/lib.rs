@@ -11,6 +11,9 @@
 //! - [`git`]: a temp git repository built with git2;
 //! - [`bin`]: running a built binary with a timeout, stdin, env, JSONL;
 //! - [`e2e`]: `troupe exec` runs and the session they leave;
+//! - [`nats`]: a real `nats-server` per test;
+//! - [`netns`]: a network namespace joined by a veth pair, to cut a
+//!   process's link (partition tests);
 //! - [`vtcode`]: a consumer typed on VT Code's published `ThreadEvent`,
 //!   which every e2e helper runs over what it reads.
 
@@ -20,6 +23,7 @@ pub mod e2e;
 pub mod events;
 pub mod git;
 pub mod nats;
+pub mod netns;
 pub mod session;
 pub mod vtcode;
 pub mod wait;
