@@ -254,13 +254,21 @@ fn script(steps: &[usize]) -> Script {
 /// One `spawn_subagent` call of the root, as the coordinator's stdout
 /// showed it.
 struct Call {
+    /// The child's name (`tN`).
+    name: String,
     started: Instant,
+    /// The same moment as seconds of the UTC day (to set beside the
+    /// workers' log lines).
+    started_at: f64,
     completed: Option<(Instant, String)>,
+    completed_at: f64,
 }
 
 struct Outcome {
     calls: Vec<Call>,
     wall: Duration,
+    /// The workers' logs (remote runs).
+    logs: Vec<String>,
 }
 
 impl Outcome {
@@ -329,9 +337,13 @@ fn run(place: Place, steps: &[usize]) -> Outcome {
     let calls = read_calls(&mut child, &err_path);
     let wall = t0.elapsed();
     let status = child.wait().unwrap();
-    let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+    let logs = committed_logs(&workers, total);
     let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-    assert!(status.success(), "{}: {status}\n{err}\n{logs:#?}", place.label());
+    assert!(
+        status.success(),
+        "{}: {status}\n{err}\n{logs:#?}",
+        place.label()
+    );
     assert_eq!(calls.len(), total, "{}: calls seen\n{err}", place.label());
     for (id, c) in &calls {
         let status = c.completed.as_ref().map(|(_, s)| s.as_str());
@@ -347,6 +359,25 @@ fn run(place: Place, steps: &[usize]) -> Outcome {
     Outcome {
         calls: calls.into_values().collect(),
         wall,
+        logs,
+    }
+}
+
+/// The workers' logs once they show `total` committed handoffs (a worker
+/// acks a few polls after the coordinator committed, so maybe after the
+/// coordinator ended), or after 10 s.
+fn committed_logs(workers: &[Worker], total: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+        let committed: usize = logs
+            .iter()
+            .map(|l| l.matches("handoff committed").count())
+            .sum();
+        if workers.is_empty() || committed >= total || Instant::now() > deadline {
+            return logs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -358,7 +389,7 @@ fn read_calls(child: &mut Child, err_path: &Path) -> HashMap<String, Call> {
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if tx.send((Instant::now(), line)).is_err() {
+            if tx.send(((Instant::now(), day_secs()), line)).is_err() {
                 break;
             }
         }
@@ -379,7 +410,15 @@ fn read_calls(child: &mut Child, err_path: &Path) -> HashMap<String, Call> {
     }
 }
 
-fn record(calls: &mut HashMap<String, Call>, at: Instant, line: &str) {
+/// Now, in seconds of the UTC day.
+fn day_secs() -> f64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.as_secs_f64() % 86_400.0
+}
+
+fn record(calls: &mut HashMap<String, Call>, (at, at_day): (Instant, f64), line: &str) {
     let Ok(v) = serde_json::from_str::<Value>(line) else {
         panic!("not a JSON event on stdout: {line}");
     };
@@ -393,11 +432,15 @@ fn record(calls: &mut HashMap<String, Call>, at: Instant, line: &str) {
     let id = item["id"].as_str().unwrap_or_default().to_string();
     match v["type"].as_str() {
         Some("item.started") => {
+            let name = item["arguments"]["name"].as_str().unwrap_or_default();
             calls.insert(
                 id,
                 Call {
+                    name: name.to_string(),
                     started: at,
+                    started_at: at_day,
                     completed: None,
+                    completed_at: 0.0,
                 },
             );
         }
@@ -405,10 +448,71 @@ fn record(calls: &mut HashMap<String, Call>, at: Instant, line: &str) {
             let status = item["status"].as_str().unwrap_or_default().to_string();
             if let Some(c) = calls.get_mut(&id) {
                 c.completed = Some((at, status));
+                c.completed_at = at_day;
             }
         }
         _ => {}
     }
+}
+
+/// A log line's timestamp (`2026-12-01T16:48:34.353287Z …`) in seconds
+/// of the UTC day.
+fn log_secs(line: &str) -> Option<f64> {
+    let hms = line.get(11..26)?;
+    let mut parts = hms.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// A `key=value` field of a log line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Where a remote call's time went, from the workers' logs (ms, sorted
+/// each): the call's start to the worker's `running` (publishing the base
+/// bundle and the task, the fetch, the claim), `running` to the call's end
+/// (clone, the agent, events, checkpoint and result bundle, the
+/// coordinator applying it), and the call's end to the worker's ack (the
+/// worker's slot is held that long after the parent has its handoff).
+fn breakdown(o: &Outcome) -> [Vec<f64>; 3] {
+    let mut running = HashMap::new();
+    let mut acked = HashMap::new();
+    let mut agent_of = HashMap::new();
+    for line in o.logs.iter().flat_map(|l| l.lines()) {
+        let (Some(at), Some(task)) = (log_secs(line), field(line, "task")) else {
+            continue;
+        };
+        if line.contains(" running ") {
+            if let Some(agent) = field(line, "agent") {
+                let name = agent.rsplit('/').next().unwrap_or(agent).to_string();
+                agent_of.insert(task.to_string(), name.clone());
+                running.insert(name, at);
+            }
+        } else if line.contains("handoff committed") {
+            acked.insert(task.to_string(), at);
+        }
+    }
+    let acked: HashMap<String, f64> = acked
+        .into_iter()
+        .filter_map(|(t, at)| Some((agent_of.get(&t)?.clone(), at)))
+        .collect();
+    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
+    for c in &o.calls {
+        let (Some(r), Some(a)) = (running.get(&c.name), acked.get(&c.name)) else {
+            continue;
+        };
+        parts[0].push((r - c.started_at) * 1e3);
+        parts[1].push((c.completed_at - r) * 1e3);
+        parts[2].push((a - c.completed_at) * 1e3);
+    }
+    for p in &mut parts {
+        p.sort_by(f64::total_cmp);
+    }
+    parts
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -418,7 +522,9 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, Outcome)]) {
-    println!("\nthroughput: {tasks} trivial worktree subagents, {PER_STEP} spawn_subagent calls per root step");
+    println!(
+        "\nthroughput: {tasks} trivial worktree subagents, {PER_STEP} spawn_subagent calls per root step"
+    );
     println!("| children on | window | tasks/s | vs local | mean call | run wall |");
     println!("|---|---:|---:|---:|---:|---:|");
     let base = tasks as f64 / tp[0].1.window().as_secs_f64();
@@ -434,7 +540,9 @@ fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, 
             o.wall.as_secs_f64()
         );
     }
-    println!("\nlatency: {latency} single subagents one after another; spawn_subagent item.started → item.completed on the coordinator's stdout");
+    println!(
+        "\nlatency: {latency} single subagents one after another; spawn_subagent item.started → item.completed on the coordinator's stdout"
+    );
     println!("| children on | p50 | p99 | min | max |");
     println!("|---|---:|---:|---:|---:|");
     let mut p = Vec::new();
@@ -457,4 +565,24 @@ fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, 
         r99 - l99,
         r99 / l99
     );
+    let parts = breakdown(&lat[1].1);
+    let names = [
+        "call start → worker `running` (base bundle, task publish, fetch, claim)",
+        "worker `running` → call end (clone, agent, events, bundles, apply)",
+        "call end → worker ack (its slot held till then; < 0: acked before the call's end reached stdout)",
+    ];
+    println!("\nremote call, from the worker's log (same clock):");
+    println!("| part | p50 | p99 |");
+    println!("|---|---:|---:|");
+    for (name, d) in names.iter().zip(&parts) {
+        if d.is_empty() {
+            println!("| {name} | ? | ? |");
+            continue;
+        }
+        println!(
+            "| {name} | {:.0} ms | {:.0} ms |",
+            pct(d, 50.0),
+            pct(d, 99.0)
+        );
+    }
 }
