@@ -1,0 +1,588 @@
+//! Scale-out through NATS JetStream (issue 17), on loopback with the real
+//! pieces: Debian's `nats-server` (a fresh one per run, JetStream on, a
+//! temporary file store), `troupe worker` processes and a `troupe exec
+//! --json --nats` coordinator (this build's binary), the scripted model
+//! server on 127.0.0.1 and a git repository in a temporary directory.
+//!
+//! Every subagent is a trivial worktree child: one step that writes one
+//! file and hands off, then a final text. The root's scripted model spawns
+//! them with `spawn_subagent`; each call is timed on the coordinator's
+//! stdout (`--json`), from the root's `item.started` of the call to its
+//! `item.completed` (the child's handoff is in the coordinator's log).
+//!
+//! - Throughput: N children, 3 `spawn_subagent` calls per root step (one
+//!   per worker of the 3-worker run), run locally (no `--nats`, the
+//!   baseline), on 1 worker, on 3 workers and on 1 worker with
+//!   `--concurrency 3`; tasks/s over the window from the first call's
+//!   start to the last call's end.
+//! - Latency: K children one after another (one call per root step),
+//!   local and on 1 worker; p50/p99 of the call's duration.
+//!
+//! Asserted, so a figure never stands for a broken run: every run exits 0,
+//! every call completes, and in the remote runs the workers' logs show
+//! one committed handoff per task (the children ran there, not here).
+//!
+//! `cargo bench -p troupe-cli --bench remote [-- --quick | --tasks N --latency K]`
+
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs
+)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use troupe_test_support::e2e::Server;
+use troupe_test_support::nats::NatsServer;
+use troupe_testkit::{Reply, Script, ToolCallSpec};
+
+const PROMPT: &str = "Run the bench tasks.";
+/// `spawn_subagent` calls per root step in the throughput runs.
+const PER_STEP: usize = 3;
+/// The most one run may take before the bench gives up on it.
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Where the children run.
+#[derive(Clone, Copy)]
+enum Place {
+    Local,
+    Remote { workers: usize, concurrency: usize },
+}
+
+impl Place {
+    fn label(self) -> String {
+        match self {
+            Place::Local => "local (no --nats): baseline".into(),
+            Place::Remote {
+                workers,
+                concurrency,
+            } => format!(
+                "{workers} worker{} × --concurrency {concurrency}",
+                if workers == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let opt = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let tasks = opt("--tasks", if quick { 6 } else { 24 });
+    let latency = opt("--latency", if quick { 10 } else { 30 });
+    let load_before = loadavg();
+    let started = Instant::now();
+
+    let steps: Vec<usize> = (0..tasks.div_ceil(PER_STEP))
+        .map(|s| PER_STEP.min(tasks - s * PER_STEP))
+        .collect();
+    let places = [
+        Place::Local,
+        Place::Remote {
+            workers: 1,
+            concurrency: 1,
+        },
+        Place::Remote {
+            workers: 3,
+            concurrency: 1,
+        },
+        Place::Remote {
+            workers: 1,
+            concurrency: 3,
+        },
+    ];
+    let mut throughput = Vec::new();
+    for place in places {
+        let r = run(place, &steps);
+        eprintln!("throughput, {}: {:?} wall", place.label(), r.wall);
+        throughput.push((place, r));
+    }
+    let chain = vec![1; latency];
+    let one = Place::Remote {
+        workers: 1,
+        concurrency: 1,
+    };
+    let mut lat = Vec::new();
+    for place in [Place::Local, one] {
+        let r = run(place, &chain);
+        eprintln!("latency, {}: {:?} wall", place.label(), r.wall);
+        lat.push((place, r));
+    }
+    report(tasks, &throughput, latency, &lat);
+    println!(
+        "\nmachine load (1/5/15 min): {load_before} before, {} after; {:.0} s in all",
+        loadavg(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_troupe"))
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A `troupe worker` process, killed on drop; its log (stderr, `info`)
+/// goes to a file.
+struct Worker {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn start(nats: &str, model: &str, dir: &Path, n: usize, concurrency: usize) -> Worker {
+        let log = dir.join(format!("worker-{n}.log"));
+        let child = Command::new(bin())
+            .args(["worker", "--nats", nats, "--base-url", model])
+            .args(["--name", &format!("w{n}")])
+            .args(["--concurrency", &concurrency.to_string()])
+            .arg("--workdir")
+            .arg(dir.join(format!("worker-{n}")))
+            .env("TROUPE_LOG", "info")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("TROUPE_MODEL")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Worker { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until every worker has its consumer (`worker ready`), so that
+/// no run times a worker's start.
+fn wait_ready(workers: &mut [Worker]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for w in workers.iter_mut() {
+        while !w.log().contains("worker ready") {
+            if let Some(status) = w.child.try_wait().unwrap() {
+                panic!("a worker exited ({status}): {}", w.log());
+            }
+            assert!(Instant::now() < deadline, "worker not ready: {}", w.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("README.md"), "bench\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+}
+
+/// Child `i`'s task; ` of the bench` keeps `T1` from matching `T10`.
+fn task(i: usize) -> String {
+    format!("Trivial task T{i} of the bench")
+}
+
+/// The root spawns `steps[s]` children in step `s` (named t1, t2, … in
+/// order), then answers; each child writes `out/t{i}.txt` and hands off
+/// in one step, then answers.
+fn script(steps: &[usize]) -> Script {
+    let total: usize = steps.iter().sum();
+    let mut script = Script::replies(vec![]);
+    // Children first: the first route that matches wins, and a child's
+    // orientation may quote its parent's task.
+    for i in 1..=total {
+        let write = ToolCallSpec::new(
+            format!("w{i}"),
+            "write_file",
+            json!({"path": format!("out/t{i}.txt"), "content": format!("task {i}\n")}),
+        );
+        let handoff = ToolCallSpec::new(
+            format!("h{i}"),
+            "handoff",
+            json!({"state_summary": format!("wrote t{i}"), "boundary_status": [{"name": format!("t{i}"), "status": "done"}], "modified_files": [format!("out/t{i}.txt")]}),
+        );
+        script = script.with_history_route(
+            task(i),
+            vec![
+                Reply::tool_calls(vec![write, handoff]),
+                Reply::text(format!("t{i} done")),
+            ],
+        );
+    }
+    let mut next = 1;
+    let mut root = Vec::new();
+    for &n in steps {
+        let calls = (next..next + n)
+            .map(|i| {
+                ToolCallSpec::new(
+                    format!("s{i}"),
+                    "spawn_subagent",
+                    json!({"name": format!("t{i}"), "task": format!("{}.", task(i)), "isolation": "worktree"}),
+                )
+            })
+            .collect();
+        root.push(Reply::tool_calls(calls));
+        next += n;
+    }
+    root.push(Reply::text("all bench tasks done"));
+    script.with_route(PROMPT.trim_end_matches('.'), root)
+}
+
+/// One `spawn_subagent` call of the root, as the coordinator's stdout
+/// showed it.
+struct Call {
+    /// The child's name (`tN`).
+    name: String,
+    started: Instant,
+    /// The same moment as seconds of the UTC day (to set beside the
+    /// workers' log lines).
+    started_at: f64,
+    completed: Option<(Instant, String)>,
+    completed_at: f64,
+}
+
+struct Outcome {
+    calls: Vec<Call>,
+    wall: Duration,
+    /// The workers' logs (remote runs).
+    logs: Vec<String>,
+}
+
+impl Outcome {
+    /// From the first call's start to the last call's end.
+    fn window(&self) -> Duration {
+        let first = self.calls.iter().map(|c| c.started).min().unwrap();
+        let last = self
+            .calls
+            .iter()
+            .filter_map(|c| c.completed.as_ref().map(|(t, _)| *t))
+            .max()
+            .unwrap();
+        last - first
+    }
+
+    /// Every call's duration, ms, sorted.
+    fn durations_ms(&self) -> Vec<f64> {
+        let mut d: Vec<f64> = self
+            .calls
+            .iter()
+            .filter_map(|c| {
+                c.completed
+                    .as_ref()
+                    .map(|(t, _)| (*t - c.started).as_secs_f64() * 1e3)
+            })
+            .collect();
+        d.sort_by(f64::total_cmp);
+        d
+    }
+}
+
+/// Runs the script of `steps` with its children placed at `place`, to its
+/// end; asserts it completed, every call did, and (remote) that the
+/// workers committed one handoff per task.
+fn run(place: Place, steps: &[usize]) -> Outcome {
+    let total: usize = steps.iter().sum();
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    repo(&ws);
+    let server = Server::with_script(script(steps));
+    let mut extra = vec!["--json".to_string(), "--max-turns".into(), "1000".into()];
+    let (_nats, workers) = match place {
+        Place::Local => (None, Vec::new()),
+        Place::Remote {
+            workers,
+            concurrency,
+        } => {
+            let nats = NatsServer::start();
+            let mut ws: Vec<Worker> = (0..workers)
+                .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n, concurrency))
+                .collect();
+            wait_ready(&mut ws);
+            extra.extend(["--nats".into(), nats.url()]);
+            (Some(nats), ws)
+        }
+    };
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let err_path = tmp.path().join("coordinator.log");
+    let mut child =
+        troupe_test_support::e2e::exec_command(bin(), &ws, &server.url(), &extra, PROMPT)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+    let t0 = Instant::now();
+    let calls = read_calls(&mut child, &err_path);
+    let wall = t0.elapsed();
+    let status = child.wait().unwrap();
+    let logs = committed_logs(&workers, total);
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "{}: {status}\n{err}\n{logs:#?}",
+        place.label()
+    );
+    assert_eq!(calls.len(), total, "{}: calls seen\n{err}", place.label());
+    for (id, c) in &calls {
+        let status = c.completed.as_ref().map(|(_, s)| s.as_str());
+        assert_eq!(status, Some("completed"), "{}: {id}\n{err}", place.label());
+    }
+    if !workers.is_empty() {
+        let committed: usize = logs
+            .iter()
+            .map(|l| l.matches("handoff committed").count())
+            .sum();
+        assert_eq!(committed, total, "{}: {logs:#?}", place.label());
+    }
+    Outcome {
+        calls: calls.into_values().collect(),
+        wall,
+        logs,
+    }
+}
+
+/// The workers' logs once they show `total` committed handoffs (a worker
+/// acks a few polls after the coordinator committed, so maybe after the
+/// coordinator ended), or after 10 s.
+fn committed_logs(workers: &[Worker], total: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+        let committed: usize = logs
+            .iter()
+            .map(|l| l.matches("handoff committed").count())
+            .sum();
+        if workers.is_empty() || committed >= total || Instant::now() > deadline {
+            return logs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads the coordinator's `--json` events as they come (each line
+/// stamped on arrival) until it ends; the root's `spawn_subagent` calls.
+fn read_calls(child: &mut Child, err_path: &Path) -> HashMap<String, Call> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(((Instant::now(), day_secs()), line)).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + RUN_LIMIT;
+    let mut calls = HashMap::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((at, line)) => record(&mut calls, at, &line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return calls,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let err = std::fs::read_to_string(err_path).unwrap_or_default();
+                panic!("the run did not end within {RUN_LIMIT:?}\n{err}");
+            }
+        }
+    }
+}
+
+/// Now, in seconds of the UTC day.
+fn day_secs() -> f64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.as_secs_f64() % 86_400.0
+}
+
+fn record(calls: &mut HashMap<String, Call>, (at, at_day): (Instant, f64), line: &str) {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        panic!("not a JSON event on stdout: {line}");
+    };
+    let item = &v["item"];
+    if v["agent_id"] != "session/root"
+        || item["type"] != "tool_invocation"
+        || item["tool_name"] != "spawn_subagent"
+    {
+        return;
+    }
+    let id = item["id"].as_str().unwrap_or_default().to_string();
+    match v["type"].as_str() {
+        Some("item.started") => {
+            let name = item["arguments"]["name"].as_str().unwrap_or_default();
+            calls.insert(
+                id,
+                Call {
+                    name: name.to_string(),
+                    started: at,
+                    started_at: at_day,
+                    completed: None,
+                    completed_at: 0.0,
+                },
+            );
+        }
+        Some("item.completed") => {
+            let status = item["status"].as_str().unwrap_or_default().to_string();
+            if let Some(c) = calls.get_mut(&id) {
+                c.completed = Some((at, status));
+                c.completed_at = at_day;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A log line's timestamp (`2026-12-01T16:48:34.353287Z …`) in seconds
+/// of the UTC day.
+fn log_secs(line: &str) -> Option<f64> {
+    let hms = line.get(11..26)?;
+    let mut parts = hms.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// A `key=value` field of a log line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Where a remote call's time went, from the workers' logs (ms, sorted
+/// each): the call's start to the worker's `running` (publishing the base
+/// bundle and the task, the fetch, the claim), `running` to the call's end
+/// (clone, the agent, events, checkpoint and result bundle, the
+/// coordinator applying it), and the call's end to the worker's ack (the
+/// worker's slot is held that long after the parent has its handoff).
+fn breakdown(o: &Outcome) -> [Vec<f64>; 3] {
+    let mut running = HashMap::new();
+    let mut acked = HashMap::new();
+    let mut agent_of = HashMap::new();
+    for line in o.logs.iter().flat_map(|l| l.lines()) {
+        let (Some(at), Some(task)) = (log_secs(line), field(line, "task")) else {
+            continue;
+        };
+        if line.contains(" running ") {
+            if let Some(agent) = field(line, "agent") {
+                let name = agent.rsplit('/').next().unwrap_or(agent).to_string();
+                agent_of.insert(task.to_string(), name.clone());
+                running.insert(name, at);
+            }
+        } else if line.contains("handoff committed") {
+            acked.insert(task.to_string(), at);
+        }
+    }
+    let acked: HashMap<String, f64> = acked
+        .into_iter()
+        .filter_map(|(t, at)| Some((agent_of.get(&t)?.clone(), at)))
+        .collect();
+    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
+    for c in &o.calls {
+        let (Some(r), Some(a)) = (running.get(&c.name), acked.get(&c.name)) else {
+            continue;
+        };
+        parts[0].push((r - c.started_at) * 1e3);
+        parts[1].push((c.completed_at - r) * 1e3);
+        parts[2].push((a - c.completed_at) * 1e3);
+    }
+    for p in &mut parts {
+        p.sort_by(f64::total_cmp);
+    }
+    parts
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, Outcome)]) {
+    println!(
+        "\nthroughput: {tasks} trivial worktree subagents, {PER_STEP} spawn_subagent calls per root step"
+    );
+    println!("| children on | window | tasks/s | vs local | mean call | run wall |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let base = tasks as f64 / tp[0].1.window().as_secs_f64();
+    for (place, o) in tp {
+        let rate = tasks as f64 / o.window().as_secs_f64();
+        let d = o.durations_ms();
+        let mean = d.iter().sum::<f64>() / d.len() as f64;
+        println!(
+            "| {} | {:.2} s | {rate:.2} | {:.2}× | {mean:.0} ms | {:.2} s |",
+            place.label(),
+            o.window().as_secs_f64(),
+            rate / base,
+            o.wall.as_secs_f64()
+        );
+    }
+    println!(
+        "\nlatency: {latency} single subagents one after another; spawn_subagent item.started → item.completed on the coordinator's stdout"
+    );
+    println!("| children on | p50 | p99 | min | max |");
+    println!("|---|---:|---:|---:|---:|");
+    let mut p = Vec::new();
+    for (place, o) in lat {
+        let d = o.durations_ms();
+        let (p50, p99) = (pct(&d, 50.0), pct(&d, 99.0));
+        println!(
+            "| {} | {p50:.0} ms | {p99:.0} ms | {:.0} ms | {:.0} ms |",
+            place.label(),
+            d[0],
+            d[d.len() - 1]
+        );
+        p.push((p50, p99));
+    }
+    let ((l50, l99), (r50, r99)) = (p[0], p[1]);
+    println!(
+        "| added by remote | +{:.0} ms ({:.2}×) | +{:.0} ms ({:.2}×) | | |",
+        r50 - l50,
+        r50 / l50,
+        r99 - l99,
+        r99 / l99
+    );
+    let parts = breakdown(&lat[1].1);
+    let names = [
+        "call start → worker `running` (base bundle, task publish, fetch, claim)",
+        "worker `running` → call end (clone, agent, events, bundles, apply)",
+        "call end → worker ack (its slot held till then; < 0: acked before the call's end reached stdout)",
+    ];
+    println!("\nremote call, from the worker's log (same clock):");
+    println!("| part | p50 | p99 |");
+    println!("|---|---:|---:|");
+    for (name, d) in names.iter().zip(&parts) {
+        if d.is_empty() {
+            println!("| {name} | ? | ? |");
+            continue;
+        }
+        println!(
+            "| {name} | {:.0} ms | {:.0} ms |",
+            pct(d, 50.0),
+            pct(d, 99.0)
+        );
+    }
+}
