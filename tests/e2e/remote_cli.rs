@@ -440,3 +440,138 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(std::fs::read(dir.join("events.jsonl")).unwrap(), before);
 }
+
+/// `troupe serve --nats`: a subagent running on a worker is steered by its
+/// `agent_id` like a local one. The steer goes through its proxy to the
+/// worker, is queued there, applied once at the child's next turn boundary
+/// (the event comes back into the coordinator's log), and the child's
+/// model sees it; once the child ended, steering it is a 404.
+#[test]
+fn serve_nats_steers_a_subagent_running_on_a_worker() {
+    use super::serve::{Server as Serve, Sse, client, is_root_done, post, read_sse, rt, start};
+    const COUNTER: &str = "session/root/counter";
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    // The worker's model: slow steps, then the text of the last user
+    // message, so what the child's model saw is in its answer.
+    let model = Model::with_script(Script::rule(
+        troupe_testkit::Rule::tool_calls_until("exec_command", 6)
+            .with_arguments(json!({"command": "echo step >> steps.txt"}))
+            .with_final_text("heard: {last_user_text}")
+            .with_delay_ms(300),
+    ));
+    let worker = Worker::start(&nats.url(), &model.url(), tmp.path());
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    let root = Script::replies(vec![
+        Reply::tool_call(
+            "r1",
+            "spawn_subagent",
+            json!({"name": "counter", "task": "Count the steps slowly (C-9).", "isolation": "worktree"}),
+        ),
+        // Slow, so the root still runs after the counter ended.
+        Reply::text("delegated").with_delay_ms(2000),
+    ]);
+    let root = serde_json::to_string(&root).unwrap();
+    let server = Serve::start(
+        ws.path(),
+        &["--nats", &nats.url()],
+        &[("TROUPE_LOG", "info")],
+    );
+    let c = client();
+    let still = rt().block_on(async {
+        let id = start(
+            &c,
+            &server,
+            json!({"prompt": "Delegate the count (D-1).", "script": root}),
+        )
+        .await;
+        let steer_url = server.url(&format!("/v1/sessions/{id}/steer"));
+        let url = server.url(&format!("/v1/sessions/{id}/events"));
+        // Once the child's first step is back from the worker.
+        let running = |e: &Sse| e.event == "item.started" && e.data["agent_id"] == COUNTER;
+        let stream = c.get(&url).send().await.unwrap();
+        let (seen, _) = read_sse(stream, running).await;
+        let last = seen.last().unwrap().id;
+        let (status, steered) = post(
+            &c,
+            steer_url.clone(),
+            json!({"text": "STEER-31 count twice", "agent_id": COUNTER}),
+        )
+        .await;
+        assert_eq!(status, 202, "{steered}\n{}", worker.log());
+        let intent = steered["intent_id"].as_str().unwrap().to_string();
+        let done = |e: &Sse| {
+            e.event == "thread.completed"
+                && e.data["thread_id"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with(&format!(":{COUNTER}")))
+        };
+        let again = c
+            .get(&url)
+            .header("Last-Event-ID", last.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (rest, _) = read_sse(again, done).await;
+        let applied: Vec<&Value> = rest
+            .iter()
+            .filter(|e| e.event == "troupe.user_message" && e.data["intent_id"] == intent.as_str())
+            .map(|e| &e.data)
+            .collect();
+        assert_eq!(
+            applied.len(),
+            1,
+            "applied once: {applied:?}\n{}",
+            worker.log()
+        );
+        assert_eq!(applied[0]["agent_id"], COUNTER);
+        let finished = rest.last().unwrap();
+        assert!(
+            finished.data["result"]
+                .as_str()
+                .is_some_and(|r| r.contains("heard: STEER-31 count twice")),
+            "the child's model did not see the steering text: {}",
+            finished.data
+        );
+        // Once its parent has the handoff (the spawn call's result), the
+        // child is gone: 404.
+        let delivered = |e: &Sse| {
+            e.event == "item.completed"
+                && e.data["agent_id"] == "session/root"
+                && e.data["item"]["call_id"] == "r1"
+        };
+        let more = c
+            .get(&url)
+            .header("Last-Event-ID", finished.id.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (more, _) = read_sse(more, delivered).await;
+        assert!(more.last().is_some_and(delivered), "{more:?}");
+        let (status, e) = post(
+            &c,
+            steer_url.clone(),
+            json!({"text": "late", "agent_id": COUNTER}),
+        )
+        .await;
+        let still = (status != 404).then(|| format!("{status} {e}"));
+        let tail = c
+            .get(&url)
+            .header("Last-Event-ID", more.last().unwrap().id.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        assert_eq!(tail.last().unwrap().data["subtype"], "success");
+        still
+    });
+    let (code, err) = server.terminate();
+    assert!(
+        still.is_none(),
+        "still steerable after it ended: {still:?}\n{err}\n{}",
+        worker.log()
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(worker.committed(), 1, "{}", worker.log());
+}

@@ -209,6 +209,8 @@ impl Actor for ProxyActor {
         let q = p.clone();
         let drive = tokio::spawn(async move {
             let r = drive(&q).await.map_err(|e| e.to_string());
+            // Not steerable from here on (a restart registers again).
+            q.args.env.agents.remove_remote(&q.args.agent_id);
             if let Err(e) = &r {
                 tracing::warn!(agent = %q.args.agent_id, error = %e, "remote subagent failed");
             }
@@ -585,6 +587,8 @@ impl Machine {
             } => {
                 finished(p, inc, result_bundle.as_deref()).await?;
                 self.finished = true;
+                // Ended before its parent hears of it: no longer steerable.
+                p.args.env.agents.remove_remote(&p.args.agent_id);
                 let outcome = AgentOutcome {
                     completed: *completed,
                     handoff: *handoff,

@@ -263,10 +263,19 @@ pub fn token(s: &str) -> String {
 /// Whether event `event` (bare JSON) belongs to agent `agent_id` or one
 /// of its subagents.
 pub fn belongs_to(event: &Value, agent_id: &str) -> bool {
+    // `thread.completed` names its agent only in its thread id
+    // (`<session>:<agent id>`).
     let owner = event
         .get("agent_id")
         .or_else(|| event.get("from_agent"))
-        .and_then(Value::as_str);
+        .and_then(Value::as_str)
+        .or_else(|| {
+            event
+                .get("thread_id")
+                .and_then(Value::as_str)
+                .and_then(|t| t.split_once(':'))
+                .map(|(_, agent)| agent)
+        });
     owner.is_some_and(|o| {
         o == agent_id
             || o.strip_prefix(agent_id)
@@ -290,6 +299,11 @@ mod tests {
         assert!(!belongs_to(&json!({"agent_id": "session/root/fixer2"}), a));
         assert!(!belongs_to(&json!({"agent_id": "session"}), a));
         assert!(!belongs_to(&json!({"type": "error"}), a));
+        let done = |t: &str| json!({"type": "thread.completed", "thread_id": t});
+        assert!(belongs_to(&done("0190:session/root/fixer"), a));
+        assert!(belongs_to(&done("0190:session/root/fixer/sub"), a));
+        assert!(!belongs_to(&done("0190"), a));
+        assert!(!belongs_to(&done("0190:session/root/fixer2"), a));
     }
 
     #[test]
