@@ -48,6 +48,11 @@ fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
 fn sigkill_at_a_random_point_then_resume_completes() {
     let (_rt, server) = rule_server();
     let mut resumed = 0;
+    // Why the other rounds were not resumed, for the failure message.
+    let (mut finished, mut unstarted, mut completed) = (0, 0, 0);
+    // Resumed rounds whose log held a tool result before the kill: the
+    // resume then had finished work that it must not redo.
+    let mut with_work = 0;
     for round in 0..20 {
         let ws = tempfile::tempdir().unwrap();
         let mut child = exec_cmd(
@@ -60,14 +65,17 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-        std::thread::sleep(Duration::from_millis(30 + fastrand::u64(0..350)));
-        child.kill().unwrap(); // SIGKILL
-        let status = child.wait().unwrap();
+        // The random point is counted from the session's start.
+        let delay = Duration::from_millis(fastrand::u64(0..350));
+        let status =
+            troupe_test_support::e2e::sigkill_after_session_start(ws.path(), &mut child, delay);
         if status.success() {
+            finished += 1;
             continue; // finished before the kill; nothing to resume
         }
         if troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
-            continue; // killed before the session existed (a loaded machine)
+            unstarted += 1;
+            continue; // no session within the start-up timeout
         }
         let dir = session_dir(ws.path());
         let id = dir.file_name().unwrap().to_str().unwrap().to_string();
@@ -82,11 +90,13 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         if manifest["event_count"] == 0 && !out.status.success() {
             // The kill came before the session had started.
             assert!(String::from_utf8_lossy(&out.stderr).contains("ended before it started"));
+            unstarted += 1;
             continue;
         }
         if manifest["status"] == "completed" && !out.status.success() {
             // The kill came after thread.completed was durable.
             assert!(String::from_utf8_lossy(&out.stderr).contains("already completed"));
+            completed += 1;
             continue;
         }
         assert!(
@@ -95,6 +105,16 @@ fn sigkill_at_a_random_point_then_resume_completes() {
             String::from_utf8_lossy(&out.stderr)
         );
         resumed += 1;
+        let durable =
+            troupe_test_support::events::parse_jsonl(std::str::from_utf8(&before[..kept]).unwrap())
+                .unwrap();
+        assert!(
+            troupe_test_support::events::completed(&durable).is_none(),
+            "round {round}: resumed a session that had completed"
+        );
+        if !troupe_test_support::events::tool_outputs(&durable).is_empty() {
+            with_work += 1;
+        }
         let after = std::fs::read(dir.join("events.jsonl")).unwrap();
         assert_eq!(
             &after[..kept],
@@ -126,7 +146,12 @@ fn sigkill_at_a_random_point_then_resume_completes() {
     }
     assert!(
         resumed >= 5,
-        "only {resumed} of 20 rounds were killed mid-run"
+        "only {resumed} of 20 rounds were killed mid-run ({finished} finished first, \
+         {unstarted} were killed before the session started, {completed} after it completed)"
+    );
+    assert!(
+        with_work >= 1,
+        "no round was killed after a tool call had run ({resumed} resumed)"
     );
     server.check_invariants().unwrap();
 }
