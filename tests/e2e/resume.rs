@@ -5,28 +5,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
+use troupe_test_support::scripts::{steps_done, steps_rule, steps_taken};
 use troupe_test_support::wait::poll_for_blocking;
-use troupe_testkit::{Rule, Script, ScriptedServer};
+use troupe_testkit::Script;
 
-use super::exec::{exec_cmd, session_dir, session_events};
+use super::exec::{Server, exec_cmd, session_dir, session_events};
 
 const K: usize = 10;
-
-fn rule_server() -> (tokio::runtime::Runtime, ScriptedServer) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let rule = Rule::tool_calls_until("exec_command", K)
-        .with_arguments(serde_json::json!({"command": "echo step >> steps.txt"}))
-        .with_final_text("done after {tool_results} tool results")
-        .with_delay_ms(25);
-    let server = rt
-        .block_on(ScriptedServer::start(Script::rule(rule)))
-        .unwrap();
-    (rt, server)
-}
 
 fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
@@ -46,7 +31,7 @@ fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
 
 #[test]
 fn sigkill_at_a_random_point_then_resume_completes() {
-    let (_rt, server) = rule_server();
+    let server = Server::with_script(Script::rule(steps_rule(K, 25)));
     let mut resumed = 0;
     // Why the other rounds were not resumed, for the failure message.
     let (mut finished, mut unstarted, mut completed) = (0, 0, 0);
@@ -57,7 +42,7 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         let ws = tempfile::tempdir().unwrap();
         let mut child = exec_cmd(
             ws.path(),
-            &server.openai_base_url(),
+            &server.url(),
             &["--model", "scripted"],
             "count to ten",
         )
@@ -133,16 +118,12 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         assert_eq!(done.subtype, CompletionSubtype::Success, "round {round}");
         assert_eq!(
             done.result.as_deref(),
-            Some("done after 10 tool results"),
+            Some(steps_done(K).as_str()),
             "round {round}"
         );
         // No exec call ran twice: at most one line per journaled call.
-        let steps = std::fs::read_to_string(ws.path().join("steps.txt")).unwrap_or_default();
-        assert!(
-            steps.lines().count() <= K,
-            "round {round}: {} steps",
-            steps.lines().count()
-        );
+        let steps = steps_taken(ws.path());
+        assert!(steps <= K, "round {round}: {steps} steps");
     }
     assert!(
         resumed >= 5,
@@ -153,21 +134,16 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         with_work >= 1,
         "no round was killed after a tool call had run ({resumed} resumed)"
     );
-    server.check_invariants().unwrap();
+    server.server.check_invariants().unwrap();
 }
 
 #[test]
 fn resume_refuses_completed_sessions_and_live_writers() {
-    let (_rt, server) = rule_server();
+    let server = Server::with_script(Script::rule(steps_rule(K, 25)));
     let ws = tempfile::tempdir().unwrap();
-    let out = exec_cmd(
-        ws.path(),
-        &server.openai_base_url(),
-        &["--model", "scripted"],
-        "count",
-    )
-    .output()
-    .unwrap();
+    let out = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -181,16 +157,11 @@ fn resume_refuses_completed_sessions_and_live_writers() {
 
     // An active session whose pid file names a live troupe process.
     let ws = tempfile::tempdir().unwrap();
-    let mut child = exec_cmd(
-        ws.path(),
-        &server.openai_base_url(),
-        &["--model", "scripted"],
-        "count",
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
         let dir = troupe_test_support::e2e::session_dirs(ws.path()).pop()?;
         let ready = dir.join("writer.pid").exists() && dir.join("manifest.json").exists();
