@@ -156,19 +156,26 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     );
     let session = only_session(&ws);
     let id = session.file_name().unwrap().to_str().unwrap().to_string();
+    // A clean exit leaves no lock file (its writer thread is waited for).
+    assert!(!session.join("writer.pid").exists());
     // A new run of the completed thread.
     if !chattr(&session, "+i") {
         return;
     }
     let continued = troupe(&ws, &["exec", "resume", &id, "more"]);
     chattr(&session, "-i");
-    // A resume, as a crash leaves the session: not completed.
+    // A resume, as a crash leaves the session: not completed, and the dead
+    // writer's lock file still there (so claiming it succeeds, and only a
+    // later write finds the directory immutable).
     let manifest_path = session.join("manifest.json");
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     manifest["status"] = "active".into();
     manifest.as_object_mut().unwrap().remove("subtype");
     std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    std::fs::write(session.join("writer.pid"), dead.id().to_string()).unwrap();
     assert!(chattr(&session, "+i"));
     let resumed = troupe(&ws, &["sessions", "resume", &id]);
     chattr(&session, "-i");

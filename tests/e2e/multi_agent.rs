@@ -44,7 +44,8 @@ pub fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
         .collect()
 }
 
-fn fix_calc() -> Reply {
+/// The edit that fixes calc.sh's `add` (call id `c1`).
+pub fn fix_calc() -> Reply {
     Reply::tool_call(
         "c1",
         "edit_file",
@@ -52,11 +53,22 @@ fn fix_calc() -> Reply {
     )
 }
 
-fn done_handoff(id: &str, what: &str) -> Reply {
+/// A handoff of calc.sh with `what` done.
+pub fn done_handoff(id: &str, what: &str) -> Reply {
     Reply::tool_call(
         id,
         "handoff",
         json!({"state_summary": what, "boundary_status": [{"name": what, "status": "done"}], "modified_files": ["calc.sh"]}),
+    )
+}
+
+/// The root's call `id` spawning the subagent `fixer` on `task` in its own
+/// worktree.
+pub fn spawn_fixer(id: &str, task: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "spawn_subagent",
+        json!({"name": "fixer", "task": task, "isolation": "worktree"}),
     )
 }
 
@@ -80,11 +92,7 @@ fn verify_change_tells_the_verifier_the_task_and_merge_needs_an_approval() {
         .with_route(
             "Delegate the calc fix",
             vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
-                ),
+                spawn_fixer("r1", task),
                 Reply::tool_call("r2", "merge_worktree", json!({"name": "fixer"})),
                 Reply::tool_call("r3", "verify_change", json!({"name": "fixer"})),
                 Reply::tool_call("r4", "merge_worktree", json!({"name": "fixer"})),
@@ -181,16 +189,11 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
         .with_route(
             "Delegate the calc fix",
             vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
-                ),
+                spawn_fixer("r1", task),
                 Reply::tool_call("r2", "verify_change", json!({"name": "fixer"})),
-                Reply::tool_call(
+                spawn_fixer(
                     "r3",
-                    "spawn_subagent",
-                    json!({"name": "fixer", "task": "The verifier rejected it: add 2 2 still prints 5. Fix calc.sh.", "isolation": "worktree"}),
+                    "The verifier rejected it: add 2 2 still prints 5. Fix calc.sh.",
                 ),
                 Reply::tool_call("r4", "verify_change", json!({"name": "fixer"})),
                 Reply::tool_call("r5", "merge_worktree", json!({"name": "fixer"})),
@@ -359,14 +362,7 @@ fn unmerged_worktrees_are_listed_by_show_and_removed_by_prune() {
         )
         .with_route(
             "Leave it unmerged",
-            vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "fixer", "task": "Fix calc.sh", "isolation": "worktree"}),
-                ),
-                Reply::text("left it"),
-            ],
+            vec![spawn_fixer("r1", "Fix calc.sh"), Reply::text("left it")],
         );
     let server = Server::with_script(script);
     let run = exec(ws.path(), &server, &[], "Leave it unmerged.");

@@ -377,11 +377,7 @@ fn a_verifier_span_is_under_the_verify_change_call() {
         .with_route(
             "Fix calc.sh",
             vec![
-                Reply::tool_call(
-                    "c1",
-                    "edit_file",
-                    json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"}),
-                ),
+                super::multi_agent::fix_calc(),
                 Reply::tool_call(
                     "c2",
                     "handoff",
@@ -393,11 +389,7 @@ fn a_verifier_span_is_under_the_verify_change_call() {
         .with_route(
             "Delegate the calc fix",
             vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "fixer", "task": task, "isolation": "worktree"}),
-                ),
+                super::multi_agent::spawn_fixer("r1", task),
                 Reply::tool_call("r2", "verify_change", json!({"name": "fixer"})),
                 Reply::text("verified"),
             ],

@@ -5,28 +5,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
+use troupe_test_support::scripts::{steps_done, steps_rule, steps_taken};
 use troupe_test_support::wait::poll_for_blocking;
-use troupe_testkit::{Rule, Script, ScriptedServer};
+use troupe_testkit::Script;
 
-use super::exec::{exec_cmd, session_dir, session_events};
+use super::exec::{Server, exec_cmd, session_dir, session_events};
 
 const K: usize = 10;
-
-fn rule_server() -> (tokio::runtime::Runtime, ScriptedServer) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let rule = Rule::tool_calls_until("exec_command", K)
-        .with_arguments(serde_json::json!({"command": "echo step >> steps.txt"}))
-        .with_final_text("done after {tool_results} tool results")
-        .with_delay_ms(25);
-    let server = rt
-        .block_on(ScriptedServer::start(Script::rule(rule)))
-        .unwrap();
-    (rt, server)
-}
 
 fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
@@ -46,13 +31,18 @@ fn resume(ws: &std::path::Path, id: &str) -> std::process::Output {
 
 #[test]
 fn sigkill_at_a_random_point_then_resume_completes() {
-    let (_rt, server) = rule_server();
+    let server = Server::with_script(Script::rule(steps_rule(K, 25)));
     let mut resumed = 0;
+    // Why the other rounds were not resumed, for the failure message.
+    let (mut finished, mut unstarted, mut completed) = (0, 0, 0);
+    // Resumed rounds whose log held a tool result before the kill: the
+    // resume then had finished work that it must not redo.
+    let mut with_work = 0;
     for round in 0..20 {
         let ws = tempfile::tempdir().unwrap();
         let mut child = exec_cmd(
             ws.path(),
-            &server.openai_base_url(),
+            &server.url(),
             &["--model", "scripted"],
             "count to ten",
         )
@@ -60,14 +50,17 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-        std::thread::sleep(Duration::from_millis(30 + fastrand::u64(0..350)));
-        child.kill().unwrap(); // SIGKILL
-        let status = child.wait().unwrap();
+        // The random point is counted from the session's start.
+        let delay = Duration::from_millis(fastrand::u64(0..350));
+        let status =
+            troupe_test_support::e2e::sigkill_after_session_start(ws.path(), &mut child, delay);
         if status.success() {
+            finished += 1;
             continue; // finished before the kill; nothing to resume
         }
         if troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
-            continue; // killed before the session existed (a loaded machine)
+            unstarted += 1;
+            continue; // no session within the start-up timeout
         }
         let dir = session_dir(ws.path());
         let id = dir.file_name().unwrap().to_str().unwrap().to_string();
@@ -82,11 +75,13 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         if manifest["event_count"] == 0 && !out.status.success() {
             // The kill came before the session had started.
             assert!(String::from_utf8_lossy(&out.stderr).contains("ended before it started"));
+            unstarted += 1;
             continue;
         }
         if manifest["status"] == "completed" && !out.status.success() {
             // The kill came after thread.completed was durable.
             assert!(String::from_utf8_lossy(&out.stderr).contains("already completed"));
+            completed += 1;
             continue;
         }
         assert!(
@@ -95,6 +90,16 @@ fn sigkill_at_a_random_point_then_resume_completes() {
             String::from_utf8_lossy(&out.stderr)
         );
         resumed += 1;
+        let durable =
+            troupe_test_support::events::parse_jsonl(std::str::from_utf8(&before[..kept]).unwrap())
+                .unwrap();
+        assert!(
+            troupe_test_support::events::completed(&durable).is_none(),
+            "round {round}: resumed a session that had completed"
+        );
+        if !troupe_test_support::events::tool_outputs(&durable).is_empty() {
+            with_work += 1;
+        }
         let after = std::fs::read(dir.join("events.jsonl")).unwrap();
         assert_eq!(
             &after[..kept],
@@ -113,36 +118,32 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         assert_eq!(done.subtype, CompletionSubtype::Success, "round {round}");
         assert_eq!(
             done.result.as_deref(),
-            Some("done after 10 tool results"),
+            Some(steps_done(K).as_str()),
             "round {round}"
         );
         // No exec call ran twice: at most one line per journaled call.
-        let steps = std::fs::read_to_string(ws.path().join("steps.txt")).unwrap_or_default();
-        assert!(
-            steps.lines().count() <= K,
-            "round {round}: {} steps",
-            steps.lines().count()
-        );
+        let steps = steps_taken(ws.path());
+        assert!(steps <= K, "round {round}: {steps} steps");
     }
     assert!(
         resumed >= 5,
-        "only {resumed} of 20 rounds were killed mid-run"
+        "only {resumed} of 20 rounds were killed mid-run ({finished} finished first, \
+         {unstarted} were killed before the session started, {completed} after it completed)"
     );
-    server.check_invariants().unwrap();
+    assert!(
+        with_work >= 1,
+        "no round was killed after a tool call had run ({resumed} resumed)"
+    );
+    server.server.check_invariants().unwrap();
 }
 
 #[test]
 fn resume_refuses_completed_sessions_and_live_writers() {
-    let (_rt, server) = rule_server();
+    let server = Server::with_script(Script::rule(steps_rule(K, 25)));
     let ws = tempfile::tempdir().unwrap();
-    let out = exec_cmd(
-        ws.path(),
-        &server.openai_base_url(),
-        &["--model", "scripted"],
-        "count",
-    )
-    .output()
-    .unwrap();
+    let out = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -156,16 +157,11 @@ fn resume_refuses_completed_sessions_and_live_writers() {
 
     // An active session whose pid file names a live troupe process.
     let ws = tempfile::tempdir().unwrap();
-    let mut child = exec_cmd(
-        ws.path(),
-        &server.openai_base_url(),
-        &["--model", "scripted"],
-        "count",
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
         let dir = troupe_test_support::e2e::session_dirs(ws.path()).pop()?;
         let ready = dir.join("writer.pid").exists() && dir.join("manifest.json").exists();

@@ -380,19 +380,12 @@ fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-        // The random point is counted from the session's start, not the
-        // process's: on a loaded machine start-up alone can take longer
-        // than the whole window.
-        let started = std::time::Instant::now();
-        while troupe_test_support::e2e::session_dirs(ws.path()).is_empty()
-            && started.elapsed() < std::time::Duration::from_secs(30)
-            && child.try_wait().unwrap().is_none()
-        {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(fastrand::u64(0..1500)));
-        let _ = child.kill(); // SIGKILL (it may have ended already)
-        let status = child.wait().unwrap();
+        // The random point is counted from the session's start.
+        let status = troupe_test_support::e2e::sigkill_after_session_start(
+            ws.path(),
+            &mut child,
+            std::time::Duration::from_millis(fastrand::u64(0..1500)),
+        );
         if status.success() || troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
             continue; // finished before the kill, or killed before it began
         }

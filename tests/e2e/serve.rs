@@ -96,11 +96,7 @@ pub(crate) fn rt() -> tokio::runtime::Runtime {
 }
 
 /// A script whose model runs `k` commands, each reply after `delay_ms`.
-pub(crate) fn rule_script(k: usize, delay_ms: u64) -> String {
-    format!(
-        "[rule]\ntool = \"exec_command\"\narguments = {{ command = \"echo step >> steps.txt\" }}\nuntil_tool_results = {k}\nfinal_text = \"done after {{tool_results}} tool results\"\ndelay_ms = {delay_ms}\n"
-    )
-}
+pub(crate) use troupe_test_support::scripts::steps_script_toml as rule_script;
 
 pub(crate) fn workspace() -> GitRepo {
     let repo = GitRepo::with_files(&[("README.md", "a workspace\n")]).unwrap();
@@ -513,12 +509,7 @@ fn a_server_killed_mid_session_resumes_it_on_a_new_server() {
         json!({"prompt": "count to eight", "script": rule_script(8, 200)}),
     ));
     // Wait until some commands ran, then SIGKILL the server mid-session.
-    let steps = ws.join("steps.txt");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&steps).map_or(0, |s| s.lines().count()) < 3 {
-        assert!(Instant::now() < deadline, "no command ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    troupe_test_support::scripts::wait_for_steps(ws, 3, Duration::from_secs(60)).unwrap();
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     let before = logged_types(ws, &id);

@@ -114,13 +114,22 @@ fn serve_steers_a_running_subagent_by_agent_id() {
             done.data
         );
 
-        // The counter ended while the root still runs: 404, not queued.
-        let (status, e) = post(
-            &c,
-            steer_url.clone(),
-            json!({"text": "too late", "agent_id": COUNTER}),
-        )
-        .await;
+        // The counter ended while the root still runs: 404, not queued
+        // (between its thread.completed and its actor's stop it is "not
+        // running", 409, for a moment).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let (status, e) = loop {
+            let (status, e) = post(
+                &c,
+                steer_url.clone(),
+                json!({"text": "too late", "agent_id": COUNTER}),
+            )
+            .await;
+            if status != 409 || std::time::Instant::now() > deadline {
+                break (status, e);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
         assert_eq!(status, 404, "an ended subagent cannot be steered: {e}");
         assert!(e["error"].as_str().unwrap().contains("session/root"), "{e}");
 

@@ -99,6 +99,24 @@ impl Actor for DrainActor {
         Ok(())
     }
 
+    /// A writer that finished (the log closed and drained) is ending:
+    /// wait for its thread, so that its hold on the log, and with the last
+    /// hold the session's claim (`writer.pid`), is gone before the process
+    /// can exit. Without this a fast exit could leave the lock file behind.
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<DrainMsg>,
+        state: &mut DrainState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(w) = state.writer.take()
+            && state.args.log.progress().borrow().finished
+        {
+            let join = tokio::task::spawn_blocking(move || w.join());
+            let _ = tokio::time::timeout(state.args.timeout, join).await;
+        }
+        Ok(())
+    }
+
     async fn handle(
         &self,
         _myself: ActorRef<DrainMsg>,

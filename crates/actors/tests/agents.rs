@@ -3,69 +3,20 @@
 //! model server, a real session log in a temp dir.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use troupe_actors::{RunEnd, SupervisorConfig, start_root};
 use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
 use troupe_runtime::provider::ModelCatalog;
 use troupe_runtime::store::SessionLog;
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
-use troupe_test_support::SessionFixture;
+use troupe_runtime::tools::Tool;
 use troupe_test_support::events::try_read_log;
+use troupe_test_support::session::fast_supervisor;
+use troupe_test_support::{RecordingTool, SessionFixture, Then};
 use troupe_testkit::{Reply, Rule, Script, ScriptedServer};
-
-/// A write tool that appends its call to a side-effect file, and panics
-/// (after writing) on the invocation numbered `panic_at` (1-based; 0 never).
-struct Record {
-    file: PathBuf,
-    calls: AtomicU32,
-    panic_at: u32,
-    always_panic: bool,
-}
-
-impl Tool for Record {
-    fn name(&self) -> &str {
-        "record"
-    }
-    fn description(&self) -> &str {
-        "records a step"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"step": {"type": "integer"}}})
-    }
-    fn capability(&self) -> Capability {
-        Capability::Write
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let line = format!("{n}\n");
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.file)
-                .unwrap();
-            f.write_all(line.as_bytes()).unwrap();
-            if self.always_panic || n == self.panic_at {
-                panic!("record tool crashed on call {n}");
-            }
-            Ok(ToolOutput {
-                output: format!("recorded {n}"),
-                ..ToolOutput::default()
-            })
-        })
-    }
-}
 
 type Fixture = SessionFixture;
 
@@ -99,14 +50,6 @@ fn events(log: &SessionLog) -> Vec<ThreadEvent> {
     try_read_log(log.events_path()).unwrap()
 }
 
-fn fast() -> SupervisorConfig {
-    SupervisorConfig {
-        backoff_base: Duration::from_millis(2),
-        backoff_max: Duration::from_millis(20),
-        ..SupervisorConfig::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_crashing_tool_restarts_and_resumes_without_rerunning_writes() {
     const K: u32 = 6;
@@ -120,24 +63,9 @@ async fn chaos_crashing_tool_restarts_and_resumes_without_rerunning_writes() {
         .unwrap();
         let side = ws.path().join("side-effect.txt");
         let panic_at = 1 + fastrand::u32(0..K);
-        let tool = Arc::new(Record {
-            file: side.clone(),
-            calls: AtomicU32::new(0),
-            panic_at,
-            always_panic: false,
-        });
-        let f = fixture(ws.path(), &server, tool, fast()).await;
-        let run = start_root(
-            &f.tree,
-            Arc::clone(&f.env),
-            "record six steps".into(),
-            false,
-        )
-        .await
-        .unwrap();
-        let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-            .await
-            .unwrap();
+        let tool = Arc::new(RecordingTool::new(&side).panicking_at(panic_at));
+        let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
+        let end = f.run_root("record six steps").await.unwrap();
         f.tree.shutdown().await.unwrap();
         let done = end
             .completed()
@@ -178,19 +106,9 @@ async fn restart_intensity_exceeded_ends_the_session_naming_the_agent() {
     let server = ScriptedServer::start(Script::rule(Rule::tool_calls_until("record", 50)))
         .await
         .unwrap();
-    let tool = Arc::new(Record {
-        file: ws.path().join("side.txt"),
-        calls: AtomicU32::new(0),
-        panic_at: 0,
-        always_panic: true,
-    });
-    let f = fixture(ws.path(), &server, tool, fast()).await;
-    let run = start_root(&f.tree, Arc::clone(&f.env), "crash".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")).then(|_| Then::Panic));
+    let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
+    let end = f.run_root("crash").await.unwrap();
     match &end {
         RunEnd::Escalated(why) => assert!(why.contains("session/root"), "{why}"),
         other => panic!("expected escalation, got {other:?}"),
@@ -245,19 +163,9 @@ async fn subagent_returns_a_typed_handoff_with_boundary_status() {
     ]))
     .await
     .unwrap();
-    let tool = Arc::new(Record {
-        file: ws.path().join("side.txt"),
-        calls: AtomicU32::new(0),
-        panic_at: 0,
-        always_panic: false,
-    });
-    let f = fixture(ws.path(), &server, tool, fast()).await;
-    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")));
+    let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
+    let end = f.run_root("delegate").await.unwrap();
     f.tree.shutdown().await.unwrap();
     assert_eq!(end.completed().unwrap().result.as_deref(), Some("all done"));
     // Rust API users get the typed value: the root's outcome carries the
@@ -355,19 +263,17 @@ async fn three_level_tree_grandchild_exhausts_its_share_and_costs_roll_up() {
     ]))
     .await
     .unwrap();
-    let tool = Arc::new(Record {
-        file: ws.path().join("side.txt"),
-        calls: AtomicU32::new(0),
-        panic_at: 0,
-        always_panic: false,
-    });
-    let f = fixture_with(ws.path(), &server, tool, fast(), "gpt-4.1", Some(1.0)).await;
-    let run = start_root(&f.tree, Arc::clone(&f.env), "do A and B".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")));
+    let f = fixture_with(
+        ws.path(),
+        &server,
+        tool,
+        fast_supervisor(),
+        "gpt-4.1",
+        Some(1.0),
+    )
+    .await;
+    let end = f.run_root("do A and B").await.unwrap();
     f.tree.shutdown().await.unwrap();
     let RunEnd::Finished(outcome) = end else {
         panic!("{end:?}")
@@ -441,13 +347,8 @@ async fn steering_cap_dedup_and_replay_after_a_crash() {
     ]))
     .await
     .unwrap();
-    let tool = Arc::new(Record {
-        file: ws.path().join("side.txt"),
-        calls: AtomicU32::new(0),
-        panic_at: 1,
-        always_panic: false,
-    });
-    let f = fixture(ws.path(), &server, tool, fast()).await;
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")).panicking_at(1));
+    let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
     let run = start_root(
         &f.tree,
         Arc::clone(&f.env),
@@ -543,24 +444,9 @@ async fn subagent_with_worktree_isolation_writes_only_in_its_worktree() {
     ]))
     .await
     .unwrap();
-    let tool = Arc::new(Record {
-        file: ws.path().join("side.txt"),
-        calls: AtomicU32::new(0),
-        panic_at: 0,
-        always_panic: false,
-    });
-    let f = fixture(ws.path(), &server, tool, fast()).await;
-    let run = start_root(
-        &f.tree,
-        Arc::clone(&f.env),
-        "delegate in isolation".into(),
-        false,
-    )
-    .await
-    .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")));
+    let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
+    let end = f.run_root("delegate in isolation").await.unwrap();
     f.tree.shutdown().await.unwrap();
     assert_eq!(
         end.completed().unwrap().result.as_deref(),

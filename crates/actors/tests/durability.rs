@@ -7,12 +7,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use troupe_actors::{SupervisorConfig, start_root};
+use troupe_actors::SupervisorConfig;
 use troupe_protocol::CompletionSubtype;
 use troupe_runtime::store::SessionLog;
 use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
@@ -93,17 +92,7 @@ async fn a_write_tool_runs_only_after_its_journal_entry_is_durable() {
     })
     .await
     .unwrap();
-    let run = start_root(
-        &f.tree,
-        Arc::clone(&f.env),
-        "probe five times".into(),
-        false,
-    )
-    .await
-    .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let end = f.run_root("probe five times").await.unwrap();
     let p = probe.lock().clone().unwrap();
     p.log.lock().take();
     f.tree.shutdown().await.unwrap();

@@ -12,21 +12,14 @@ use tokio::sync::oneshot;
 use troupe_actors::agent::{AgentActor, AgentArgs, AgentShared, AgentSpec, loop_id};
 use troupe_actors::handoff::{HandoffDelivery, Inbox, journaled_count};
 use troupe_actors::subagent::SpawnSubagentTool;
-use troupe_actors::{Address, RunEnd, SupervisorConfig, start_root};
+use troupe_actors::{Address, RunEnd};
 use troupe_protocol::{HandoffRequest, ThreadEvent};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::tools::{Tool, ToolContext};
 use troupe_test_support::SessionFixture;
 use troupe_test_support::events::try_read_log;
+use troupe_test_support::session::fast_supervisor;
 use troupe_testkit::{Reply, Script, ScriptedServer};
-
-fn fast() -> SupervisorConfig {
-    SupervisorConfig {
-        backoff_base: Duration::from_millis(2),
-        backoff_max: Duration::from_millis(20),
-        ..SupervisorConfig::default()
-    }
-}
 
 fn handoff_args() -> serde_json::Value {
     json!({"state_summary": "did it", "boundary_status": [{"name": "the thing", "status": "done"}]})
@@ -73,7 +66,7 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
     ]))
     .await
     .unwrap();
-    let f = SessionFixture::start(ws.path(), &server, fast(), |_| {})
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |_| {})
         .await
         .unwrap();
     // A parent that dies before its `spawn_subagent` result is journaled:
@@ -166,15 +159,10 @@ async fn a_handoff_already_delivered_in_the_log_is_not_settled_again() {
     ]))
     .await
     .unwrap();
-    let f = SessionFixture::start(ws.path(), &server, fast(), |_| {})
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |_| {})
         .await
         .unwrap();
-    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let end = f.run_root("delegate").await.unwrap();
     assert!(matches!(end, RunEnd::Finished(_)), "{end:?}");
     f.tree.flush().await.unwrap();
     // The root's spawn_subagent result (in the log) names the handoff: a
@@ -242,17 +230,12 @@ async fn a_subagent_spec_sets_its_own_reasoning_effort() {
     ]))
     .await
     .unwrap();
-    let f = SessionFixture::start(ws.path(), &server, fast(), |env| {
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |env| {
         env.reasoning_effort = Some(ReasoningEffort::High);
     })
     .await
     .unwrap();
-    let run = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let end = f.run_root("delegate").await.unwrap();
     // The schema offers the field to the model.
     let schema = SpawnSubagentTool::new(root_args(&f, false)).schema();
     assert_eq!(

@@ -7,21 +7,20 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use troupe_actors::agent::{AgentEnv, loop_id};
-use troupe_actors::{SessionTree, SupervisorConfig, start_root};
+use troupe_actors::{SessionTree, start_root};
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
 use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::state::{LoopState, LoopStateStore, LoopStatus};
 use troupe_runtime::store::{
     LogConfig, MANIFEST_FILE, Manifest, SessionLog, SessionStatus, StoreError,
 };
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
-use troupe_test_support::SessionFixture;
+use troupe_runtime::tools::ToolRegistry;
+use troupe_test_support::session::fast_supervisor;
+use troupe_test_support::{RecordingTool, SessionFixture, Then};
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
 #[derive(Clone, Copy, Debug)]
@@ -31,88 +30,65 @@ enum Damage {
     Stale,
 }
 
-/// A write tool that appends its call number to a side-effect file and
-/// hangs on call `hang_at` (the process "dies" there); the first call
-/// after the resume records the loop state file as it finds it.
-struct Record {
-    side: PathBuf,
-    loop_file: PathBuf,
-    loop_id: String,
-    calls: AtomicU32,
-    hang_at: u32,
-    /// The loop state file as the first call after the resume found it.
-    after_resume: parking_lot::Mutex<Option<LoopState>>,
+/// The root agent's loop state file, which the test damages between the
+/// two "processes".
+struct LoopFile {
+    path: PathBuf,
+    id: String,
 }
 
-impl Record {
+impl LoopFile {
     fn damage(&self, damage: Damage) {
         match damage {
             Damage::Delete => {
-                let _ = std::fs::remove_file(&self.loop_file);
+                let _ = std::fs::remove_file(&self.path);
             }
             Damage::Corrupt => {
-                std::fs::create_dir_all(self.loop_file.parent().unwrap()).unwrap();
-                std::fs::write(&self.loop_file, b"{\"schema_version\": 1, \"id\": tor").unwrap();
+                std::fs::create_dir_all(self.path.parent().unwrap()).unwrap();
+                std::fs::write(&self.path, b"{\"schema_version\": 1, \"id\": tor").unwrap();
             }
             Damage::Stale => {
-                let mut old = LoopState::new(self.loop_id.clone());
+                let mut old = LoopState::new(self.id.clone());
                 old.set_status(LoopStatus::Failed);
-                LoopStateStore::in_dir(self.loop_file.parent().unwrap())
+                LoopStateStore::in_dir(self.path.parent().unwrap())
                     .save(&old)
                     .unwrap();
             }
         }
     }
-}
 
-impl Tool for Record {
-    fn name(&self) -> &str {
-        "record"
-    }
-    fn description(&self) -> &str {
-        "records a step"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"step": {"type": "integer"}}})
-    }
-    fn capability(&self) -> Capability {
-        Capability::Write
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            use std::io::Write;
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.side)
-                .unwrap();
-            f.write_all(format!("{n}\n").as_bytes()).unwrap();
-            if n == self.hang_at + 1 {
-                let store = LoopStateStore::in_dir(self.loop_file.parent().unwrap());
-                *self.after_resume.lock() = store.load(&self.loop_id).unwrap();
-            }
-            if n == self.hang_at {
-                std::future::pending::<()>().await;
-            }
-            Ok(ToolOutput {
-                output: format!("recorded {n}"),
-                ..ToolOutput::default()
-            })
-        })
+    fn load(&self) -> Option<LoopState> {
+        LoopStateStore::in_dir(self.path.parent().unwrap())
+            .load(&self.id)
+            .unwrap()
     }
 }
 
-fn fast() -> SupervisorConfig {
-    SupervisorConfig {
-        backoff_base: Duration::from_millis(2),
-        backoff_max: Duration::from_millis(20),
-        ..SupervisorConfig::default()
-    }
+/// Where the first process's tool and loop file are kept for the second.
+type Slot = Arc<parking_lot::Mutex<Option<(Arc<RecordingTool>, Arc<LoopFile>)>>>;
+
+/// The loop state file as the first call after the resume found it.
+type AfterResume = Arc<parking_lot::Mutex<Option<LoopState>>>;
+
+/// The test's `record` tool: call `hang_at` hangs (the process "dies"
+/// there); the first call after the resume puts the loop state file as it
+/// finds it in `after_resume`.
+fn record_tool(
+    side: &std::path::Path,
+    loop_file: Arc<LoopFile>,
+    hang_at: u32,
+    after_resume: AfterResume,
+) -> RecordingTool {
+    RecordingTool::new(side).then(move |n| {
+        if n == hang_at + 1 {
+            *after_resume.lock() = loop_file.load();
+        }
+        if n == hang_at {
+            Then::Hang
+        } else {
+            Then::Reply
+        }
+    })
 }
 
 /// The environment of a session reopened after its process "died":
@@ -122,7 +98,7 @@ fn resumed_env(
     server: &ScriptedServer,
     log: SessionLog,
     tree: &SessionTree,
-    tool: Arc<Record>,
+    tool: Arc<RecordingTool>,
 ) -> AgentEnv {
     let client = ProviderClient::new(
         ProviderConfig::openai()
@@ -163,25 +139,28 @@ async fn resume_rebuilds_a_missing_corrupt_or_stale_loop_state_from_the_log() {
         .await
         .unwrap();
         let side = ws.path().join("side-effect.txt");
-        let slot: Arc<parking_lot::Mutex<Option<Arc<Record>>>> = Default::default();
+        let slot: Slot = Default::default();
+        let after_resume = AfterResume::default();
         // The first process: the 4th write hangs, and the process dies
         // (its tree is torn down) with the thread unfinished.
-        let f = SessionFixture::start(ws.path(), &server, fast(), |env| {
-            let lid = loop_id(&env.session_id, "session/root");
-            let tool = Arc::new(Record {
-                side: side.clone(),
-                loop_file: LoopStateStore::new(&env.workspace).path(&lid).unwrap(),
-                loop_id: lid,
-                calls: AtomicU32::new(0),
-                hang_at: 4,
-                after_resume: Default::default(),
+        let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |env| {
+            let id = loop_id(&env.session_id, "session/root");
+            let loop_file = Arc::new(LoopFile {
+                path: LoopStateStore::new(&env.workspace).path(&id).unwrap(),
+                id,
             });
-            *slot.lock() = Some(Arc::clone(&tool));
+            let tool = Arc::new(record_tool(
+                &side,
+                Arc::clone(&loop_file),
+                4,
+                Arc::clone(&after_resume),
+            ));
+            *slot.lock() = Some((Arc::clone(&tool), loop_file));
             env.tools.register(tool);
         })
         .await
         .unwrap();
-        let tool = slot.lock().clone().unwrap();
+        let (tool, loop_file) = slot.lock().clone().unwrap();
         let run = start_root(
             &f.tree,
             Arc::clone(&f.env),
@@ -208,7 +187,7 @@ async fn resume_rebuilds_a_missing_corrupt_or_stale_loop_state_from_the_log() {
         let SessionFixture { log, tree, env } = f;
         let _ = tree.shutdown().await;
         drop((log, env));
-        tool.damage(damage);
+        loop_file.damage(damage);
         // The second process: reopen the log, resume the root agent.
         // (The first tree's last handles on the log go with its aborted
         // turn; the claim is free once they have.)
@@ -228,7 +207,9 @@ async fn resume_rebuilds_a_missing_corrupt_or_stale_loop_state_from_the_log() {
             report.completed, None,
             "{damage:?}: the thread had not ended"
         );
-        let tree = SessionTree::start(log.clone(), fast()).await.unwrap();
+        let tree = SessionTree::start(log.clone(), fast_supervisor())
+            .await
+            .unwrap();
         let env = Arc::new(resumed_env(
             ws.path(),
             &server,
@@ -261,7 +242,7 @@ async fn resume_rebuilds_a_missing_corrupt_or_stale_loop_state_from_the_log() {
         assert_eq!(written, ["1", "2", "3", "4", "5", "6"], "{damage:?}");
         // At once after the resume the file held what the log says (the
         // process died in turn 4), whatever the damage.
-        let resumed = tool.after_resume.lock().clone();
+        let resumed = after_resume.lock().clone();
         let resumed =
             resumed.unwrap_or_else(|| panic!("{damage:?}: no loop state after the resume"));
         assert_eq!(resumed.step_index, 4, "{damage:?}");
@@ -290,15 +271,10 @@ async fn the_manifest_is_current_once_the_session_has_ended() {
     .await
     .unwrap();
     std::fs::write(ws.path().join("a.txt"), "hello").unwrap();
-    let f = SessionFixture::start(ws.path(), &server, fast(), |_| {})
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |_| {})
         .await
         .unwrap();
-    let run = start_root(&f.tree, Arc::clone(&f.env), "read a.txt".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
-        .await
-        .unwrap();
+    let end = f.run_root("read a.txt").await.unwrap();
     f.tree.shutdown().await.unwrap();
     assert_eq!(end.completed().unwrap().subtype, CompletionSubtype::Success);
     // The writer refreshes the manifest at most every manifest_interval

@@ -6,72 +6,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use troupe_actors::tree::{SupervisionSettings, SupervisionSpec};
-use troupe_actors::{RestartPolicy, RunEnd, SupervisorConfig, start_root};
+use troupe_actors::{RestartPolicy, RunEnd};
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
-use troupe_test_support::SessionFixture;
 use troupe_test_support::events::try_read_log;
+use troupe_test_support::session::fast_supervisor;
+use troupe_test_support::{RecordingTool, SessionFixture, Then};
 use troupe_testkit::{Reply, Script, ScriptedServer};
-
-/// A write tool that appends a line to a file, then panics on its first
-/// `panics` calls.
-struct Crashy {
-    file: PathBuf,
-    calls: AtomicU32,
-    panics: u32,
-}
-
-impl Tool for Crashy {
-    fn name(&self) -> &str {
-        "record"
-    }
-    fn description(&self) -> &str {
-        "records a step"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn capability(&self) -> Capability {
-        Capability::Write
-    }
-    fn call<'a>(
-        &'a self,
-        _args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.file)
-                .unwrap();
-            writeln!(f, "{n}").unwrap();
-            if n <= self.panics {
-                panic!("record crashed on call {n}");
-            }
-            Ok(ToolOutput {
-                output: format!("recorded {n}"),
-                ..ToolOutput::default()
-            })
-        })
-    }
-}
-
-fn fast() -> SupervisorConfig {
-    SupervisorConfig {
-        backoff_base: Duration::from_millis(2),
-        backoff_max: Duration::from_millis(20),
-        ..SupervisorConfig::default()
-    }
-}
 
 fn handoff(what: &str, status: &str) -> Value {
     json!({"state_summary": what, "boundary_status": [{"name": what, "status": status}]})
@@ -81,12 +25,15 @@ async fn run(script: Script, panics: u32) -> (SessionFixture, ScriptedServer, Ru
     let ws = tempfile::tempdir().unwrap().keep();
     let side = ws.join("side.txt");
     let server = ScriptedServer::start(script).await.unwrap();
-    let tool = Arc::new(Crashy {
-        file: side.clone(),
-        calls: AtomicU32::new(0),
-        panics,
-    });
-    let f = SessionFixture::start(&ws, &server, fast(), |env| {
+    // Its first `panics` calls panic after writing their line.
+    let tool = Arc::new(RecordingTool::new(&side).then(move |n| {
+        if n <= panics {
+            Then::Panic
+        } else {
+            Then::Reply
+        }
+    }));
+    let f = SessionFixture::start(&ws, &server, fast_supervisor(), |env| {
         env.tools.register(tool);
         env.supervision = SupervisionSettings {
             backoff_base: Duration::from_millis(2),
@@ -96,12 +43,7 @@ async fn run(script: Script, panics: u32) -> (SessionFixture, ScriptedServer, Ru
     })
     .await
     .unwrap();
-    let root = start_root(&f.tree, Arc::clone(&f.env), "delegate".into(), false)
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(30), root.wait(&f.tree))
-        .await
-        .unwrap();
+    let end = f.run_root("delegate").await.unwrap();
     f.tree.flush().await.unwrap();
     (f, server, end, side)
 }

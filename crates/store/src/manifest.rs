@@ -112,11 +112,17 @@ impl Manifest {
 
     /// Writes the manifest atomically; `durable: false` skips the fsyncs
     /// (for a refresh of counters the log has anyway: reopen recounts them).
+    ///
+    /// A session directory that refuses writes (immutable, read-only) is
+    /// [`StoreError::NotWritable`], whatever else is in it: a writer that
+    /// crashed leaves its lock file behind, so claiming the session
+    /// succeeds there and this write is the first to find out.
     pub(crate) fn write_with(&mut self, path: &Path, durable: bool) -> Result<(), StoreError> {
+        let failed = |e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e);
         if !durable {
             self.updated_at = Utc::now();
             let bytes = self.encode()?;
-            return write_replace(path, &bytes).map_err(|e| StoreError::io("write", path, e));
+            return write_replace(path, &bytes).map_err(failed);
         }
         self.updated_at = Utc::now();
         let bytes = self.encode()?;
@@ -127,7 +133,7 @@ impl Manifest {
             Err(e) if e.kind() == ErrorKind::StorageFull && path.exists() => {
                 overwrite(path, &bytes).map_err(|e| StoreError::io("write", path, e))
             }
-            other => other.map_err(|e| StoreError::io("write", path, e)),
+            other => other.map_err(failed),
         }
     }
 

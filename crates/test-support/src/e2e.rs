@@ -6,7 +6,8 @@
 #![allow(clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
 
 use troupe_protocol::{ItemStatus, ThreadCompletedEvent, ThreadEvent, ToolOutcome};
 use troupe_testkit::{Reply, Script, ScriptedServer};
@@ -184,6 +185,28 @@ pub fn session_dirs(ws: &Path) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// How long [`sigkill_after_session_start`] waits for the session.
+pub const SESSION_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// SIGKILLs `child` (a `troupe` run in `ws`) `delay` after its session
+/// directory appeared, and waits for it; its exit status. The delay is
+/// counted from the session's start, not the process's: on a loaded
+/// machine start-up alone can take longer than a test's whole window. A
+/// child that ends first (or makes no session within
+/// [`SESSION_START_TIMEOUT`]) is waited for as it is.
+pub fn sigkill_after_session_start(ws: &Path, child: &mut Child, delay: Duration) -> ExitStatus {
+    let started =
+        crate::wait::wait_until_blocking("the session directory", SESSION_START_TIMEOUT, || {
+            !session_dirs(ws).is_empty() || !matches!(child.try_wait(), Ok(None))
+        });
+    if started.is_ok() && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(delay);
+    }
+    // SIGKILL; an error only says the child has ended already.
+    let _ = child.kill();
+    child.wait().expect("waiting for the killed troupe process")
 }
 
 /// Writes a scripted-server script (`docs/scripted-server.md`, TOML) to

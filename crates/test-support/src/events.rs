@@ -260,6 +260,26 @@ pub fn position(evs: &[ThreadEvent], pred: impl Fn(&ThreadEvent) -> bool) -> Opt
     evs.iter().position(pred)
 }
 
+/// The events before the `n`-th `turn.started` (0-based), as a crash at
+/// that turn's start leaves them on disk (each read back from its JSON
+/// form); `None` when there are not that many turns.
+pub fn log_before_turn(evs: &[ThreadEvent], n: usize) -> Option<Vec<ThreadEvent>> {
+    let at = evs
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
+        .nth(n)?
+        .0;
+    evs[..at]
+        .iter()
+        .map(|e| {
+            serde_json::to_value(e)
+                .and_then(serde_json::from_value)
+                .ok()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -8,6 +8,10 @@
 //!   and waits on the tree (settled, gone, escalated);
 //! - [`wait`]: waiting with a deadline, async and blocking;
 //! - [`events`]: event sources, [`wait_for_event`], filters;
+//! - [`scripts`]: scripted runs several test files share (a model that
+//!   runs shell steps, [`scripts::steps_rule`]);
+//! - [`tools`]: [`RecordingTool`], a write tool with a side-effect file
+//!   that replies, panics or hangs on the calls a test picks;
 //! - [`git`]: a temp git repository built with git2;
 //! - [`bin`]: running a built binary with a timeout, stdin, env, JSONL;
 //! - [`e2e`]: `troupe exec` runs and the session they leave;
@@ -24,7 +28,9 @@ pub mod events;
 pub mod git;
 pub mod nats;
 pub mod netns;
+pub mod scripts;
 pub mod session;
+pub mod tools;
 pub mod vtcode;
 pub mod wait;
 
@@ -33,6 +39,7 @@ pub use bin::Bin;
 pub use events::{EventSource, Recorder, wait_for_event};
 pub use git::GitRepo;
 pub use session::SessionFixture;
+pub use tools::{RecordingTool, Then};
 pub use wait::{WaitTimeout, wait_until, wait_until_blocking};
 
 /// Why a helper could not set a test up.
@@ -56,6 +63,9 @@ pub enum SupportError {
     /// A git operation failed.
     #[error("git: {0}")]
     Git(#[from] git2::Error),
+    /// A wait ran out of time.
+    #[error(transparent)]
+    Timeout(#[from] WaitTimeout),
     /// The binary is missing or misbehaved.
     #[error("binary: {0}")]
     Binary(String),

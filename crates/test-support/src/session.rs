@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use troupe_actors::agent::AgentEnv;
-use troupe_actors::{ChildInfo, SessionTree, SupervisorConfig};
+use troupe_actors::{ChildInfo, RunEnd, SessionTree, SupervisorConfig, start_root};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage};
 use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::store::{LogConfig, SessionLog, SessionStore};
@@ -104,6 +104,19 @@ pub async fn escalated(tree: &SessionTree, timeout: Duration) -> Result<String, 
     .await
 }
 
+/// How long [`SessionFixture::run_root`] waits for the root to end.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A supervisor that restarts at once: 2 ms backoff, 20 ms at most (the
+/// defaults otherwise).
+pub fn fast_supervisor() -> SupervisorConfig {
+    SupervisorConfig {
+        backoff_base: Duration::from_millis(2),
+        backoff_max: Duration::from_millis(20),
+        ..SupervisorConfig::default()
+    }
+}
+
 /// A supervised session in workspace `ws` whose agents call `server`.
 pub struct SessionFixture {
     /// The canonical log.
@@ -155,6 +168,20 @@ impl SessionFixture {
             tree,
             env: Arc::new(env),
         })
+    }
+
+    /// Starts a new root agent on `task` and waits, at most
+    /// [`RUN_TIMEOUT`], until it ends or the tree escalates.
+    pub async fn run_root(&self, task: &str) -> Result<RunEnd, SupportError> {
+        let run = start_root(&self.tree, Arc::clone(&self.env), task.into(), false).await?;
+        tokio::time::timeout(RUN_TIMEOUT, run.wait(&self.tree))
+            .await
+            .map_err(|_| {
+                SupportError::Timeout(WaitTimeout {
+                    what: format!("the root agent on `{task}` to end"),
+                    after: RUN_TIMEOUT,
+                })
+            })
     }
 
     /// The log's events so far.

@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
 use troupe_runtime::provider::{ModelCatalog, ProviderKind, ReasoningEffort};
-use troupe_test_support::AgentBuilder;
+use troupe_test_support::events::log_before_turn;
+use troupe_test_support::{AgentBuilder, AgentHarness};
 use troupe_testkit::Reply;
 
 const THOUGHT: &str = "The user wants a.txt; read it first.";
@@ -51,19 +52,40 @@ fn expected_blocks() -> Vec<Value> {
     ]
 }
 
-#[tokio::test]
-async fn anthropic_thinking_goes_back_first_on_the_next_tool_turn() {
-    let mut h = AgentBuilder::new(thinking_then_call())
-        .provider(ProviderKind::Anthropic)
-        .model("claude-sonnet-4-5")
-        .catalog(ModelCatalog::builtin())
-        .config(|c| c.reasoning_effort = Some(ReasoningEffort::High))
+/// An agent on `model` (a `kind` provider, models from `catalog`) with
+/// reasoning `effort` and an `a.txt` that says hello, run to its end,
+/// which must be a success.
+async fn run_with_effort(
+    replies: Vec<Reply>,
+    kind: ProviderKind,
+    model: &str,
+    catalog: ModelCatalog,
+    effort: ReasoningEffort,
+) -> AgentHarness {
+    let mut h = AgentBuilder::new(replies)
+        .provider(kind)
+        .model(model)
+        .catalog(catalog)
+        .config(|c| c.reasoning_effort = Some(effort))
         .file("a.txt", "hello\n")
         .build()
         .await
         .unwrap();
     let done = h.run().await;
     assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    h
+}
+
+#[tokio::test]
+async fn anthropic_thinking_goes_back_first_on_the_next_tool_turn() {
+    let h = run_with_effort(
+        thinking_then_call(),
+        ProviderKind::Anthropic,
+        "claude-sonnet-4-5",
+        ModelCatalog::builtin(),
+        ReasoningEffort::High,
+    )
+    .await;
     let reqs = h.server.requests();
     assert_eq!(reqs.len(), 2);
     for r in &reqs {
@@ -112,19 +134,7 @@ async fn a_resumed_loop_sends_the_logged_thinking_back() {
         .await
         .unwrap();
     first.run().await;
-    let events = first.events();
-    let second_turn = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
-        .nth(1)
-        .map(|(i, _)| i)
-        .expect("two turns");
-    let log: Vec<ThreadEvent> = events[..second_turn].to_vec();
-    let log: Vec<ThreadEvent> = log
-        .iter()
-        .map(|e| serde_json::from_value(serde_json::to_value(e).unwrap()).unwrap())
-        .collect();
+    let log = log_before_turn(&first.events(), 1).expect("two turns");
 
     let mut second = AgentBuilder::new(vec![Reply::text("a.txt says hello")])
         .provider(ProviderKind::Anthropic)
@@ -148,17 +158,14 @@ async fn a_model_without_reasoning_gets_one_warning_and_no_field() {
         Reply::tool_call("c2", "read_file", json!({"path": "a.txt"})),
         Reply::text("done"),
     ];
-    let mut h = AgentBuilder::new(replies)
-        .provider(ProviderKind::Anthropic)
-        .model("claude-3-5-haiku-20241022")
-        .catalog(ModelCatalog::builtin())
-        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Low))
-        .file("a.txt", "hello\n")
-        .build()
-        .await
-        .unwrap();
-    let done = h.run().await;
-    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let h = run_with_effort(
+        replies,
+        ProviderKind::Anthropic,
+        "claude-3-5-haiku-20241022",
+        ModelCatalog::builtin(),
+        ReasoningEffort::Low,
+    )
+    .await;
     let reqs = h.server.requests();
     assert_eq!(reqs.len(), 3);
     for r in &reqs {
@@ -179,16 +186,14 @@ async fn openai_gets_reasoning_effort_on_every_call() {
         Reply::tool_call("c1", "read_file", json!({"path": "a.txt"})),
         Reply::text("done"),
     ];
-    let mut h = AgentBuilder::new(replies)
-        .model("gpt-5-mini")
-        .catalog(ModelCatalog::builtin().without_pricing())
-        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Minimal))
-        .file("a.txt", "hello\n")
-        .build()
-        .await
-        .unwrap();
-    let done = h.run().await;
-    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let h = run_with_effort(
+        replies,
+        ProviderKind::OpenAi,
+        "gpt-5-mini",
+        ModelCatalog::builtin().without_pricing(),
+        ReasoningEffort::Minimal,
+    )
+    .await;
     let reqs = h.server.requests();
     assert_eq!(reqs.len(), 2);
     for r in &reqs {
@@ -219,17 +224,14 @@ async fn gemini_thought_and_call_signatures_go_back_also_after_a_resume() {
         Reply::tool_calls(vec![call]).with_thinking("Look at a.txt.", "th-sig"),
         Reply::text("a.txt says hello"),
     ];
-    let mut first = AgentBuilder::new(replies)
-        .provider(ProviderKind::Gemini)
-        .model("gemini-2.5-flash")
-        .catalog(ModelCatalog::builtin())
-        .config(|c| c.reasoning_effort = Some(ReasoningEffort::Medium))
-        .file("a.txt", "hello\n")
-        .build()
-        .await
-        .unwrap();
-    let done = first.run().await;
-    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    let first = run_with_effort(
+        replies,
+        ProviderKind::Gemini,
+        "gemini-2.5-flash",
+        ModelCatalog::builtin(),
+        ReasoningEffort::Medium,
+    )
+    .await;
     let want = vec![
         json!({"text": "Look at a.txt.", "thought": true, "thoughtSignature": "th-sig"}),
         json!({"functionCall": {"name": "read_file", "args": {"path": "a.txt"}, "id": "c1"},
@@ -243,18 +245,7 @@ async fn gemini_thought_and_call_signatures_go_back_also_after_a_resume() {
     assert_eq!(model_parts(&reqs[1].body), want);
 
     // From the log (as written to disk), a new incarnation sends the same.
-    let events = first.events();
-    let second_turn = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, ThreadEvent::TurnStarted(_)))
-        .nth(1)
-        .map(|(i, _)| i)
-        .unwrap();
-    let log: Vec<ThreadEvent> = events[..second_turn]
-        .iter()
-        .map(|e| serde_json::from_value(serde_json::to_value(e).unwrap()).unwrap())
-        .collect();
+    let log = log_before_turn(&first.events(), 1).expect("two turns");
     let mut second = AgentBuilder::new(vec![Reply::text("a.txt says hello")])
         .provider(ProviderKind::Gemini)
         .model("gemini-2.5-flash")
