@@ -722,7 +722,13 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
         "{err}"
     );
     assert_eq!(runs(side.path(), 1), 1, "{log}");
-    // Reattached: the worker ran it once and acked it once.
+    // Reattached: the worker ran it once and acked it once (its ack
+    // follows the committed mark by a poll).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !worker.log().contains("handoff committed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = worker.log();
     assert_eq!(log.matches("running").count(), 1, "{log}");
     assert_eq!(log.matches("handoff committed").count(), 1, "{log}");
     let events = session_events(ws.path());
