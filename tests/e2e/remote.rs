@@ -326,8 +326,19 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
         ),
         Duration::from_secs(180),
     );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    // A worker acks one poll after the committed mark: wait for the last.
+    let acked_now = || {
+        workers
+            .iter()
+            .map(|w| w.log().matches("handoff committed").count())
+            .sum::<usize>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acked_now() < PARTS && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
-    assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
     let events = assert_complete(ws.path(), side.path(), &expected, &logs);
     // The children ran on the workers, not here: every task was acked
     // after its handoff was committed, and more than one worker worked.
