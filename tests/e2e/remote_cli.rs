@@ -43,9 +43,16 @@ impl Worker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Tasks this worker ran to a committed handoff.
-    fn committed(&self) -> usize {
-        self.log().matches("handoff committed").count()
+    /// Tasks this worker ran to a committed handoff, once it logged at
+    /// least `n` of them or 10 s passed (a worker acks one poll after the
+    /// committed mark, so just after its coordinator exited).
+    fn committed(&self, n: usize) -> usize {
+        let count = || self.log().matches("handoff committed").count();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        count()
     }
 }
 
@@ -213,7 +220,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
     // The subagent ran on the worker, its events are in this log, and its
     // file went through the proposer's merge and the pipeline's.
-    assert_eq!(worker.committed(), 1, "{}", worker.log());
+    assert_eq!(worker.committed(1), 1, "{}", worker.log());
     let events = session_events(ws.path());
     assert!(
         items_of(&events, "g1") >= 2,
@@ -263,7 +270,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
     });
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(worker.committed(), 1, "{}", worker.log());
+    assert_eq!(worker.committed(1), 1, "{}", worker.log());
     assert!(items_of(&session_events(ws.path()), "g2") >= 2);
     assert_eq!(
         at_head(ws.path(), "hello.txt").as_deref(),
@@ -326,7 +333,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     );
     let (code, out, err) = run(first, limit);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
-    assert_eq!(worker.committed(), 1, "{}", worker.log());
+    assert_eq!(worker.committed(1), 1, "{}", worker.log());
     let dir = troupe_test_support::e2e::session_dir(ws.path());
     let id = dir.file_name().unwrap().to_string_lossy().into_owned();
     let recorded = std::fs::read_to_string(dir.join("settings.json")).unwrap();
@@ -357,7 +364,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     );
     let (code, out, err) = run(again, limit);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
-    assert_eq!(worker.committed(), 2, "{}", worker.log());
+    assert_eq!(worker.committed(2), 2, "{}", worker.log());
     assert!(items_of(&session_events(ws.path()), "c2") >= 2);
     assert_eq!(at_head(ws.path(), "two.txt").as_deref(), Some("two.txt\n"));
 }
@@ -573,5 +580,5 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
         worker.log()
     );
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(worker.committed(), 1, "{}", worker.log());
+    assert_eq!(worker.committed(1), 1, "{}", worker.log());
 }
