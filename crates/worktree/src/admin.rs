@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use git2::Oid;
 
 use crate::error::{Result, io_err};
+use crate::owner::Owner;
 
 /// Name of troupe's marker in the admin directory: the base commit, written
 /// once creation has fully finished. An entry without it was interrupted.
@@ -66,6 +67,9 @@ pub(crate) struct AdminEntry {
     pub(crate) complete: bool,
     /// A `locked` file exists.
     pub(crate) locked: bool,
+    /// Who locked it while creating it (`troupe-owner`); `None` for a lock
+    /// taken any other way (libgit2's, or a user's `git worktree lock`).
+    pub(crate) owner: Option<Owner>,
     /// The troupe base marker.
     pub(crate) base: Option<Oid>,
 }
@@ -90,7 +94,18 @@ impl AdminEntry {
             head_oid,
             complete: head.is_some() && admin.join("commondir").is_file(),
             locked: admin.join("locked").exists(),
+            owner: Owner::read(admin),
             base: read_base(admin),
+        }
+    }
+
+    /// What [`crate::Workspace::prune`] may do with this entry's lock.
+    pub(crate) fn lock_state(&self) -> LockState {
+        match (self.locked, self.owner) {
+            (false, _) => LockState::Unlocked,
+            (true, Some(owner)) if owner.is_alive() => LockState::CreatorRunning,
+            (true, Some(_)) => LockState::CreatorDead,
+            (true, None) => LockState::Unowned,
         }
     }
 
@@ -114,4 +129,19 @@ impl AdminEntry {
         }
         None
     }
+}
+
+/// An admin entry's lock, as prune sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockState {
+    /// No `locked` file.
+    Unlocked,
+    /// Locked by a troupe create whose process still runs: being made.
+    CreatorRunning,
+    /// Locked by a troupe create whose process is gone (or whose pid now
+    /// names a later process): the create was killed.
+    CreatorDead,
+    /// Locked with no owner record: libgit2's lock during a troupe create
+    /// (troupe's own entries), or a user's `git worktree lock`.
+    Unowned,
 }

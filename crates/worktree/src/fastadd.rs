@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use git2::{FileMode, IndexEntry, IndexTime, Oid, Repository, TreeWalkMode, TreeWalkResult};
 
 use crate::error::{GitContext, Result, io_err};
+use crate::owner::Owner;
 
 /// Below this many files libgit2's single-threaded checkout is as fast.
 const MIN_FILES: usize = 256;
@@ -104,13 +105,16 @@ fn needs_full_checkout(repo: &Repository) -> Result<bool> {
 }
 
 /// Writes the admin entry and the `.git` link like libgit2's
-/// `git_worktree_add`, locked until the caller unlocks it.
+/// `git_worktree_add`, locked until the caller unlocks it. The lock's owner
+/// (this process) is recorded before the lock, so a lock is never left
+/// without its owner when the process is killed.
 pub(crate) fn write_links(repo: &Repository, admin: &Path, wt: &Path, branch: &str) -> Result<()> {
     let parent = admin.parent().unwrap_or(admin);
     std::fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
     std::fs::create_dir(admin).map_err(io_err("creating", admin))?;
     let write =
         |path: PathBuf, text: String| std::fs::write(&path, text).map_err(io_err("writing", &path));
+    Owner::current().write(admin)?;
     write(admin.join("locked"), "initializing\n".into())?;
     std::fs::create_dir(wt).map_err(io_err("creating", wt))?;
     write(wt.join(".git"), format!("gitdir: {}\n", admin.display()))?;

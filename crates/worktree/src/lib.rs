@@ -46,6 +46,7 @@ mod error;
 mod fastadd;
 mod id;
 mod merge;
+mod owner;
 mod paths;
 mod prune;
 mod repo;

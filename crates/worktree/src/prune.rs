@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
 
-use crate::admin::{self, AdminEntry};
+use crate::admin::{self, AdminEntry, LockState};
 use crate::error::{GitContext, Result, io_err};
 use crate::id::BRANCH_PREFIX;
 use crate::workspace::{Workspace, remove_dir_if_exists};
@@ -48,9 +48,13 @@ impl Workspace {
     ///
     /// - troupe's worktrees (under `.vtcode/worktrees/`) whose directory or
     ///   `.git` link is gone, whose admin entry is incomplete, or whose
-    ///   creation never finished, locked or not;
+    ///   creation never finished, locked or not — unless the process that
+    ///   is creating it still runs (its lock records its pid and start
+    ///   time);
     /// - other linked worktrees whose directory is gone, unless locked (as
-    ///   `git worktree prune` does);
+    ///   `git worktree prune` does) by a user or a running creator: a lock
+    ///   whose recorded creator is dead (pid gone, or reused by a later
+    ///   process) is cleared with its entry;
     /// - directories under `.vtcode/worktrees/` that no worktree owns;
     /// - `troupe/*` branches no worktree has checked out, when HEAD already
     ///   contains them (others are reported in
@@ -80,10 +84,21 @@ impl Workspace {
             let info = AdminEntry::read(&admin);
             let managed = self.is_managed(info.worktree_path.as_deref())
                 || (info.worktree_path.is_none() && self.worktrees_dir().join(&name).exists());
+            let lock = info.lock_state();
+            let keep = match lock {
+                LockState::CreatorRunning => true,
+                LockState::CreatorDead | LockState::Unlocked => false,
+                LockState::Unowned => !managed,
+            };
             let stale = match info.defect(managed) {
-                Some(reason) if managed || !info.locked => reason,
+                Some(reason) if !keep => reason,
                 _ => {
                     live.extend(info.worktree_path.clone());
+                    if lock == LockState::CreatorRunning {
+                        // Being made: its directory may exist before its
+                        // gitdir file names it.
+                        live.insert(self.worktrees_dir().join(&name));
+                    }
                     continue;
                 }
             };
@@ -161,6 +176,9 @@ fn prune_branches(repo: &Repository, report: &mut PruneReport) -> Result<()> {
     }
     for name in admin::entry_names(repo.commondir())? {
         let entry = AdminEntry::read(&admin::admin_dir(repo.commondir(), &name));
+        if entry.lock_state() == LockState::CreatorRunning {
+            in_use.insert(format!("refs/heads/{}", crate::id::branch_name(&name)));
+        }
         in_use.extend(entry.head_ref);
     }
     let head = repo.head().ok().and_then(|h| h.target());

@@ -9,6 +9,7 @@ use crate::admin::{self, AdminEntry};
 use crate::error::{GitContext, Result, WorktreeError, io_err};
 use crate::fastadd;
 use crate::id::{branch_name, validate_id};
+use crate::owner::Owner;
 use crate::worktree::Worktree;
 
 /// troupe's directory under a workspace. This crate depends on nothing of
@@ -286,7 +287,8 @@ fn add_worktree(repo: &Repository, id: &str, path: &Path, branch: &str, base: Oi
         fastadd::checkout(path, files)?;
         admin::write_base(&admin, base)?;
         let locked = admin.join("locked");
-        return std::fs::remove_file(&locked).map_err(io_err("removing", &locked));
+        std::fs::remove_file(&locked).map_err(io_err("removing", &locked))?;
+        return Owner::clear(&admin);
     }
     let reference = repo
         .find_reference(&format!("refs/heads/{branch}"))

@@ -144,3 +144,81 @@ fn fastrand_ms(round: u64) -> u64 {
         .subsec_nanos() as u64;
     (nanos + round * 37) % 120
 }
+
+/// `pid`'s start time, `/proc/<pid>/stat` field 22.
+fn start_time(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &text[text.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+/// The state a create killed between writing its lock and its worktree's
+/// directory leaves (the CI flake): `.git/worktrees/<id>/` holding only the
+/// owner record and `locked`, no gitdir file, no directory.
+fn killed_create(fx: &Fixture, id: &str, owner: &str) -> PathBuf {
+    let admin = fx.dir.path().join(".git/worktrees").join(id);
+    std::fs::create_dir_all(&admin).unwrap();
+    std::fs::write(admin.join("troupe-owner"), owner).unwrap();
+    std::fs::write(admin.join("locked"), "initializing\n").unwrap();
+    admin
+}
+
+#[test]
+fn a_lock_left_by_a_killed_creator_is_pruned() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = Workspace::open(fx.dir.path()).unwrap();
+    // A creator that ran and was killed: its pid is gone.
+    let mut child = Command::new("sleep").arg("600").spawn().unwrap();
+    let dead = format!("{} {}\n", child.id(), start_time(child.id()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let w1 = killed_create(&fx, "w1", &dead);
+    // A creator whose pid now names a later process (this one).
+    let reused = format!(
+        "{} {}\n",
+        std::process::id(),
+        start_time(std::process::id()) + 1
+    );
+    let w2 = killed_create(&fx, "w2", &reused);
+
+    let info = ws.list().unwrap();
+    assert_eq!(info.len(), 2, "{info:?}");
+    for i in &info {
+        assert!(i.locked, "{i:?}");
+        assert_eq!(i.stale.as_deref(), Some("its gitdir file is missing"));
+    }
+    let report = ws.prune().unwrap();
+    assert_eq!(report.worktrees, ["w1", "w2"], "{report:?}");
+    assert!(!w1.exists() && !w2.exists());
+    assert!(ws.list().unwrap().is_empty());
+    ws.create_worktree("w1").unwrap();
+    ws.create_worktree("w2").unwrap();
+    assert!(ws.prune().unwrap().is_empty());
+}
+
+#[test]
+fn a_running_creators_lock_is_kept() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let me = std::process::id();
+    let admin = killed_create(&fx, "w1", &format!("{me} {}\n", start_time(me)));
+    // Its directory is being written; its branch exists.
+    write(&ws.worktrees_dir(), "w1/partial.txt", "x");
+    let head = fx.repo.head().unwrap().peel_to_commit().unwrap();
+    fx.repo.branch("troupe/w1", &head, false).unwrap();
+    // A user's lock (a reason, no owner record) on a foreign worktree.
+    let user = fx.dir.path().join(".git/worktrees/usb");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(user.join("locked"), "on a USB disk\n").unwrap();
+
+    let report = ws.prune().unwrap();
+    assert!(report.is_empty(), "{report:?}");
+    assert!(admin.join("locked").is_file() && admin.join("troupe-owner").is_file());
+    assert!(ws.worktrees_dir().join("w1/partial.txt").is_file());
+    assert!(
+        fx.repo
+            .find_branch("troupe/w1", git2::BranchType::Local)
+            .is_ok()
+    );
+    assert!(user.join("locked").is_file());
+}
