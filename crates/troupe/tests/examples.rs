@@ -36,14 +36,24 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-fn run(name: &str, ws: &Path, server: &ScriptedServer, args: &[&str]) -> Output {
-    let out = Command::new(example(name))
-        .args(args)
+/// Runs example `name` in `ws`; `server` is its model (`OPENAI_BASE_URL`),
+/// or with `None` neither `OPENAI_BASE_URL` nor `OPENAI_API_KEY` is set.
+fn run_with(name: &str, ws: &Path, server: Option<&ScriptedServer>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(example(name));
+    cmd.args(args)
         .current_dir(ws)
-        .env("OPENAI_BASE_URL", server.openai_base_url())
-        .env("OPENAI_API_KEY", "sk-test-not-a-real-key")
-        .output()
-        .unwrap();
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("MODEL");
+    if let Some(server) = server {
+        cmd.env("OPENAI_BASE_URL", server.openai_base_url())
+            .env("OPENAI_API_KEY", "sk-test-not-a-real-key");
+    }
+    cmd.output().unwrap()
+}
+
+fn run(name: &str, ws: &Path, server: &ScriptedServer, args: &[&str]) -> Output {
+    let out = run_with(name, ws, Some(server), args);
     assert!(
         out.status.success(),
         "{name} failed: {}\n{}",
@@ -164,5 +174,128 @@ async fn many_agents_share_one_session_each_on_its_own_thread() {
     assert_eq!(last["thread_id"], id.as_str());
     assert_eq!(last["num_turns"], 2 * n as u64);
     server.check_invariants().unwrap();
+    server.shutdown().await;
+}
+
+fn lines(out: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `add` tool's completed items in the session's log, as JSON text.
+fn add_outputs(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "item.completed")
+        .map(|e| e["item"].to_string())
+        .filter(|item| item.contains("\"add\""))
+        .collect()
+}
+
+#[test]
+fn quickstart_without_a_key_or_url_runs_offline_and_says_so_first() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = run_with("quickstart", ws.path(), None, &[]);
+    let stdout = lines(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout[0].starts_with("offline: ") && stdout[0].contains("scripted model server"),
+        "the first line says it runs offline: {stdout:?}"
+    );
+    assert_eq!(stdout.get(1).map(String::as_str), Some("2 + 40 = 42"));
+    let (_, events) = session_events(ws.path());
+    let adds = add_outputs(&events);
+    assert_eq!(adds.len(), 1, "the add tool ran once: {adds:?}");
+    assert!(adds[0].contains(r#""outcome":"success""#), "{adds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quickstart_says_what_failed_and_exits_non_zero() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![Reply::http_error(
+        404,
+        r#"{"error":{"message":"The model `gpt-4.1-mini` does not exist","type":"invalid_request_error"}}"#,
+    )]))
+    .await
+    .unwrap();
+    let out = run_with("quickstart", ws.path(), Some(&server), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("quickstart: agent session/adder ended error")
+            && stderr.contains("does not exist"),
+        "stderr names the agent and the provider's reason: {stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "no answer is printed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    server.shutdown().await;
+}
+
+#[test]
+fn many_agents_without_a_key_or_url_runs_offline() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = run_with("many_agents", ws.path(), None, &["3"]);
+    let stdout = lines(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout[0].starts_with("offline: "), "{stdout:?}");
+    for (i, sum) in [(0, 0), (1, 11), (2, 22)] {
+        let want = format!("session/agent-{i}\tsuccess\t{i} + {} = {sum}", i * 10);
+        assert!(stdout.contains(&want), "{want:?} in {stdout:?}");
+    }
+    assert!(
+        stdout.iter().any(|l| l.starts_with("3 of 3 succeeded")),
+        "{stdout:?}"
+    );
+    let (_, events) = session_events(ws.path());
+    assert_eq!(add_outputs(&events).len(), 3, "each agent ran add");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_agents_names_each_failed_agent_and_exits_non_zero() {
+    let ws = tempfile::tempdir().unwrap();
+    // Agent 1's conversation is refused; the others succeed.
+    let server = ScriptedServer::start(
+        Script::replies(vec![
+            Reply::tool_call("c1", "add", json!({"a": 1, "b": 2})),
+            Reply::text("done"),
+        ])
+        .per_conversation()
+        .with_route(
+            "What is 1 + 10?",
+            vec![Reply::http_error(
+                400,
+                r#"{"error":{"message":"context too long for agent one","type":"invalid_request_error"}}"#,
+            )],
+        ),
+    )
+    .await
+    .unwrap();
+    let out = run_with("many_agents", ws.path(), Some(&server), &["3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("2 of 3 succeeded"), "{stdout}");
+    assert!(
+        stderr.contains("many_agents: session/agent-1 ended error")
+            && stderr.contains("context too long for agent one"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("agent-0") && !stderr.contains("agent-2"),
+        "{stderr}"
+    );
     server.shutdown().await;
 }
