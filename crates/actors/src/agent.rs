@@ -24,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 use troupe_protocol::{
     CompletionSubtype, HandoffEvent, HandoffRequest, ThreadCompletedEvent, ThreadEvent, Usage,
 };
-use troupe_runtime::agent::{AgentConfig, AgentLoop, Fallback, LogSink, SpendGuard, StepOutcome};
+use troupe_runtime::agent::{
+    AgentConfig, AgentLoop, EventSink, Fallback, LogSink, SpendGuard, StepOutcome,
+};
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::HookRunner;
 use troupe_runtime::provider::{ModelCatalog, ModelClient, ReasoningEffort};
@@ -32,6 +34,7 @@ use troupe_runtime::state::{
     AgentSpend, BudgetNode, BudgetStatus, CostBudget, LoopMemory, LoopState, LoopStateStore,
     LoopStatus, RememberTool,
 };
+use troupe_runtime::store::EmitError;
 use troupe_runtime::store::{EventReader, SessionLog};
 use troupe_runtime::tools::{SandboxMode, ToolContext, ToolRegistry, ToolSandbox};
 
@@ -496,8 +499,12 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         match event {
-            ractor::SupervisionEvent::ActorFailed(cell, _)
-            | ractor::SupervisionEvent::ActorTerminated(cell, _, _) => {
+            ractor::SupervisionEvent::ActorFailed(cell, _) => {
+                state.args.shared.node.ended(&cell);
+                // It escalated: its subagents were stopped for good.
+                state.args.env.agents.end_under(&state.args.agent_id);
+            }
+            ractor::SupervisionEvent::ActorTerminated(cell, _, _) => {
                 state.args.shared.node.ended(&cell);
             }
             _ => {}
@@ -556,7 +563,13 @@ impl Actor for AgentActor {
                 return Err(format!("agent {} crashed: {why}", state.args.agent_id).into());
             }
             AgentMsg::Steer { text, reply } => {
-                let _ = reply.send(steer(&state.args, text));
+                // Its thread completed: the intent would never be applied.
+                // The dropped reply tells the caller the address ended.
+                if state.args.address.is_ended() {
+                    drop(reply);
+                } else {
+                    let _ = reply.send(steer(&state.args, text));
+                }
             }
             AgentMsg::Abort(reply) => {
                 state.cancel.cancel();
@@ -592,7 +605,7 @@ impl Actor for AgentActor {
 /// The root agent (depth 0, no parent) owns the session's root thread;
 /// every other agent, a top-level agent of a library session (depth 0,
 /// its parent the supervisor) included, has a thread of its own.
-pub(crate) fn thread_id(args: &AgentArgs) -> String {
+pub fn thread_id(args: &AgentArgs) -> String {
     if args.depth == 0 && args.parent_id.is_none() {
         args.env.session_id.clone()
     } else {
@@ -707,7 +720,13 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
             .sandbox
             .map(|mode| ToolSandbox::new(mode, args.agent_id.clone())),
     };
-    let sink = Arc::new(LogSink::new(env.log.clone(), env.call_timeout));
+    let sink = Arc::new(EndingSink {
+        log: LogSink::new(env.log.clone(), env.call_timeout),
+        thread: thread_id(args),
+        agent_id: args.agent_id.clone(),
+        address: args.address.clone(),
+        agents: env.agents.clone(),
+    });
     let mut agent = AgentLoop::new(
         config,
         Arc::clone(&env.client),
@@ -735,6 +754,34 @@ fn build_loop(state: &mut AgentState) -> AgentLoop {
         .with_parent_span(args.parent_span.clone())
         .with_context(context)
         .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))
+}
+
+/// The log as an agent's sink, which ends the agent in the directory the
+/// moment its `thread.completed` is emitted (before the log, and so any
+/// reader of it, has the event): from then on a steer, abort or status
+/// answers "ended" at once instead of waiting on a mailbox that is about
+/// to close.
+struct EndingSink {
+    log: LogSink,
+    thread: String,
+    agent_id: String,
+    address: Address<AgentMsg>,
+    agents: crate::directory::AgentDirectory,
+}
+
+impl EventSink for EndingSink {
+    fn emit(&self, event: &ThreadEvent) -> Result<u64, EmitError> {
+        if let ThreadEvent::ThreadCompleted(done) = event
+            && done.thread_id == self.thread
+        {
+            self.agents.end(&self.agent_id, &self.address);
+        }
+        self.log.emit(event)
+    }
+
+    fn durable(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), String>> {
+        self.log.durable(seq)
+    }
 }
 
 /// This agent's events from the canonical log.
@@ -842,6 +889,13 @@ async fn finish(
     agent: AgentLoop,
     done: ThreadCompletedEvent,
 ) {
+    // Ended now (already, if its thread.completed went through the sink):
+    // nothing waits for it any more.
+    state
+        .args
+        .env
+        .agents
+        .end(&state.args.agent_id, &state.args.address);
     agent.stop_hook(&done).await;
     let args = &state.args;
     let handoff = state
@@ -906,7 +960,6 @@ async fn finish(
             outcome: outcome.clone(),
         });
     }
-    args.env.agents.remove(&args.agent_id, &args.address);
     if let Some(tx) = args.shared.done.lock().take() {
         let _ = tx.send(outcome);
     }

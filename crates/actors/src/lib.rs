@@ -60,7 +60,7 @@ pub use agent::{
 pub use builder::{
     AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
 };
-pub use directory::{AgentDirectory, RemoteAgent, SteerError};
+pub use directory::{AgentDirectory, AgentPresence, RESTART_WAIT, RemoteAgent, SteerError};
 pub use drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
 pub use env::Builtins;
 pub use run::{RootRun, RunEnd, start_root, start_root_with};

@@ -116,8 +116,10 @@ impl RootRun {
 
     /// Asks the root agent to cancel (between turns, or its turn in flight).
     pub async fn abort(address: &Address<AgentMsg>, timeout: Duration) {
-        if let Err(e) = address.call(AgentMsg::Abort, timeout).await {
-            tracing::warn!(error = %e, "abort not delivered");
+        match address.call(AgentMsg::Abort, timeout).await {
+            // Its thread completed already: nothing to abort.
+            Ok(()) | Err(crate::address::AddressError::Ended(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "abort not delivered"),
         }
     }
 }

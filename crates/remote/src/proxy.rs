@@ -621,6 +621,11 @@ impl Machine {
                 subject: "event".into(),
                 why: e.to_string(),
             })?;
+        // Its thread completed: no longer steerable (404), from before any
+        // reader of the log sees that; its handoff follows.
+        if completes(&troupe_actors::agent::thread_id(&p.args), &ev) {
+            p.args.env.agents.remove_remote(&p.args.agent_id);
+        }
         p.args
             .env
             .log
@@ -629,6 +634,47 @@ impl Machine {
             .map_err(|e| RemoteError::Nats(format!("the log refused an event: {e}")))?;
         self.next += 1;
         Ok(())
+    }
+}
+
+/// Whether `ev` completes `thread` (the remote agent's own, not one of
+/// its subagents').
+fn completes(thread: &str, ev: &ThreadEvent) -> bool {
+    matches!(ev, ThreadEvent::ThreadCompleted(done) if done.thread_id == thread)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn completed(thread: &str) -> ThreadEvent {
+        serde_json::from_value(serde_json::json!({
+            "type": "thread.completed",
+            "thread_id": thread,
+            "session_id": "s1",
+            "subtype": "success",
+            "outcome_code": "success",
+            "total_cost_usd": null,
+            "num_turns": 1,
+            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_remote_agents_own_thread_completed_ends_it() {
+        let own = "s1:s1/root/r";
+        assert!(completes(own, &completed(own)));
+        // One of its subagents', or the session's, leaves it running.
+        assert!(!completes(own, &completed("s1:s1/root/r/sub")));
+        assert!(!completes(own, &completed("s1")));
+        let started = serde_json::from_value(serde_json::json!({
+            "type": "thread.started", "thread_id": own
+        }))
+        .unwrap();
+        assert!(!completes(own, &started));
     }
 }
 

@@ -513,7 +513,7 @@ async fn run_agent(
                         tracing::info!(agent = %agent_id, intent = %intent_id, "steering queued");
                         SteerReply::Queued { intent_id }
                     }
-                    Err(SteerError::Unknown(_)) => SteerReply::Unknown,
+                    Err(SteerError::Unknown(_) | SteerError::Ended(_)) => SteerReply::Unknown,
                     Err(SteerError::NotRunning(_)) => SteerReply::NotRunning,
                     Err(e) => SteerReply::Refused { reason: e.to_string() },
                 };
