@@ -179,3 +179,117 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("being written by process"), "{err}");
 }
+
+/// `troupe exec --script S --workspace WS ARGS PROMPT` to its end.
+fn offline(
+    ws: &std::path::Path,
+    script: &std::path::Path,
+    args: &[&str],
+    prompt: &str,
+) -> std::process::Output {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_troupe"));
+    troupe_test_support::e2e::exec_script(bin, ws, script, args, prompt)
+}
+
+#[test]
+fn exec_resume_of_a_running_session_says_to_wait_for_its_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let stall = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "stall.toml",
+        "[[replies]]\nkind = \"stall\"\nms = 600000\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--script", stall.to_str().unwrap(), "count"])
+        .current_dir(&ws)
+        .env("TROUPE_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = poll_for_blocking("the first turn in the log", Duration::from_secs(60), || {
+        let dir = troupe_test_support::e2e::session_dirs(&ws).pop()?;
+        let log = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
+        log.contains("\"turn.started\"").then_some(dir)
+    })
+    .unwrap();
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let done = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "done.toml",
+        "[[replies]]\nkind = \"message\"\ntext = \"more done\"\n",
+    );
+    let out = offline(&ws, &done, &["resume", &id], "more");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("being written by process {}", child.id())),
+        "{err}"
+    );
+    assert!(!err.contains("sessions resume"), "{err}");
+
+    // Once its process is gone, the hint names the command that resumes
+    // it, and that command is not refused for the same reason.
+    let out = offline(&ws, &done, &["resume", &id], "more");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("`troupe sessions resume {id}`")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_implement_names_the_command_that_continues_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "plan.toml",
+        "[[replies]]\nkind = \"message\"\ntext = \"Plan: say hi.\\n1. Say hi\"\n\n\
+         [[replies]]\nkind = \"message\"\ntext = \"built\"\n",
+    );
+    let out = offline(&ws, &script, &["--plan", "--implement"], "say hi");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = session_dir(&ws);
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+
+    let more = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "more.toml",
+        "[[replies]]\nkind = \"message\"\ntext = \"more done\"\n",
+    );
+    let out = offline(&ws, &more, &["--implement"], &id);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("already approved"), "{err}");
+    assert!(!err.contains("sessions resume"), "{err}");
+    let hint = format!("`troupe exec resume {id} \"PROMPT\"`");
+    assert!(err.contains(&hint), "{err}");
+    // The command it names works.
+    let out = offline(&ws, &more, &["resume", &id], "say it again");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And `sessions resume` says what works instead of just refusing.
+    let out = resume(&ws, &id);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("already completed") && err.contains(&hint),
+        "{err}"
+    );
+}

@@ -81,7 +81,11 @@ fn list_show_events_and_transcript() {
         text.contains("done-1") && text.contains("completed (success)"),
         "{text}"
     );
-    assert!(text.contains("live-1") && text.contains("active"), "{text}");
+    // Written by no process: its writer died.
+    assert!(
+        text.contains("live-1") && text.contains("crashed (no writer)"),
+        "{text}"
+    );
 
     let out = troupe(
         &["sessions", "list", "--json", "--workspace", ws],
@@ -177,4 +181,113 @@ fn prune_keeps_active_sessions() {
         .collect();
     assert_eq!(left.len(), 2);
     assert!(left.contains(&"live".to_string()));
+}
+
+/// `troupe exec --script` offline whose first model answer never comes (a
+/// long stall), killed with SIGKILL once its first turn is in the log: the
+/// workspace and the session id. Also checks what `sessions show` says
+/// while it runs.
+fn crashed_session(tmp: &Path) -> (std::path::PathBuf, String) {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let ws = tmp.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = troupe_test_support::e2e::write_script(
+        tmp,
+        "stall.toml",
+        "[[replies]]\nkind = \"stall\"\nms = 600000\n",
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args([
+            "exec",
+            "--script",
+            script.to_str().unwrap(),
+            "add two numbers",
+        ])
+        .current_dir(&ws)
+        .env("TROUPE_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = troupe_test_support::wait::poll_for_blocking(
+        "the first turn.started in the log",
+        Duration::from_secs(60),
+        || {
+            let dir = troupe_test_support::e2e::session_dirs(&ws).pop()?;
+            let log = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
+            log.contains("\"turn.started\"").then_some(dir)
+        },
+    )
+    .unwrap();
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    // While it runs, it is not crashed.
+    let out = troupe(&["sessions", "show", &id, "--json"], &ws);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "running", "{v}");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    (ws, id)
+}
+
+#[test]
+fn a_killed_session_shows_as_crashed_with_the_command_that_resumes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ws, id) = crashed_session(tmp.path());
+
+    let out = troupe(&["sessions", "show", &id], &ws);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("status   crashed (no writer)\n"), "{text}");
+    assert!(
+        text.contains(&format!("`troupe sessions resume {id}`")),
+        "{text}"
+    );
+    assert!(!text.contains("— running"), "{text}");
+    // The turns line is the sum of the agents' turns.
+    let turns: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("turns    "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let agent_turns: u64 = text
+        .lines()
+        .filter_map(|l| l.split(" turns ").nth(1))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(turns >= 1 && turns == agent_turns, "{text}");
+
+    let out = troupe(&["sessions", "show", &id, "--json"], &ws);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "crashed", "{v}");
+    assert!(
+        v["resume"]
+            .as_str()
+            .unwrap()
+            .contains("troupe sessions resume"),
+        "{v}"
+    );
+    assert_eq!(v["turn_count"], turns, "{v}");
+    for a in v["agents"].as_array().unwrap() {
+        assert_ne!(a["state"], "running", "{v}");
+    }
+
+    let out = troupe(&["sessions", "list"], &ws);
+    let text = stdout(&out);
+    let row = text.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(row.contains("crashed (no writer)"), "{text}");
+    let out = troupe(&["sessions", "list", "--json"], &ws);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "crashed", "{v}");
+    assert_eq!(v[0]["task"], "add two numbers", "{v}");
+    assert_eq!(v[0]["turn_count"], turns, "{v}");
 }

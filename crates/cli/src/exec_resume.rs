@@ -59,13 +59,14 @@ pub fn run(args: &ExecArgs, r: ResumeArgs, json: bool) -> Result<u8, Failure> {
     let prompt = crate::exec::read_prompt(prompt.as_deref())?;
     let dir = store.session_dir(&id).map_err(Failure::bad_input)?;
     let manifest = store.manifest(&id).map_err(Failure::bad_input)?;
+    // A live writer first: a running session is not one that stopped.
+    claim(&dir, &id)?;
     if manifest.status != SessionStatus::Completed {
         return Err(bad(format!(
-            "session {id} has not completed (it is {:?}); a run that stopped midway continues with `troupe sessions resume {id}`",
-            manifest.status
+            "session {id} has not completed: its process stopped midway; {}",
+            crate::resume::next_step(&store, &id, &manifest)
         )));
     }
-    claim(&dir, &id)?;
     let settings = merged(load_settings(&dir, &id, manifest.event_count)?, args)?;
     crate::coordinator::require(&id, &settings, &args.nats)?;
     crate::destination::verify(&workspace, &id, &settings, args.base_url.as_deref())?;

@@ -202,8 +202,10 @@ pub fn implement(args: &ExecArgs, workspace: &Path, id: &str, json: bool) -> Res
     match mode(&dir) {
         Some(Mode::Plan) => {}
         Some(Mode::Build) => {
+            let manifest = store.manifest(id).map_err(Failure::bad_input)?;
             return Err(bad(format!(
-                "session {id}'s plan was already approved; continue it with `troupe exec resume {id}` or `troupe sessions resume {id}`"
+                "session {id}'s plan was already approved; {}",
+                crate::resume::next_step(&store, id, &manifest)
             )));
         }
         None => {
@@ -218,12 +220,14 @@ pub fn implement(args: &ExecArgs, workspace: &Path, id: &str, json: bool) -> Res
         ))
     })?;
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
+    // Still planning: a live writer holds it.
+    claim(&dir, id)?;
     if manifest.status != SessionStatus::Completed {
         return Err(bad(format!(
-            "session {id} is still planning or stopped midway; finish it with `troupe sessions resume {id}` first"
+            "session {id}'s planning run stopped midway; finish it first: {}",
+            crate::resume::next_step(&store, id, &manifest)
         )));
     }
-    claim(&dir, id)?;
     // This command line's provider, script and limits win (then saved).
     let settings = merged(load_settings(&dir, id, manifest.event_count)?, args)?;
     crate::coordinator::require(id, &settings, &args.nats)?;

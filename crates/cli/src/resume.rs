@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use troupe_protocol::ThreadEvent;
-use troupe_runtime::store::{SessionLock, SessionStatus, SessionStore};
+use troupe_runtime::store::{Manifest, SessionLock, SessionStatus, SessionStore, StoreError};
 
 use crate::Failure;
 use troupe_actors::ResumeMode;
@@ -22,16 +22,18 @@ pub fn run(
     let store = SessionStore::for_workspace(&workspace);
     let dir = store.session_dir(id).map_err(Failure::bad_input)?;
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
+    // A live writer first: its manifest may say anything.
+    claim(&dir, id)?;
     if manifest.status == SessionStatus::Completed {
         if let Some(handoff) = crate::resume_blocked::blocked_handoff(&store, id, &manifest)? {
             return crate::resume_blocked::run(workspace, id, base_url, nats, json, handoff);
         }
         return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} already completed ({}); nothing to resume",
-            manifest.subtype.map(|s| s.to_string()).unwrap_or_default()
+            "session {id} already completed ({}); nothing to resume: {}",
+            manifest.subtype.map(|s| s.to_string()).unwrap_or_default(),
+            next_step(&store, id, &manifest)
         )));
     }
-    claim(&dir, id)?;
     let mut settings = load_settings(&dir, id, manifest.event_count)?;
     let rewrite = nats_settings(id, &settings, nats)?;
     if let Some(url) = base_url {
@@ -140,4 +142,58 @@ pub(crate) fn first_task(store: &SessionStore, id: &str) -> Option<String> {
             ThreadEvent::UserMessage(m) => Some(m.text),
             _ => None,
         })
+}
+
+/// What continues session `id` now, as one clause for a hint: the command
+/// that works in the session's current state, or what to do instead (wait
+/// for the process that writes it, run a non-resumable run again). Every
+/// refusal that points at another command, and `sessions show`, say this.
+pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> String {
+    let Ok(dir) = store.session_dir(id) else {
+        return "`troupe sessions list` shows the sessions".into();
+    };
+    if let Err(StoreError::Claimed { holder, .. }) = SessionLock::ensure_free(&dir) {
+        return match holder {
+            Some(pid) => format!(
+                "process {pid} is writing it: wait for it to finish, or stop it (`kill {pid}`)"
+            ),
+            None => "another process is writing it: wait for it to finish, or stop it".into(),
+        };
+    }
+    let settings: Option<SessionSettings> = std::fs::read(dir.join(SETTINGS_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let kind = settings.as_ref().map(|s| s.kind.as_str());
+    match (manifest.status, kind) {
+        (_, Some(kind)) if kind != "exec" => {
+            format!("it ran a {kind}, which cannot be resumed: run the {kind} again")
+        }
+        (SessionStatus::Completed, _) => {
+            let blocked = crate::resume_blocked::blocked_handoff(store, id, manifest)
+                .ok()
+                .flatten()
+                .is_some();
+            if blocked {
+                format!("`troupe sessions resume {id}` continues it from its handoff")
+            } else {
+                format!("continue it with a new message: `troupe exec resume {id} \"PROMPT\"`")
+            }
+        }
+        (_, None) if manifest.event_count == 0 => {
+            "it ended before it started: run the task again".into()
+        }
+        (_, None) => {
+            format!(
+                "it has no {SETTINGS_FILE}: it was not started by `troupe exec` and cannot be resumed"
+            )
+        }
+        (_, Some(_)) => {
+            let nats = settings
+                .as_ref()
+                .and_then(|s| s.nats.as_deref())
+                .map(|url| format!(" --nats {url}"))
+                .unwrap_or_default();
+            format!("resume it with `troupe sessions resume {id}{nats}`")
+        }
+    }
 }

@@ -19,7 +19,7 @@ use crate::sessions_view as view;
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
     /// The workspace whose `.vtcode/sessions` to read.
-    #[arg(long, global = true, default_value = ".")]
+    #[arg(long, short = 'C', global = true, default_value = ".")]
     workspace: PathBuf,
     /// Machine-readable output.
     #[arg(long, global = true)]
@@ -142,16 +142,17 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     .unwrap_or_default();
                 let last = events.last().map(|e| e.type_name()).unwrap_or("none");
                 if args.json {
-                    list.push(list_entry(&m, &events)?);
+                    list.push(list_entry(&store, &m, &events)?);
                     continue;
                 }
+                let live = liveness(&store, &m);
                 let tree = agent_tree(events.iter().cloned());
                 let agents = tree.iter().filter(|r| r.turns > 0).count();
                 let cost = total_cost(&tree);
                 rows.push(view::ListRow {
-                    status: view::status(&m),
+                    status: view::status(&m, live),
                     agents,
-                    turns: m.turn_count,
+                    turns: view::turns(&events),
                     cost: cost.map_or_else(|| "unknown".into(), |c| format!("${c:.4}")),
                     last: last.into(),
                     updated: m.updated_at.format("%Y-%m-%d %H:%M:%S").to_string(),
@@ -177,15 +178,21 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             if args.json {
                 writeln!(out, "{}", show_entry(&args.workspace, &m, &events)?)?;
             } else {
+                let live = liveness(&store, &m);
                 let last = events.last().cloned();
-                let tree = agent_tree(events.into_iter());
+                let turns = view::turns(&events);
+                let tree = view::shown_tree(live, agent_tree(events.into_iter()));
                 let cost = total_cost(&tree);
                 writeln!(out, "session  {}", m.session_id)?;
-                writeln!(out, "status   {}", view::status(&m))?;
+                writeln!(out, "status   {}", view::status(&m, live))?;
+                if live == view::Liveness::Crashed {
+                    let step = crate::resume::next_step(&store, &id, &m);
+                    writeln!(out, "resume   its process died; {step}")?;
+                }
                 if let Some(error) = &m.persistence_failed {
                     writeln!(out, "failed   persistence_failed: {error}")?;
                 }
-                writeln!(out, "turns    {}", m.turn_count)?;
+                writeln!(out, "turns    {turns}")?;
                 writeln!(out, "events   {}", m.event_count)?;
                 match cost {
                     Some(c) => writeln!(out, "cost     ${c:.4}")?,
@@ -218,7 +225,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                         view::role(r),
                         r.turns,
                         r.usage.total_tokens(),
-                        view::agent_state(&m, r)
+                        r.state
                     )?;
                 }
                 if !worktrees.is_empty() {
@@ -315,35 +322,61 @@ fn task_of(store: &SessionStore, id: &str, events: &[ThreadEvent]) -> String {
         .unwrap_or_default()
 }
 
+/// Whether session `m` of `store` completed, is being written, or crashed.
+fn liveness(store: &SessionStore, m: &Manifest) -> view::Liveness {
+    let dir = store.session_dir(&m.session_id).ok();
+    view::Liveness::of(m, dir.as_deref())
+}
+
 /// One session of `sessions list --json` (and `GET /v1/sessions`): the
-/// manifest, the last event's type, the agent tree and the total cost.
+/// manifest, its `state` (`completed`, `running`, `crashed`), the task,
+/// the last event's type, the agent tree and the total cost.
 pub(crate) fn list_entry(
+    store: &SessionStore,
     m: &Manifest,
     events: &[ThreadEvent],
 ) -> Result<serde_json::Value, serde_json::Error> {
     let last = events.last().map(|e| e.type_name()).unwrap_or("none");
-    let tree = agent_tree(events.iter().cloned());
-    let mut v = manifest_json(m);
+    let mut v = session_json(store, m, events)?;
+    v["task"] = serde_json::Value::String(task_of(store, &m.session_id, events));
     v["last_event"] = serde_json::Value::String(last.into());
-    v["agents"] = serde_json::to_value(&tree)?;
-    v["total_cost_usd"] = serde_json::to_value(total_cost(&tree))?;
     Ok(v)
 }
 
 /// `sessions show --json` (and `GET /v1/sessions/{id}`): as
-/// [`list_entry`], with the whole last event.
+/// [`list_entry`], with the whole last event, the leftover worktrees and,
+/// for a crashed session, `resume`: what continues it.
 pub(crate) fn show_entry(
     workspace: &std::path::Path,
     m: &Manifest,
     events: &[ThreadEvent],
 ) -> Result<serde_json::Value, serde_json::Error> {
-    let tree = agent_tree(events.iter().cloned());
-    let mut v = manifest_json(m);
+    let store = SessionStore::for_workspace(workspace);
+    let mut v = session_json(&store, m, events)?;
+    v["task"] = serde_json::Value::String(task_of(&store, &m.session_id, events));
+    if v["state"] == "crashed" {
+        v["resume"] = crate::resume::next_step(&store, &m.session_id, m).into();
+    }
     v["worktrees"] = session_worktrees::leftover(workspace, &m.session_id)
         .iter()
         .map(session_worktrees::json)
         .collect();
     v["last_event"] = serde_json::to_value(events.last())?;
+    Ok(v)
+}
+
+/// The manifest with the turns counted from the log, the `state`, the
+/// agent tree and the total cost.
+fn session_json(
+    store: &SessionStore,
+    m: &Manifest,
+    events: &[ThreadEvent],
+) -> Result<serde_json::Value, serde_json::Error> {
+    let live = liveness(store, m);
+    let tree = view::shown_tree(live, agent_tree(events.iter().cloned()));
+    let mut v = manifest_json(m);
+    v["turn_count"] = view::turns(events).into();
+    v["state"] = live.name().into();
     v["agents"] = serde_json::to_value(&tree)?;
     v["total_cost_usd"] = serde_json::to_value(total_cost(&tree))?;
     Ok(v)

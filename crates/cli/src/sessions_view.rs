@@ -1,12 +1,53 @@
 //! What `troupe sessions list`, `show` and `transcript` print.
 
 use std::io::Write;
+use std::path::Path;
 
 use serde_json::{Value, json};
-use troupe_runtime::store::{AgentRow, Manifest, SessionStatus, TranscriptEntry};
+use troupe_protocol::ThreadEvent;
+use troupe_runtime::store::{AgentRow, Manifest, SessionLock, SessionStatus, TranscriptEntry};
 
-/// `completed (success)`, `active`: the same words in `list` and `show`.
-pub fn status(m: &Manifest) -> String {
+/// Whether a session ended, is being written, or was left unfinished by a
+/// process that died (its manifest still says active, and no process holds
+/// its writer lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its root thread completed.
+    Completed,
+    /// A live process holds its writer lock.
+    Running,
+    /// Not completed, and no process writes it: its process died.
+    Crashed,
+}
+
+impl Liveness {
+    /// The session in `dir` with manifest `m`.
+    pub fn of(m: &Manifest, dir: Option<&Path>) -> Liveness {
+        if m.status == SessionStatus::Completed {
+            Liveness::Completed
+        } else if dir.is_some_and(SessionLock::is_held) {
+            Liveness::Running
+        } else {
+            Liveness::Crashed
+        }
+    }
+
+    /// `completed`, `running` or `crashed` (the `state` of the JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            Liveness::Completed => "completed",
+            Liveness::Running => "running",
+            Liveness::Crashed => "crashed",
+        }
+    }
+}
+
+/// `completed (success)`, `active`, `crashed (no writer)`: the same words in
+/// `list` and `show`.
+pub fn status(m: &Manifest, live: Liveness) -> String {
+    if live == Liveness::Crashed {
+        return "crashed (no writer)".into();
+    }
     let status = format!("{:?}", m.status).to_lowercase();
     match m.subtype {
         Some(sub) => format!("{status} ({sub})"),
@@ -14,14 +55,29 @@ pub fn status(m: &Manifest) -> String {
     }
 }
 
-/// An agent's state as shown: once the session completed, an agent the log
-/// never saw stop (a supervisor stops after the log closed) is `stopped`.
-pub fn agent_state(m: &Manifest, r: &AgentRow) -> String {
-    if m.status == SessionStatus::Completed && r.state == "running" {
-        "stopped".into()
-    } else {
-        r.state.clone()
+/// The agent tree as shown: once the session completed, an agent the log
+/// never saw stop (a supervisor stops after the log closed) is `stopped`;
+/// when its process died, an agent the log never saw stop is `crashed`.
+pub fn shown_tree(live: Liveness, mut tree: Vec<AgentRow>) -> Vec<AgentRow> {
+    let replacement = match live {
+        Liveness::Completed => "stopped",
+        Liveness::Crashed => "crashed",
+        Liveness::Running => return tree,
+    };
+    for r in tree.iter_mut().filter(|r| r.state == "running") {
+        r.state = replacement.into();
     }
+    tree
+}
+
+/// The turns of a session: its `turn.started` events, counted as the store
+/// counts them when it recovers a log (a crashed writer's manifest may lag
+/// behind its log).
+pub fn turns(events: &[ThreadEvent]) -> u64 {
+    events
+        .iter()
+        .filter(|e| matches!(e, ThreadEvent::TurnStarted(_)))
+        .count() as u64
 }
 
 /// ` [role]`, or nothing for a thread that is no actor (a pipeline's own).

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::runs::{Runs, StartRequest, SteerRequest, store_error};
+use super::runs::{AbortRequest, Runs, StartRequest, SteerRequest, store_error};
 use crate::Failure;
 
 /// An error answer: a status and one line saying what is wrong.
@@ -26,6 +26,11 @@ impl ApiError {
             status,
             message: message.into(),
         }
+    }
+
+    /// Any status.
+    pub fn with_status(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError::new(status, message)
     }
 
     /// 400.
@@ -82,9 +87,27 @@ impl IntoResponse for ApiError {
 }
 
 /// Parses a JSON body; a malformed body or an unknown field is a 400
-/// naming it.
+/// naming it (with the closest field for an unknown one).
 pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("invalid request body: {e}")))
+    serde_json::from_slice(body).map_err(|e| ApiError::bad(body_error(&e)))
+}
+
+/// One line for a body that does not parse: what is wrong, and where for
+/// malformed JSON.
+fn body_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let what = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(what, _)| what);
+    if e.is_syntax() || e.is_eof() {
+        format!(
+            "invalid request body: not JSON ({what} at line {}, column {}); send a JSON object",
+            e.line(),
+            e.column()
+        )
+    } else {
+        crate::errors::one_line(&format!("invalid request body: {what}"))
+    }
 }
 
 /// The `201` answer to a started (or resumed) session.
@@ -115,7 +138,7 @@ pub async fn list(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError
     for s in sessions {
         let m = s.manifest;
         let events = crate::sessions::read_events(&store, &m.session_id).unwrap_or_default();
-        let entry = crate::sessions::list_entry(&m, &events)
+        let entry = crate::sessions::list_entry(&store, &m, &events)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         out.push(entry);
     }
@@ -135,14 +158,39 @@ pub async fn show(
     Ok(Json(v))
 }
 
-/// `POST /v1/sessions/{id}/abort`: cancels and waits until the log is
-/// drained; answers the session as `show` does.
+/// `POST /v1/sessions/{id}/abort`: with no body (or no `agent_id`),
+/// cancels the session and waits until the log is drained, answering the
+/// session as `show` does; with `{"agent_id": ...}`, cancels that one
+/// agent (202; its `thread.completed`, `cancelled`, follows in the
+/// events).
 pub async fn abort(
     State(runs): State<Arc<Runs>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: AbortRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        AbortRequest::default()
+    } else {
+        parse(&body)?
+    };
+    if let Some(agent) = req.agent_id {
+        runs.abort_agent(&id, &agent).await?;
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "agent_id": agent, "state": "aborting" })),
+        )
+            .into_response());
+    }
     runs.abort(&id).await?;
-    show(State(runs), Path(id)).await
+    Ok(show(State(runs), Path(id)).await?.into_response())
+}
+
+/// `GET /v1/sessions/{id}/agents/{agent_id}`: where one agent stands.
+pub async fn agent(
+    State(runs): State<Arc<Runs>>,
+    Path((id, agent)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(runs.agent_status(&id, &agent).await?))
 }
 
 /// `POST /v1/sessions/{id}/steer`.
@@ -167,4 +215,66 @@ pub async fn resume(
 ) -> Result<Response, ApiError> {
     let run = runs.resume(&id).await?;
     Ok(started(&run.id, StatusCode::OK))
+}
+
+/// Unknown paths: 404 in the error shape, naming the API's paths.
+pub async fn unknown_path(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {method} {}: the API's paths are /v1/sessions, /v1/sessions/{{id}} and its /events, /abort, /steer, /resume and /agents/{{agent_id}} (docs/serve.md)",
+        uri.path()
+    ))
+}
+
+/// Every error answer in the documented shape, `{"error": "one line"}`:
+/// those axum makes itself (405 with an empty body, 413 in plain text, a
+/// rejected extractor) and the token check's bare 401 are rewritten; the
+/// API's own JSON errors pass as they are.
+pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use axum::http::header;
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return resp;
+    }
+    let allow = resp.headers().get(header::ALLOW).cloned();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "request body too large: at most {} bytes (1 MiB) are accepted; send a smaller body (a shorter prompt, script or pipeline)",
+            super::MAX_BODY
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = allow
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .unwrap_or("none");
+            format!("method {method} is not allowed on {path}; use {allowed}")
+        }
+        StatusCode::UNAUTHORIZED => {
+            "missing or wrong bearer token: send the header `Authorization: Bearer TOKEN`".into()
+        }
+        _ => {
+            let reason = status.canonical_reason().unwrap_or("error").to_lowercase();
+            let body = axum::body::to_bytes(resp.into_body(), 4096)
+                .await
+                .unwrap_or_default();
+            let text = crate::errors::one_line(&String::from_utf8_lossy(&body));
+            if text.is_empty() {
+                format!("{reason}: {method} {path}")
+            } else {
+                format!("{reason}: {text}")
+            }
+        }
+    };
+    let mut out = ApiError::with_status(status, message).into_response();
+    if let Some(allow) = allow {
+        out.headers_mut().insert(header::ALLOW, allow);
+    }
+    out
 }
