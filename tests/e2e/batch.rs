@@ -117,9 +117,12 @@ fn a_bad_line_is_refused_by_number_before_anything_starts() {
     let cases = [
         (
             "{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"b\", \"prompt\": \"y\", \"colour\": 1}\n",
-            "line 2: unknown field `colour`",
+            "line 2, column 35: unknown field `colour`",
         ),
-        ("{\"id\": \"a\", \"prompt\": \"x\"}\nnot json\n", "line 2:"),
+        (
+            "{\"id\": \"a\", \"prompt\": \"x\"}\nnot json\n",
+            "line 2, column 2: expected ident",
+        ),
         (
             "{\"id\": \"a\", \"prompt\": \"x\"}\n\n{\"id\": \"a\", \"prompt\": \"y\"}\n",
             "line 3: id `a` is already used on line 1",
@@ -145,7 +148,51 @@ fn a_bad_line_is_refused_by_number_before_anything_starts() {
             "one line: {}",
             stderr(&out)
         );
+        // One coordinate system: the file's line, never serde's "line 1
+        // column N" of the line alone.
+        assert!(
+            !stderr(&out).contains(" at line "),
+            "{text}: {}",
+            stderr(&out)
+        );
         assert!(sessions(tmp.path()).is_empty(), "nothing started");
+    }
+}
+
+/// A reader that goes away (`troupe batch … | head -1`) fails no task: every
+/// task is counted as it ended and the exit is 0 (docs/cli.md: a closed
+/// pipe exits 0).
+#[test]
+fn a_closed_stdout_fails_no_task_and_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (script, tasks) = (script(tmp.path()), tasks(tmp.path(), 3));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["batch", &tasks, "--json", "--script", &script])
+        .current_dir(tmp.path())
+        .env("TROUPE_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader closes the pipe before the first result line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("3 tasks: 3 succeeded, 0 did not"), "{err}");
+}
+
+/// Tasks of one batch share the workspace's progress ledger: writing it
+/// concurrently logs no warning (it used to race on one temp file name).
+#[test]
+fn a_multi_task_batch_logs_no_warning() {
+    for round in 0..10 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (script, tasks) = (script(tmp.path()), tasks(tmp.path(), 3));
+        let out = troupe(&["batch", &tasks, "--script", &script], tmp.path());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {err}");
+        assert!(!err.contains("WARN"), "round {round}: {err}");
     }
 }
 

@@ -49,7 +49,7 @@ pub struct BatchArgs {
     /// (`model_reasoning_effort`, docs/providers.md).
     #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
     pub reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
-    /// The workspace root (default: the current directory).
+    /// The workspace root.
     #[arg(long, short = 'C', default_value = ".")]
     pub workspace: PathBuf,
     /// Also write the events, one bare event a line, to this file.
@@ -104,8 +104,10 @@ fn read_tasks(path: &Path) -> Result<Vec<Task>, Failure> {
         }
         let task: Task = serde_json::from_str(line).map_err(|e| {
             bad(format!(
-                "{} line {n}: {e}; each line is one JSON object {{\"id\": \"…\", \"prompt\": \"…\", \"model\": \"…\"}} (model optional)",
-                path.display()
+                "{} line {n}, column {}: {}; each line is one JSON object {{\"id\": \"…\", \"prompt\": \"…\", \"model\": \"…\"}} (model optional)",
+                path.display(),
+                e.column(),
+                json_message(&e)
             ))
         })?;
         if !valid_id(&task.id) {
@@ -138,6 +140,15 @@ fn read_tasks(path: &Path) -> Result<Vec<Task>, Failure> {
         )));
     }
     Ok(tasks)
+}
+
+/// serde_json's message without its ` at line 1 column N` (a line of the
+/// file is parsed alone: its line is always 1, and the caller says which
+/// line of the file and which column it is).
+fn json_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&suffix).unwrap_or(&text).to_string()
 }
 
 fn valid_id(id: &str) -> bool {
@@ -219,15 +230,20 @@ async fn drive(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         let mut ok = 0;
-        let mut out = std::io::stdout();
+        // A reader that went away (`| head -1`) drops the lines it would
+        // not read; every task is still counted as it ended.
+        let mut out = crate::render::PipeWriter::new(std::io::stdout());
+        let mut failed: Option<std::io::Error> = None;
         while let Some(line) = rx.recv().await {
             let (line, success): (String, bool) = line;
             ok += usize::from(success);
-            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                break;
+            if failed.is_none()
+                && let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush())
+            {
+                failed = Some(e);
             }
         }
-        ok
+        (ok, failed)
     });
     let mut started = 0;
     for task in tasks {
@@ -253,9 +269,14 @@ async fn drive(
         });
     }
     drop(tx);
-    let ok = printer
+    let (ok, failed) = printer
         .await
         .map_err(|e| Failure::from(anyhow::anyhow!("batch: {e}")))?;
+    if let Some(e) = failed {
+        return Err(Failure::from(anyhow::anyhow!(
+            "batch: writing the result lines to stdout: {e}"
+        )));
+    }
     if cancel.is_cancelled() {
         eprintln!(
             "troupe: batch cancelled: {} of {total} tasks were not started",

@@ -8,6 +8,13 @@ use crate::state::progress::{ProgressLedger, Stall, tracker_completion};
 /// Tool calls the confidence looks at.
 const CONFIDENCE_WINDOW: usize = 10;
 
+/// One ledger write at a time in this process. The agents of one session
+/// (a batch's tasks, a pipeline's proposers) share the workspace's ledger,
+/// and `write_atomic` names its temp file after the process: two saves at
+/// once would share it, and the second rename would find it gone
+/// (`progress.json: No such file or directory`).
+static SAVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl AgentLoop {
     /// Rewrites `.vtcode/state/progress.json` from what the loop knows.
     pub(super) fn write_progress(&self) {
@@ -54,7 +61,13 @@ impl AgentLoop {
             agent_id: self.config.agent_id.clone(),
             updated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         };
-        if let Err(e) = ledger.save(ws) {
+        let saved = {
+            let _one_at_a_time = SAVING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ledger.save(ws)
+        };
+        if let Err(e) = saved {
             tracing::warn!(error = %e, "progress ledger not written");
         }
     }
