@@ -898,3 +898,54 @@ fn the_binary_found_by_test_support_runs_exec_json_with_a_timeout() {
     assert_eq!(done.subtype, CompletionSubtype::Success);
     assert_eq!(done.result.as_deref(), Some("hi"));
 }
+
+/// `exec resume` takes exec's options after `resume` too (`--script`,
+/// `-C`, `--json`), and its help lists them.
+#[test]
+fn exec_resume_takes_the_exec_options_after_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let first = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "first.toml",
+        "[[replies]]\nkind = \"message\"\ntext = \"first answer\"\n",
+    );
+    let second = troupe_test_support::e2e::write_script(
+        tmp.path(),
+        "second.toml",
+        "[[replies]]\nkind = \"message\"\ntext = \"second answer\"\n",
+    );
+    let out = crate::troupe(&["exec", "--script", first.to_str().unwrap(), "hello"], &ws);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    // From another directory, every option after `resume`.
+    let out = crate::troupe(
+        &[
+            "exec",
+            "resume",
+            "--last",
+            "-C",
+            ws.to_str().unwrap(),
+            "--script",
+            second.to_str().unwrap(),
+            "--json",
+            "and again",
+        ],
+        tmp.path(),
+    );
+    let stdout = crate::stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    assert!(stdout.contains("second answer"), "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.starts_with('{')),
+        "--json: {stdout}"
+    );
+    let help = crate::troupe(&["exec", "resume", "--help"], tmp.path());
+    let help = crate::stdout(&help);
+    for option in ["--script", "--json", "--model", "--workspace", "--last"] {
+        assert!(
+            help.contains(option),
+            "exec resume --help lacks {option}: {help}"
+        );
+    }
+}

@@ -11,6 +11,7 @@ mod context;
 mod contract;
 mod disk;
 mod exec;
+mod first_hour;
 mod key_reach;
 mod mcp;
 mod multi_agent;

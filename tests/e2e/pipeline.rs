@@ -489,3 +489,80 @@ fn the_pipeline_verifier_is_told_the_task() {
     assert_eq!(handoff.task_context, task);
     assert_eq!(handoff.target, "session/pipeline");
 }
+
+/// A workspace whose tracked files have uncommitted changes is refused
+/// before anything runs (the merge would refuse it after every proposer
+/// and verifier ran), naming the files; untracked files do not count, as
+/// they do not for the merge.
+#[test]
+fn a_dirty_workspace_is_refused_before_any_model_call() {
+    let ws = tempfile::tempdir().unwrap();
+    repo(ws.path());
+    std::fs::write(ws.path().join("shared.txt"), "changed, not committed\n").unwrap();
+    std::fs::write(ws.path().join("scratch.txt"), "untracked\n").unwrap();
+    let script = Script::replies(vec![
+        Reply::tool_call("p1", "handoff", handoff("nothing")),
+        Reply::text("done"),
+    ]);
+    let out = troupe_run(
+        ws.path(),
+        "[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
+        &script,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("shared.txt") && stderr.contains("commit or stash"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("scratch.txt"), "untracked: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        !ws.path().join(".vtcode/sessions").exists(),
+        "no session was started"
+    );
+    // Untracked files alone are no reason to refuse.
+    std::fs::write(ws.path().join("shared.txt"), "original\n").unwrap();
+    let out = troupe_run(
+        ws.path(),
+        "[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
+        &script,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("uncommitted"), "{stderr}");
+}
+
+/// docs/examples/pipeline.toml runs offline with its script, as its
+/// comment says, with `-C` naming the repository.
+#[test]
+fn the_example_pipeline_runs_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("repo");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# scratch\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
+    troupe_worktree::init_repo_with_commit(&ws, "initial").unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples");
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .arg("run")
+        .arg(examples.join("pipeline.toml"))
+        .arg("--script")
+        .arg(examples.join("pipeline-script.toml"))
+        .arg("-C")
+        .arg(&ws)
+        .current_dir(tmp.path())
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("verdict: approved"), "{stdout}");
+    assert!(stdout.contains("merged: "), "{stdout}");
+    let notes = std::fs::read_to_string(ws.join("NOTES.md")).unwrap();
+    assert!(notes.contains("scratch repository"), "{notes}");
+}

@@ -20,36 +20,36 @@ pub struct CodexArgs {
     /// Codex's name for --json: one JSON event per line on stdout, with
     /// Codex's turn granularity (one turn.started, then one turn.completed
     /// with the run's total usage, or one turn.failed).
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub experimental_json: bool,
     /// A Codex configuration override KEY=VALUE (VALUE in TOML; repeatable).
     /// openai_base_url, model, model_reasoning_effort, sandbox_mode,
     /// sandbox_workspace_write.network_access and approval_policy="never"
     /// are understood; other keys are ignored with one warning.
-    #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
+    #[arg(global = true, long = "config", short = 'c', value_name = "KEY=VALUE")]
     pub config: Vec<String>,
     /// The agents' sandbox_mode (docs/security.md): read-only,
     /// workspace-write (the default) or danger-full-access.
-    #[arg(long, short = 's', value_enum, value_name = "MODE")]
+    #[arg(global = true, long, short = 's', value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
     /// Accepted for Codex compatibility (troupe needs no git repository).
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub skip_git_repo_check: bool,
     /// Accepted with a warning: troupe's tools only reach the workspace.
-    #[arg(long = "add-dir", value_name = "DIR")]
+    #[arg(global = true, long = "add-dir", value_name = "DIR")]
     pub add_dir: Vec<PathBuf>,
     /// Accepted with a warning: troupe does not check the final answer
     /// against a schema.
-    #[arg(long, value_name = "FILE")]
+    #[arg(global = true, long, value_name = "FILE")]
     pub output_schema: Option<PathBuf>,
     /// Images are refused: troupe sends text only.
     #[arg(long = "image", short = 'i', value_name = "FILE")]
     pub image: Vec<PathBuf>,
     /// Codex metadata, accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(global = true, long, hide = true)]
     pub thread_source: Option<String>,
     /// Codex metadata, accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(global = true, long, hide = true)]
     pub cyber_access_program: Option<String>,
 }
 

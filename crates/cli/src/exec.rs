@@ -25,40 +25,45 @@ use crate::{Failure, exit};
 #[command(disable_help_subcommand = true)]
 pub struct ExecArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub(crate) json: bool,
     /// Provider kind (openai, anthropic, gemini, openai-responses) or a
     /// [providers.NAME] table; with --script, the wire format spoken to
     /// the scripted server.
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub(crate) provider: Option<String>,
     /// The model; choosing it pins it (no silent failover).
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub(crate) model: Option<String>,
     /// Base URL of the provider (OpenAI's includes /v1).
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub(crate) base_url: Option<String>,
     /// Turn limit (default 15).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
+    #[arg(global = true, long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
     pub(crate) max_turns: Option<u32>,
     /// Cost budget in USD.
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
+    #[arg(global = true, long, allow_hyphen_values = true, value_parser = crate::errors::positive_usd)]
     pub(crate) max_budget_usd: Option<f64>,
     /// Reasoning effort: minimal, low, medium or high
     /// (`model_reasoning_effort`, docs/providers.md).
-    #[arg(long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
+    #[arg(global = true, long, value_name = "LEVEL", value_parser = crate::errors::reasoning_effort)]
     pub(crate) reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
-    /// The workspace root (default: the current directory). `--cd` and
-    /// `-C` are Codex's names for it.
-    #[arg(long, short = 'C', visible_alias = "cd", default_value = ".")]
+    /// The workspace root. `--cd` and `-C` are Codex's names for it.
+    #[arg(
+        global = true,
+        long,
+        short = 'C',
+        visible_alias = "cd",
+        default_value = "."
+    )]
     pub(crate) workspace: PathBuf,
     /// Also write the events, one bare event a line, to this file.
-    #[arg(long)]
+    #[arg(global = true, long)]
     pub(crate) events: Option<PathBuf>,
     /// Run offline: serve this script (docs/scripted-server.md) with the
     /// scripted model server in-process and talk to it instead of a
     /// hosted provider. No API key is needed.
-    #[arg(long, value_name = "FILE", conflicts_with = "base_url")]
+    #[arg(global = true, long, value_name = "FILE", conflicts_with = "base_url")]
     pub(crate) script: Option<PathBuf>,
     /// Plan only: a read-only planning agent (write and exec tools
     /// refused) that ends with a plan; the session is then implemented

@@ -149,7 +149,12 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::BAD_INPUT);
         }
         Err(e) => {
-            eprintln!("troupe: {}", errors::clap_line(&e));
+            let mut line = errors::clap_line(&e);
+            if let Some(hint) = quote_hint(&e, &std::env::args().collect::<Vec<_>>()) {
+                let at = line.find(" (usage:").unwrap_or(line.len());
+                line.insert_str(at, &hint);
+            }
+            eprintln!("troupe: {line}");
             return ExitCode::from(exit::BAD_INPUT);
         }
     };
@@ -239,4 +244,33 @@ fn broken_pipe(error: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// For `troupe exec fix the bug`: clap takes `fix` as the prompt and
+/// refuses `the`; the hint says to quote the prompt, and how.
+fn quote_hint(e: &clap::Error, argv: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument || argv.get(1).map(String::as_str) != Some("exec") {
+        return None;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if word.starts_with('-') {
+        return None;
+    }
+    let at = argv.iter().skip(2).position(|a| a == word)? + 2;
+    // The word clap took as the prompt, then the ones it refused.
+    let first = argv[..at]
+        .last()
+        .filter(|a| !a.starts_with('-') && *a != "exec" && *a != "resume");
+    let words: Vec<&str> = first
+        .into_iter()
+        .chain(argv[at..].iter().take_while(|a| !a.starts_with('-')))
+        .map(String::as_str)
+        .collect();
+    Some(format!(
+        ": a prompt of several words is one argument, so quote it: troupe exec \"{}\"",
+        words.join(" ")
+    ))
 }

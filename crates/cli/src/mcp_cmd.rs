@@ -16,7 +16,7 @@ use crate::{Failure, exit};
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// The workspace whose troupe.toml names the servers.
-    #[arg(long, global = true, default_value = ".")]
+    #[arg(long, short = 'C', global = true, default_value = ".")]
     workspace: PathBuf,
     /// Machine-readable output.
     #[arg(long, global = true)]

@@ -25,8 +25,8 @@ pub struct RunArgs {
     /// Print one JSON event per line on stdout, and nothing else there.
     #[arg(long)]
     json: bool,
-    /// The workspace: a git repository (default: the current directory).
-    #[arg(long, default_value = ".")]
+    /// The workspace: a git repository.
+    #[arg(long, short = 'C', default_value = ".")]
     pub(crate) workspace: PathBuf,
     /// Provider kind or a [providers.NAME] table.
     #[arg(long)]
@@ -82,6 +82,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let spec = PipelineSpec::parse(&text, &args.pipeline).map_err(Failure::bad_input)?;
     let workspace = canonical_workspace(&args.workspace)?;
     check_repo(&workspace)?;
+    check_clean(&workspace)?;
     let script = args
         .script
         .as_deref()
@@ -116,6 +117,28 @@ pub(crate) fn check_repo(workspace: &Path) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// Refuses, before any agent starts, a workspace the merge at the end
+/// would refuse: uncommitted changes to tracked files. Untracked files
+/// pass, as they do for the merge (unless a proposal adds the same path,
+/// which only the merge can know).
+fn check_clean(workspace: &Path) -> Result<(), Failure> {
+    let repo = troupe_worktree::Workspace::open(workspace).map_err(Failure::bad_input)?;
+    match repo.check_clean_for_merge() {
+        Err(troupe_worktree::WorktreeError::DirtyParent { workspace, files }) => {
+            let mut named = files.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+            if files.len() > 5 {
+                named.push_str(&format!(" and {} more", files.len() - 5));
+            }
+            Err(Failure::bad_input(anyhow::anyhow!(
+                "the workspace {} has uncommitted changes to tracked files ({named}): commit or stash them first; the pipeline merges each approved change into the workspace, and a merge refuses uncommitted changes (untracked files are fine). Nothing was run",
+                workspace.display()
+            )))
+        }
+        Err(e) => Err(Failure::bad_input(e)),
+        Ok(()) => Ok(()),
+    }
 }
 
 pub fn demo(args: DemoArgs) -> Result<u8, Failure> {

@@ -17,13 +17,13 @@ use crate::exec::{Launch, Target};
 pub struct NatsArgs {
     /// Send subagents to workers through this NATS JetStream server
     /// (`nats://HOST:PORT`; a token as `nats://TOKEN@HOST:PORT`).
-    #[arg(long, value_name = "URL")]
+    #[arg(global = true, long, value_name = "URL")]
     pub nats: Option<String>,
     /// A NATS credentials (.creds) file.
-    #[arg(long, value_name = "FILE", requires = "nats")]
+    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
     pub nats_creds: Option<PathBuf>,
     /// A file holding a NATS nkey seed.
-    #[arg(long, value_name = "FILE", requires = "nats")]
+    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
     pub nats_nkey: Option<PathBuf>,
 }
 
@@ -53,9 +53,16 @@ impl NatsArgs {
 /// Arguments of `troupe worker`.
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// The NATS connection (`--nats` is required here).
-    #[command(flatten)]
-    nats: NatsArgs,
+    /// The NATS JetStream server the coordinators queue subagents on
+    /// (`nats://HOST:PORT`; a token as `nats://TOKEN@HOST:PORT`).
+    #[arg(long, value_name = "URL")]
+    nats: String,
+    /// A NATS credentials (.creds) file.
+    #[arg(long, value_name = "FILE")]
+    nats_creds: Option<PathBuf>,
+    /// A file holding a NATS nkey seed.
+    #[arg(long, value_name = "FILE")]
+    nats_nkey: Option<PathBuf>,
     /// Tasks run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
@@ -89,10 +96,10 @@ pub struct WorkerArgs {
 
 /// Runs the worker until it is killed or its connection fails.
 pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
-    let Some(url) = args.nats.nats.clone() else {
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "troupe worker needs --nats URL (the coordinators' NATS JetStream server)"
-        )));
+    let nats = NatsArgs {
+        nats: Some(args.nats.clone()),
+        nats_creds: args.nats_creds.clone(),
+        nats_nkey: args.nats_nkey.clone(),
     };
     let workdir = match &args.workdir {
         Some(d) => d.clone(),
@@ -105,9 +112,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
         ))
     })?;
     let cfg = WorkerConfig {
-        nats: args
-            .nats
-            .config(&url, args.ack_wait_secs.map(Duration::from_secs)),
+        nats: nats.config(&args.nats, args.ack_wait_secs.map(Duration::from_secs)),
         concurrency: usize::from(args.concurrency),
         workdir,
         name: args

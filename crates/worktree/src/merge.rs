@@ -113,6 +113,15 @@ impl Workspace {
         })
     }
 
+    /// What [`Workspace::merge`] refuses whatever it merges: uncommitted
+    /// changes to tracked files ([`WorktreeError::DirtyParent`], naming
+    /// them). Untracked files pass: a merge refuses only those in its way.
+    /// A caller about to start work that ends in a merge checks this first.
+    pub fn check_clean_for_merge(&self) -> Result<()> {
+        let repo = self.repo()?;
+        self.refuse_dirty(&repo).map(|_| ())
+    }
+
     /// Fails on uncommitted changes to tracked files; returns the untracked
     /// paths (allowed, unless the merge would overwrite them).
     fn refuse_dirty(&self, repo: &Repository) -> Result<Vec<String>> {
