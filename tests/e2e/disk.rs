@@ -1,8 +1,9 @@
-//! A full disk and an immutable session directory, through the real
-//! binary on real filesystems: a small tmpfs (mounted when this process may
-//! mount, as root in CI; skipped with the reason otherwise) and
-//! `chattr +i` (root bypasses permission bits, so chmod would prove
-//! nothing).
+//! A full disk, a read-only workspace and an immutable session directory,
+//! through the real binary on real filesystems: a small tmpfs (mounted when
+//! this process may mount, as root in CI; skipped with the reason
+//! otherwise) and `chattr +i` (root bypasses permission bits, so chmod
+//! would prove nothing). Also what an offline run whose script runs out
+//! says.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,11 +22,16 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size: &str) -> Option<Tmpfs> {
+        Tmpfs::mount_with(&format!("size={size}"))
+    }
+
+    /// A tmpfs mounted with `options` (`ro,size=64k`: a read-only one).
+    fn mount_with(options: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fs");
         std::fs::create_dir(&path).unwrap();
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(&path)
             .output();
         match out {
@@ -201,4 +207,62 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
         stderr.contains(&format!("{} is not writable", sessions.display())),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_read_only_workspace_without_vtcode_says_how_to_fix_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(tmp.path(), 5);
+    let Some(fs) = Tmpfs::mount_with("ro,size=64k") else {
+        return;
+    };
+    assert!(!fs.path.join(".vtcode").exists());
+    let out = troupe(
+        &fs.path,
+        &["exec", "--script", script.to_str().unwrap(), "hi"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is not writable", fs.path.display()))
+            && stderr.contains("read-only mount"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_exhausted_offline_script_fails_at_once_with_one_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "hi\n").unwrap();
+    // One reply, a tool call: the request after it finds the script empty.
+    let script = tmp.path().join("script.toml");
+    std::fs::write(
+        &script,
+        "[[replies]]\nkind = \"message\"\n\
+         tool_calls = [{ name = \"read_file\", arguments = { path = \"a.txt\" } }]\n",
+    )
+    .unwrap();
+    // At the default log level, as a user runs it.
+    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(["exec", "--script", script.to_str().unwrap(), "read a.txt"])
+        .current_dir(&ws)
+        .env_remove("TROUPE_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Not retried: the first request after the last reply was the only one.
+    assert!(!stderr.contains("retrying"), "{stderr}");
+    assert!(
+        stdout.contains("script exhausted: request #1 arrived after all 1 scripted replies"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("request #2") && !stderr.contains("request #2"));
+    // One line on stderr says it (stdout's `turn failed` says it again).
+    assert!(stderr.lines().count() <= 1, "{stderr}");
 }

@@ -261,7 +261,12 @@ impl Run {
                 return;
             }
         }
-        tracing::warn!(error = %err, attempts = self.attempt + 1, "model request failed");
+        if self.attempt == 0 {
+            // Not retried: the caller gets the error and reports it.
+            tracing::debug!(error = %err, "model request failed");
+        } else {
+            tracing::warn!(error = %err, attempts = self.attempt + 1, "model request failed");
+        }
         self.error = Some(err);
     }
 }

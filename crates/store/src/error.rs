@@ -129,6 +129,16 @@ impl StoreError {
         }
     }
 
+    /// `create_dir_all(path)`. A refused write is [`StoreError::NotWritable`]
+    /// naming the nearest directory that exists (the one to make writable:
+    /// with no `.vtcode` yet, the workspace), else [`StoreError::Io`].
+    pub(crate) fn create_dir_all(path: &std::path::Path) -> Result<(), StoreError> {
+        std::fs::create_dir_all(path).map_err(|e| {
+            let existing = path.ancestors().skip(1).find(|a| a.is_dir());
+            StoreError::io_in("create", existing.unwrap_or(path), path, e)
+        })
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StoreError::Io {
             op,

@@ -115,7 +115,7 @@ impl SessionStore {
         config: LogConfig,
     ) -> Result<SessionLog, StoreError> {
         let dir = self.session_dir(id)?;
-        std::fs::create_dir_all(&self.root).map_err(|e| StoreError::io("create", &self.root, e))?;
+        StoreError::create_dir_all(&self.root)?;
         SessionLog::create(&dir, id, root_thread_id, config)
     }
 

@@ -190,7 +190,7 @@ impl SessionLog {
         let parent = dir
             .parent()
             .ok_or_else(|| StoreError::Exists(session_id.to_string()))?;
-        std::fs::create_dir_all(parent).map_err(|e| StoreError::io("create", parent, e))?;
+        StoreError::create_dir_all(parent)?;
         if dir.exists() {
             return Err(StoreError::Exists(session_id.to_string()));
         }

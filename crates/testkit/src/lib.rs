@@ -47,6 +47,7 @@ mod wire;
 
 pub use bounds::Limits;
 pub use error::{InvariantViolation, TestkitError, Violation};
+pub use plan::EXHAUSTED_STATUS;
 pub use request::{
     RecordedMessage, RecordedRequest, RecordedToolCall, RecordedToolResult, Role, WireFormat,
 };

@@ -112,12 +112,21 @@ pub(crate) fn plan(reply: &Reply, ctx: &Ctx<'_>) -> Plan {
     }
 }
 
-/// The plan of an HTTP 500 "script exhausted" answer.
+/// HTTP status of the "script exhausted" answer: 410 Gone, a client error
+/// every provider client treats as permanent, because asking again cannot
+/// help (no reply will be added), unlike a 5xx, which clients retry.
+pub const EXHAUSTED_STATUS: u16 = 410;
+
+/// The plan of an HTTP 410 "script exhausted" answer.
 pub(crate) fn exhausted_plan(format: WireFormat, index: usize, served: usize) -> Plan {
     let msg = format!(
-        "troupe scripted server: script exhausted: request #{index} arrived after all {served} scripted replies were used"
+        "troupe scripted server: script exhausted: request #{index} arrived after all {served} scripted replies were used; add replies (or a rule) to the script"
     );
-    error_plan(500, error_json(format, 500, &msg).to_string(), None)
+    error_plan(
+        EXHAUSTED_STATUS,
+        error_json(format, EXHAUSTED_STATUS, &msg).to_string(),
+        None,
+    )
 }
 
 /// The plan of an HTTP 400 "unreadable request" answer.

@@ -23,7 +23,8 @@ pub struct Script {
     #[serde(default)]
     pub replies: Vec<Reply>,
     /// Answers every request once `replies` are used up; without a rule an
-    /// exhausted script answers HTTP 500 and records an invariant violation.
+    /// exhausted script answers HTTP 410 (not retried by clients: no reply
+    /// will come) and records an invariant violation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<Rule>,
     /// Whether one cursor is shared by all requests or kept per conversation.

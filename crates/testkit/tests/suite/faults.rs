@@ -215,12 +215,14 @@ async fn malformed_non_streamed_body_is_invalid_json() {
 }
 
 #[tokio::test]
-async fn exhausted_script_answers_500_and_is_a_violation() {
+async fn exhausted_script_answers_410_and_is_a_violation() {
     let server = serve(vec![Reply::text("only")]).await;
     let (url, body) = request(&server, WireFormat::OpenAi, true, "hi");
     assert_eq!(post(&url, &body).await.status, 200);
     let got = post(&url, &body).await;
-    assert_eq!(got.status, 500);
+    // A client error, which clients do not retry: no reply will come.
+    assert_eq!(got.status, 410);
+    assert_eq!(got.status, troupe_testkit::EXHAUSTED_STATUS);
     let msg = got.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("script exhausted"), "{msg}");
     let err = server.check_invariants().unwrap_err();
