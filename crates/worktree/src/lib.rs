@@ -8,6 +8,7 @@
 //! <workspace>/                       the parent (any branch, or detached)
 //!   .git/info/exclude                gets `/.vtcode/` if not ignored yet
 //!   .git/worktrees/<id>/             libgit2's admin entry + `troupe-base`
+//!                                    (+ `troupe-owner` while being created)
 //!   .vtcode/worktrees/<id>/          the worktree, on branch `troupe/<id>`
 //! ```
 //!
