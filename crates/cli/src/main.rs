@@ -270,7 +270,18 @@ fn quote_hint(e: &clap::Error, argv: &[String]) -> Option<String> {
         .map(String::as_str)
         .collect();
     Some(format!(
-        ": a prompt of several words is one argument, so quote it: troupe exec \"{}\"",
+        ": a prompt of several words is one argument, so quote it: \"{}\"",
         words.join(" ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The whole command tree is consistent: no two options of one command
+    /// (exec's global ones under `exec resume` included) share a name.
+    #[test]
+    fn the_command_tree_is_consistent() {
+        use clap::CommandFactory as _;
+        super::Cli::command().debug_assert();
+    }
 }
