@@ -43,7 +43,9 @@ fn off_loopback_needs_a_token_and_a_wrong_token_gets_401() {
         let url = server.url("/v1/sessions");
         let none = c.get(&url).send().await.unwrap();
         assert_eq!(none.status(), 401);
-        assert!(none.bytes().await.unwrap().is_empty(), "401 without detail");
+        // The error shape, and the same line whatever was wrong.
+        let missing = one_json_line(401, &none.text().await.unwrap());
+        assert!(missing.contains("Authorization: Bearer TOKEN"), "{missing}");
         let wrong = c
             .get(&url)
             .bearer_auth("s3cr3t-token-value-012345678X")
@@ -51,6 +53,7 @@ fn off_loopback_needs_a_token_and_a_wrong_token_gets_401() {
             .await
             .unwrap();
         assert_eq!(wrong.status(), 401);
+        assert_eq!(one_json_line(401, &wrong.text().await.unwrap()), missing);
         let right = c.get(&url).bearer_auth(secret).send().await.unwrap();
         assert_eq!(right.status(), 200);
         // The live page is public: it holds no data, and its own requests
@@ -248,7 +251,10 @@ fn sessions_and_streams_beyond_their_caps_get_429() {
         let (status, e) = post(&c, server.url("/v1/sessions"), slow.clone()).await;
         assert_eq!(status, 429);
         assert!(
-            e["error"].as_str().unwrap().contains("--max-sessions 1"),
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("the most this server runs at once (1)"),
             "{e}"
         );
         let url = server.url(&format!("/v1/sessions/{id}/events"));
@@ -310,4 +316,126 @@ fn off_loopback_with_the_token_from_the_environment() {
     let (code, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains(secret));
+}
+
+/// An error answer in the documented shape: a JSON object whose only key
+/// is `error`, one line, in HTTP terms (no command-line flag).
+fn one_json_line(status: u16, body: &str) -> String {
+    let v: Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{status}: not JSON ({e}): {body:?}"));
+    let obj = v.as_object().unwrap_or_else(|| panic!("{status}: {v}"));
+    assert_eq!(obj.len(), 1, "{status}: {v}");
+    let why = obj["error"].as_str().unwrap().to_string();
+    assert!(!why.is_empty() && !why.contains('\n'), "{status}: {why:?}");
+    assert!(!why.contains("--"), "{status}: a CLI flag in {why:?}");
+    why
+}
+
+async fn send(r: reqwest::RequestBuilder) -> (u16, String) {
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Every error status answers `{"error": "one line"}`: what is wrong and
+/// the fix in HTTP terms (docs/serve.md).
+#[test]
+fn every_error_status_answers_one_json_line() {
+    let repo = workspace();
+    let ws = repo.path();
+    // A hosted provider without its key in the server's environment.
+    let server = Server::start(ws, &["--max-sessions", "1"], &[("ANTHROPIC_API_KEY", "")]);
+    let c = client();
+    let sessions = server.url("/v1/sessions");
+    rt().block_on(async {
+        // 400: a pipeline typo: one line, its position, a did-you-mean,
+        // the body key once.
+        let (status, body) = send(c.post(&sessions).json(&json!({
+            "prompt": "fix",
+            "pipeline": "[pipeline]\nmax_round = 2\n",
+            "script": rule_script(1, 0),
+        })))
+        .await;
+        assert_eq!(status, 400, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.starts_with("pipeline: line 2, column 1: "), "{why}");
+        assert!(why.contains("did you mean `max_rounds`?"), "{why}");
+        assert_eq!(why.matches("pipeline").count(), 1, "{why}");
+
+        // 400: a misspelt body key: the closest one.
+        let (status, body) = send(c.post(&sessions).json(&json!({"promt": "x"}))).await;
+        assert_eq!(status, 400, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.contains("did you mean `prompt`?"), "{why}");
+
+        // 400: a script that scripts nothing: the body key, no file path.
+        let (status, body) = send(
+            c.post(&sessions)
+                .json(&json!({"prompt": "x", "script": "# nothing\n"})),
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.starts_with("script: "), "{why}");
+        assert!(!why.contains("script the script"), "{why}");
+        assert!(why.contains("scripts no answer"), "{why}");
+        assert!(!why.contains(".vtcode"), "{why}");
+
+        // 400: the provider's key is missing where the server runs: the
+        // fix is the server's environment or the body's `script`.
+        let (status, body) = send(
+            c.post(&sessions)
+                .json(&json!({"prompt": "x", "provider": "anthropic"})),
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.contains("ANTHROPIC_API_KEY is not set"), "{why}");
+        assert!(why.contains("`script`"), "{why}");
+        assert!(!why.contains("--base-url"), "{why}");
+
+        // 404: an unknown path.
+        let (status, body) = send(c.get(server.url("/v1/nothing/here"))).await;
+        assert_eq!(status, 404, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.contains("/v1/nothing/here"), "{why}");
+        assert!(why.contains("/v1/sessions"), "{why}");
+
+        // 405: a method the path does not have, with what it has.
+        let r = c.delete(&sessions).send().await.unwrap();
+        assert_eq!(r.status(), 405);
+        assert!(r.headers().get("allow").is_some());
+        let body = r.text().await.unwrap();
+        let why = one_json_line(405, &body);
+        assert!(
+            why.contains("DELETE") && why.contains("GET") && why.contains("POST"),
+            "{why}"
+        );
+
+        // 413: a body over the cap.
+        let huge = json!({"prompt": "x".repeat(1024 * 1024 + 1)});
+        let (status, body) = send(c.post(&sessions).json(&huge)).await;
+        assert_eq!(status, 413, "{body}");
+        let why = one_json_line(status, &body);
+        assert!(why.contains("1048576"), "{why}");
+
+        // 429 (one session at most), then 409: steering it once it ended.
+        let slow = json!({"prompt": "wait", "script": rule_script(3, 1000)});
+        let id = start(&c, &server, slow.clone()).await;
+        let (status, body) = send(c.post(&sessions).json(&slow)).await;
+        assert_eq!(status, 429, "{body}");
+        one_json_line(status, &body);
+        let events = c
+            .get(server.url(&format!("/v1/sessions/{id}/events")))
+            .send()
+            .await
+            .unwrap();
+        read_sse(events, |e| is_root_done(e, &id)).await;
+        // Answered once its log is drained: the session no longer runs.
+        let (status, _) = send(c.post(server.url(&format!("/v1/sessions/{id}/abort")))).await;
+        assert_eq!(status, 200);
+        let steer = server.url(&format!("/v1/sessions/{id}/steer"));
+        let (status, body) = send(c.post(&steer).json(&json!({"text": "late"}))).await;
+        assert_eq!(status, 409, "{body}");
+        one_json_line(status, &body);
+    });
 }

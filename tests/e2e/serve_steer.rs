@@ -1,6 +1,8 @@
 //! `troupe serve`: steering a running subagent by its `agent_id`, over real
 //! HTTP against the real binary and the scripted model server.
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
 use troupe_testkit::{Reply, Rule, Script};
 
@@ -114,24 +116,22 @@ fn serve_steers_a_running_subagent_by_agent_id() {
             done.data
         );
 
-        // The counter ended while the root still runs: 404, not queued
-        // (between its thread.completed and its actor's stop it is "not
-        // running", 409, for a moment).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let (status, e) = loop {
-            let (status, e) = post(
-                &c,
-                steer_url.clone(),
-                json!({"text": "too late", "agent_id": COUNTER}),
-            )
-            .await;
-            if status != 409 || std::time::Instant::now() > deadline {
-                break (status, e);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
+        // The counter ended while the root still runs: 404 at once (its
+        // thread completed before the event reached the stream), not
+        // queued, naming the agents that still run.
+        let asked = std::time::Instant::now();
+        let (status, e) = post(
+            &c,
+            steer_url.clone(),
+            json!({"text": "too late", "agent_id": COUNTER}),
+        )
+        .await;
+        let took = asked.elapsed();
         assert_eq!(status, 404, "an ended subagent cannot be steered: {e}");
-        assert!(e["error"].as_str().unwrap().contains("session/root"), "{e}");
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        let why = e["error"].as_str().unwrap();
+        assert!(why.contains("has ended"), "{why}");
+        assert!(why.contains("running: session/root"), "{why}");
 
         // The session ends normally; the root never got the counter's text.
         let tail = c
@@ -153,5 +153,125 @@ fn serve_steers_a_running_subagent_by_agent_id() {
                     && e.data["agent_id"] != COUNTER),
             "the steering reached another agent"
         );
+    });
+}
+
+/// GET the agent's status: (status, body, how long it took to answer).
+async fn agent_status(
+    c: &reqwest::Client,
+    server: &Server,
+    id: &str,
+    agent: &str,
+) -> (u16, Value, Duration) {
+    let asked = Instant::now();
+    let r = c
+        .get(server.url(&format!("/v1/sessions/{id}/agents/{agent}")))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body = r.json().await.unwrap();
+    (status, body, asked.elapsed())
+}
+
+/// POST and how long the answer took.
+async fn timed_post(c: &reqwest::Client, url: String, body: Value) -> (u16, Value, Duration) {
+    let asked = Instant::now();
+    let (status, e) = post(c, url, body).await;
+    (status, e, asked.elapsed())
+}
+
+/// A running subagent's status, then its abort alone (the session goes
+/// on); once its thread completed, steer, abort and status of it answer
+/// 404 at once, naming the agents still running.
+#[test]
+fn serve_aborts_one_subagent_and_an_ended_one_answers_404_at_once() {
+    let repo = workspace();
+    let ws = repo.path();
+    let server = Server::start(ws, &[], &[]);
+    rt().block_on(async {
+        let c = client();
+        let id = start(
+            &c,
+            &server,
+            json!({"prompt": "R00T-DELEGATES: count the steps", "script": delegating_script()}),
+        )
+        .await;
+        let url = server.url(&format!("/v1/sessions/{id}/events"));
+        let abort_url = server.url(&format!("/v1/sessions/{id}/abort"));
+        let steer_url = server.url(&format!("/v1/sessions/{id}/steer"));
+        let stream = c.get(&url).send().await.unwrap();
+        let (seen, _) = read_sse(stream, is_counter_started).await;
+        let last = seen.last().unwrap().id;
+
+        // Running: 200 with its state; the root too; an unknown one 404.
+        let (status, s, _) = agent_status(&c, &server, &id, COUNTER).await;
+        assert_eq!(status, 200, "{s}");
+        assert_eq!(s["agent_id"], COUNTER);
+        assert!(s["state"] == "running" || s["state"] == "restarting", "{s}");
+        let (status, s, _) = agent_status(&c, &server, &id, "session/root").await;
+        assert_eq!(status, 200, "{s}");
+        let (status, e, _) = agent_status(&c, &server, &id, "session/root/nobody").await;
+        assert_eq!(status, 404, "{e}");
+        assert!(e["error"].as_str().unwrap().contains(COUNTER), "{e}");
+
+        // Abort the counter alone: 202, its thread completes cancelled.
+        let (status, a) = post(&c, abort_url.clone(), json!({"agent_id": COUNTER})).await;
+        assert_eq!(status, 202, "{a}");
+        assert_eq!(a["agent_id"], COUNTER);
+        let again = c
+            .get(&url)
+            .header("Last-Event-ID", last.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (rest, _) = read_sse(again, is_counter_done).await;
+        let done = rest.last().unwrap();
+        assert_eq!(done.data["subtype"], "cancelled", "{}", done.data);
+
+        // Ended: steer, abort and status answer 404 at once, naming the
+        // running agents (the root, which still runs).
+        let (status, e, took) = timed_post(
+            &c,
+            steer_url.clone(),
+            json!({"text": "too late", "agent_id": COUNTER}),
+        )
+        .await;
+        assert_eq!(status, 404, "steer: {e}");
+        assert!(
+            took < Duration::from_secs(2),
+            "steer answered after {took:?}"
+        );
+        let (status, e2, took) =
+            timed_post(&c, abort_url.clone(), json!({"agent_id": COUNTER})).await;
+        assert_eq!(status, 404, "abort: {e2}");
+        assert!(
+            took < Duration::from_secs(2),
+            "abort answered after {took:?}"
+        );
+        let (status, e3, took) = agent_status(&c, &server, &id, COUNTER).await;
+        assert_eq!(status, 404, "status: {e3}");
+        assert!(
+            took < Duration::from_secs(2),
+            "status answered after {took:?}"
+        );
+        for e in [&e, &e2, &e3] {
+            let why = e["error"].as_str().unwrap();
+            assert!(why.starts_with("agent_id: "), "{why}");
+            assert!(why.contains("has ended"), "{why}");
+            assert!(why.contains("running: session/root"), "{why}");
+            assert!(!why.contains('\n'), "{why}");
+        }
+
+        // The session itself goes on to a normal end.
+        let tail = c
+            .get(&url)
+            .header("Last-Event-ID", done.id.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        let root_done = tail.last().unwrap();
+        assert_eq!(root_done.data["subtype"], "success", "{}", root_done.data);
     });
 }

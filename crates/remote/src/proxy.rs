@@ -643,41 +643,6 @@ fn completes(thread: &str, ev: &ThreadEvent) -> bool {
     matches!(ev, ThreadEvent::ThreadCompleted(done) if done.thread_id == thread)
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    fn completed(thread: &str) -> ThreadEvent {
-        serde_json::from_value(serde_json::json!({
-            "type": "thread.completed",
-            "thread_id": thread,
-            "session_id": "s1",
-            "subtype": "success",
-            "outcome_code": "success",
-            "total_cost_usd": null,
-            "num_turns": 1,
-            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn only_the_remote_agents_own_thread_completed_ends_it() {
-        let own = "s1:s1/root/r";
-        assert!(completes(own, &completed(own)));
-        // One of its subagents', or the session's, leaves it running.
-        assert!(!completes(own, &completed("s1:s1/root/r/sub")));
-        assert!(!completes(own, &completed("s1")));
-        let started = serde_json::from_value(serde_json::json!({
-            "type": "thread.started", "thread_id": own
-        }))
-        .unwrap();
-        assert!(!completes(own, &started));
-    }
-}
-
 /// How long a finished task's proxy keeps recording stale messages.
 fn linger_for(p: &ProxyArgs) -> std::time::Duration {
     p.nats.ack_wait * 2
@@ -792,4 +757,39 @@ pub(crate) fn is_tree_event(v: &Value) -> bool {
     v.get("type")
         .and_then(Value::as_str)
         .is_some_and(|t| t.starts_with("agent."))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn completed(thread: &str) -> ThreadEvent {
+        serde_json::from_value(serde_json::json!({
+            "type": "thread.completed",
+            "thread_id": thread,
+            "session_id": "s1",
+            "subtype": "success",
+            "outcome_code": "success",
+            "total_cost_usd": null,
+            "num_turns": 1,
+            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_remote_agents_own_thread_completed_ends_it() {
+        let own = "s1:s1/root/r";
+        assert!(completes(own, &completed(own)));
+        // One of its subagents', or the session's, leaves it running.
+        assert!(!completes(own, &completed("s1:s1/root/r/sub")));
+        assert!(!completes(own, &completed("s1")));
+        let started = serde_json::from_value(serde_json::json!({
+            "type": "thread.started", "thread_id": own
+        }))
+        .unwrap();
+        assert!(!completes(own, &started));
+    }
 }

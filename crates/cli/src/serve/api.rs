@@ -168,10 +168,11 @@ pub async fn abort(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    // No body, `null` or `{}`: the whole session.
     let req: AbortRequest = if body.iter().all(u8::is_ascii_whitespace) {
         AbortRequest::default()
     } else {
-        parse(&body)?
+        parse::<Option<AbortRequest>>(&body)?.unwrap_or_default()
     };
     if let Some(agent) = req.agent_id {
         runs.abort_agent(&id, &agent).await?;
@@ -249,12 +250,15 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
             super::MAX_BODY
         ),
         StatusCode::METHOD_NOT_ALLOWED => {
-            let allowed = allow
-                .as_ref()
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-                .unwrap_or("none");
-            format!("method {method} is not allowed on {path}; use {allowed}")
+            let allowed = allowed_methods(&path);
+            format!(
+                "method {method} is not allowed on {path}; use {}",
+                if allowed.is_empty() {
+                    "another path".to_string()
+                } else {
+                    allowed.join(" or ")
+                }
+            )
         }
         StatusCode::UNAUTHORIZED => {
             "missing or wrong bearer token: send the header `Authorization: Bearer TOKEN`".into()
@@ -277,4 +281,59 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
         out.headers_mut().insert(header::ALLOW, allow);
     }
     out
+}
+
+/// The methods the routes have for `path` (upper case, sorted).
+fn allowed_methods(path: &str) -> Vec<String> {
+    let mut out: Vec<String> = super::ROUTES
+        .iter()
+        .chain([&super::PAGE])
+        .filter(|(_, route)| route_matches(route, path))
+        .map(|(m, _)| m.to_uppercase())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `path` matches the route template `route` (`{x}` one
+/// segment, `{*x}` the rest).
+fn route_matches(route: &str, path: &str) -> bool {
+    let mut want = route.trim_matches('/').split('/');
+    let mut got = path.trim_matches('/').split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with("{*") => return !g.is_empty(),
+            (Some(w), Some(g)) if w.starts_with('{') => {
+                if g.is_empty() {
+                    return false;
+                }
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{allowed_methods, route_matches};
+
+    #[test]
+    fn routes_match_their_templates() {
+        assert!(route_matches("/v1/sessions", "/v1/sessions"));
+        assert!(route_matches("/v1/sessions/{id}", "/v1/sessions/abc"));
+        assert!(!route_matches(
+            "/v1/sessions/{id}",
+            "/v1/sessions/abc/steer"
+        ));
+        assert!(route_matches(
+            "/v1/sessions/{id}/agents/{*agent_id}",
+            "/v1/sessions/s/agents/session/root/a"
+        ));
+        assert!(route_matches("/", "/"));
+        assert_eq!(allowed_methods("/v1/sessions"), vec!["GET", "POST"]);
+        assert_eq!(allowed_methods("/v1/sessions/x/steer"), vec!["POST"]);
+    }
 }

@@ -75,7 +75,7 @@ pub async fn stream(
             let guard = StreamGuard(Arc::clone(run));
             if n >= runs.max_streams {
                 return Err(ApiError::too_many(format!(
-                    "session {id} already has {n} event streams (--max-streams {}); close one first",
+                    "session {id} already has {n} event streams, the server's limit per session ({}); close one first",
                     runs.max_streams
                 )));
             }

@@ -95,6 +95,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sessions/{id}/abort"),
     ("post", "/v1/sessions/{id}/steer"),
     ("post", "/v1/sessions/{id}/resume"),
+    ("get", "/v1/sessions/{id}/agents/{*agent_id}"),
 ];
 
 /// The live page: public (it holds no data; its requests carry the token).
@@ -117,6 +118,7 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<Arc<Runs>>> {
         ("post", "/v1/sessions/{id}/abort") => post(api::abort),
         ("post", "/v1/sessions/{id}/steer") => post(api::steer),
         ("post", "/v1/sessions/{id}/resume") => post(api::resume),
+        ("get", "/v1/sessions/{id}/agents/{*agent_id}") => get(api::agent),
         _ => return None,
     })
 }
@@ -144,7 +146,9 @@ fn router(runs: Arc<Runs>, token: Option<Arc<auth::Token>>) -> Router {
     Router::new()
         .route(PAGE.1, get(page))
         .merge(api)
+        .fallback(api::unknown_path)
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(api::json_errors))
 }
 
 async fn serve(
@@ -234,10 +238,11 @@ mod tests {
             }
         }
         documented.sort();
+        // OpenAPI has no wildcard: `{*agent_id}` is `{agent_id}` there.
         let mut routes: Vec<(String, String)> = super::ROUTES
             .iter()
             .chain([&super::PAGE])
-            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .map(|(m, p)| (m.to_string(), p.replace("{*", "{")))
             .collect();
         routes.sort();
         assert_eq!(documented, routes);

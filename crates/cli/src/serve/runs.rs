@@ -14,7 +14,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use troupe_actors::pipeline::PipelineSpec;
-use troupe_actors::{Address, AgentDirectory, AgentMsg, ResumeMode, RootRun, SteerError};
+use troupe_actors::{
+    Address, AgentDirectory, AgentMsg, AgentPresence, ResumeMode, RootRun, SteerError,
+};
 use troupe_runtime::state::SteeringError;
 use troupe_runtime::state::steering::MAX_PENDING;
 use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
@@ -56,6 +58,15 @@ pub struct SteerRequest {
     /// The follow-up.
     pub text: String,
     /// The agent to steer (default: the root).
+    #[serde(default)]
+    pub agent_id: Option<String>,
+}
+
+/// The optional body of `POST /v1/sessions/{id}/abort`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AbortRequest {
+    /// The one agent to abort (default: the whole session).
     #[serde(default)]
     pub agent_id: Option<String>,
 }
@@ -183,7 +194,7 @@ impl Runs {
         if running + starting >= self.max_sessions {
             self.starting.fetch_sub(1, Ordering::SeqCst);
             return Err(ApiError::too_many(format!(
-                "{} sessions are already running (--max-sessions {}); wait for one to end or abort one",
+                "{} sessions are already running, the most this server runs at once ({}); wait for one to end or abort one (POST /v1/sessions/{{id}}/abort)",
                 running + starting,
                 self.max_sessions
             )));
@@ -213,7 +224,7 @@ impl Runs {
         let spec = match &req.pipeline {
             Some(text) => {
                 let spec = PipelineSpec::parse(text, std::path::Path::new("pipeline"))
-                    .map_err(|e| ApiError::bad(format!("pipeline: {e}")))?;
+                    .map_err(pipeline_error)?;
                 crate::pipeline_cmd::check_repo(&self.workspace).map_err(ApiError::from_failure)?;
                 Some(spec)
             }
@@ -238,7 +249,7 @@ impl Runs {
         settings.nats = self.nats.clone();
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
-            .map_err(ApiError::from_failure)?
+            .map_err(launch_error)?
             .remote(self.remote.clone());
         let run = match spec {
             Some(spec) => self.launch_pipeline(launch, settings, spec).await?,
@@ -410,11 +421,9 @@ impl Runs {
 
     /// Writes a request's script where a resume finds it again.
     fn write_script(&self, text: &str) -> Result<PathBuf, ApiError> {
-        let ext = if text.trim_start().starts_with('{') {
-            "json"
-        } else {
-            "toml"
-        };
+        let json = text.trim_start().starts_with('{');
+        check_script(text, json)?;
+        let ext = if json { "json" } else { "toml" };
         let dir = self
             .workspace
             .join(troupe_runtime::store::STATE_DIR)
@@ -461,12 +470,7 @@ impl Runs {
         if req.text.trim().is_empty() {
             return Err(ApiError::bad("text: the steering text is empty"));
         }
-        let Some(run) = self.get(id).filter(|r| !r.ended()) else {
-            self.store().manifest(id).map_err(store_error)?;
-            return Err(ApiError::conflict(format!(
-                "session {id} is not running in this server; only a running session can be steered"
-            )));
-        };
+        let run = self.running_run(id, "only a running session can be steered")?;
         let agent = match (&run.control, req.agent_id) {
             (_, Some(agent)) => agent,
             (Control::Root(root), None) => root.name().to_string(),
@@ -480,18 +484,77 @@ impl Runs {
         let full = SteeringError::Full { max: MAX_PENDING }.to_string();
         match run.agents.steer(&agent, &req.text, run.timeout).await {
             Ok(intent) => Ok((intent, agent)),
-            Err(SteerError::Unknown(_)) => Err(ApiError::not_found(format!(
-                "agent_id: no running agent {agent} in session {id} (running: {})",
-                running(&run.agents)
-            ))),
             Err(SteerError::Refused { reason, .. }) if reason == full => {
                 Err(ApiError::too_many(reason))
             }
             Err(SteerError::Refused { reason, .. }) => {
                 Err(ApiError::bad(format!("text: {reason}")))
             }
-            Err(e) => Err(ApiError::conflict(format!("session {id}: {e}"))),
+            Err(e) => Err(agent_error(&run, &agent, e)),
         }
+    }
+
+    /// The running run of session `id` (404 unknown; 409 not running in
+    /// this server, `what` saying what needs it running).
+    fn running_run(&self, id: &str, what: &str) -> Result<Arc<Run>, ApiError> {
+        match self.get(id).filter(|r| !r.ended()) {
+            Some(run) => Ok(run),
+            None => {
+                self.store().manifest(id).map_err(store_error)?;
+                Err(ApiError::conflict(format!(
+                    "session {id} is not running in this server; {what}"
+                )))
+            }
+        }
+    }
+
+    /// Aborts one agent of a running session: its thread completes as
+    /// `cancelled` and its parent gets its handoff; the session goes on.
+    pub async fn abort_agent(&self, id: &str, agent: &str) -> Result<(), ApiError> {
+        let run = self.running_run(id, "only a running session's agents can be aborted")?;
+        match run.agents.abort(agent, run.timeout).await {
+            Ok(()) => Ok(()),
+            Err(SteerError::Refused { reason, .. }) => Err(ApiError::bad(format!(
+                "agent_id: {agent} cannot be aborted alone: {reason}"
+            ))),
+            Err(e) => Err(agent_error(&run, agent, e)),
+        }
+    }
+
+    /// Where agent `agent` of session `id` stands: 200 while it runs or
+    /// restarts, 404 when it is unknown or ended.
+    pub async fn agent_status(&self, id: &str, agent: &str) -> Result<serde_json::Value, ApiError> {
+        let Some(run) = self.get(id).filter(|r| !r.ended()) else {
+            self.store().manifest(id).map_err(store_error)?;
+            return Err(ApiError::not_found(format!(
+                "agent_id: session {id} is not running in this server, so none of its agents runs (running: none)"
+            )));
+        };
+        let presence = run
+            .agents
+            .status(agent, run.timeout)
+            .await
+            .map_err(|e| agent_error(&run, agent, e))?;
+        let body = match presence {
+            AgentPresence::Running(s) => serde_json::json!({
+                "agent_id": agent,
+                "state": "running",
+                "busy": s.busy,
+                "turns": s.turns,
+                "usage": s.usage,
+            }),
+            AgentPresence::Remote => serde_json::json!({"agent_id": agent, "state": "remote"}),
+            AgentPresence::Restarting => {
+                serde_json::json!({"agent_id": agent, "state": "restarting"})
+            }
+            AgentPresence::Ended => {
+                return Err(agent_error(&run, agent, SteerError::Ended(agent.into())));
+            }
+            AgentPresence::Unknown => {
+                return Err(agent_error(&run, agent, SteerError::Unknown(agent.into())));
+            }
+        };
+        Ok(body)
     }
 
     /// Shutdown: refuse new sessions, abort the running ones, wait until
@@ -531,4 +594,101 @@ fn running(agents: &AgentDirectory) -> String {
     } else {
         ids.join(", ")
     }
+}
+
+/// Why an agent of `run` was not reached: 404 unknown or ended (naming the
+/// running agents), 409 restarting or not answering.
+fn agent_error(run: &Run, agent: &str, e: SteerError) -> ApiError {
+    let session = &run.id;
+    match e {
+        SteerError::Unknown(_) => ApiError::not_found(format!(
+            "agent_id: no agent {agent} in session {session} (running: {})",
+            running(&run.agents)
+        )),
+        SteerError::Ended(_) => ApiError::not_found(format!(
+            "agent_id: agent {agent} has ended (its thread completed); name a running agent (running: {})",
+            running(&run.agents)
+        )),
+        SteerError::NotRunning(_) => ApiError::conflict(format!(
+            "agent_id: agent {agent} is restarting (between incarnations); send the request again in a moment"
+        )),
+        SteerError::Refused { reason, .. } => ApiError::bad(format!("agent_id: {agent}: {reason}")),
+        e => ApiError::conflict(format!("agent_id: agent {agent} did not answer: {e}")),
+    }
+}
+
+/// A pipeline that does not parse or check: one line, where and what,
+/// with the closest key for an unknown one, under the body key.
+fn pipeline_error(e: troupe_actors::pipeline::PipelineError) -> ApiError {
+    let why = match &e {
+        troupe_actors::pipeline::PipelineError::Invalid { reason, .. } => {
+            crate::errors::one_line(reason)
+        }
+        other => crate::errors::one_line(&other.to_string()),
+    };
+    ApiError::bad(format!("pipeline: {why}"))
+}
+
+/// Checks a request's script (TOML, or JSON when it starts with `{`):
+/// one line under the body key, with the position and the closest key.
+fn check_script(text: &str, json: bool) -> Result<(), ApiError> {
+    let parsed = if json {
+        troupe_testkit::Script::from_json_str(text)
+    } else {
+        troupe_testkit::Script::from_toml_str(text)
+    };
+    let script = parsed.map_err(|e| {
+        let why = e.to_string();
+        let why = [
+            "invalid TOML script: ",
+            "invalid JSON script: ",
+            "invalid script: ",
+        ]
+        .iter()
+        .find_map(|p| why.strip_prefix(p))
+        .unwrap_or(&why)
+        .to_string();
+        ApiError::bad(script_line(&crate::errors::one_line(&format!(
+            "script: {why}"
+        ))))
+    })?;
+    if script.replies.is_empty() && script.rule.is_none() && script.routes.is_empty() {
+        return Err(ApiError::bad(
+            "script: it scripts no answer; add a [[replies]] table, a [rule] or a [[routes]] table (docs/scripted-server.md)",
+        ));
+    }
+    Ok(())
+}
+
+/// `script:L:C: why` → `script: line L, column C: why`.
+fn script_line(text: &str) -> String {
+    let Some(rest) = text.strip_prefix("script:") else {
+        return text.to_string();
+    };
+    let mut parts = rest.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(l), Some(c), Some(why))
+            if l.chars().all(|x| x.is_ascii_digit()) && c.chars().all(|x| x.is_ascii_digit()) =>
+        {
+            format!("script: line {l}, column {c}:{why}")
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// A session that cannot start: a missing API key is named with the fix
+/// in HTTP terms (the server's environment, or a `script`), not the
+/// command line's.
+fn launch_error(f: crate::Failure) -> ApiError {
+    let why = crate::errors::message(&f.error);
+    if let Some((var, _)) = why.split_once(" is not set: export it")
+        && var
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return ApiError::bad(format!(
+            "provider: {var} is not set in the environment of troupe serve; set it there and restart the server, pick another provider (the body's `provider`), or send a `script` to run offline"
+        ));
+    }
+    ApiError::from_failure(f)
 }
