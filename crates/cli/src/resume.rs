@@ -164,36 +164,35 @@ pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> 
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let kind = settings.as_ref().map(|s| s.kind.as_str());
+    // A session sent to workers is continued with --nats again.
+    let nats = settings
+        .as_ref()
+        .and_then(|s| s.nats.as_deref())
+        .map(|url| format!(" --nats {url}"))
+        .unwrap_or_default();
     match (manifest.status, kind) {
         (_, Some(kind)) if kind != "exec" => {
             format!("it ran a {kind}, which cannot be resumed: run the {kind} again")
         }
-        (SessionStatus::Completed, _) => {
+        (_, None) if manifest.event_count == 0 => {
+            "it ended before it started: run the task again".into()
+        }
+        (_, None) => format!(
+            "it has no {SETTINGS_FILE}: it was not started by `troupe exec` and cannot be resumed"
+        ),
+        (SessionStatus::Completed, Some(_)) => {
             let blocked = crate::resume_blocked::blocked_handoff(store, id, manifest)
                 .ok()
                 .flatten()
                 .is_some();
             if blocked {
-                format!("`troupe sessions resume {id}` continues it from its handoff")
+                format!("`troupe sessions resume {id}{nats}` continues it from its handoff")
             } else {
-                format!("continue it with a new message: `troupe exec resume {id} \"PROMPT\"`")
+                format!(
+                    "continue it with a new message: `troupe exec resume {id} \"PROMPT\"{nats}`"
+                )
             }
         }
-        (_, None) if manifest.event_count == 0 => {
-            "it ended before it started: run the task again".into()
-        }
-        (_, None) => {
-            format!(
-                "it has no {SETTINGS_FILE}: it was not started by `troupe exec` and cannot be resumed"
-            )
-        }
-        (_, Some(_)) => {
-            let nats = settings
-                .as_ref()
-                .and_then(|s| s.nats.as_deref())
-                .map(|url| format!(" --nats {url}"))
-                .unwrap_or_default();
-            format!("resume it with `troupe sessions resume {id}{nats}`")
-        }
+        (_, Some(_)) => format!("resume it with `troupe sessions resume {id}{nats}`"),
     }
 }
