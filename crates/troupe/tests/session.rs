@@ -251,3 +251,48 @@ async fn built_ins_are_off_unless_switched_on() {
             .contains("[Orientation Context]")
     );
 }
+
+/// Once an agent's thread completed, steering, aborting or asking its
+/// status answers "ended" at once: through the session's directory and
+/// through its address, which a caller may still hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ended_agent_answers_ended_at_once() {
+    use troupe::actors::{AddressError, AgentMsg, AgentPresence, SteerError};
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![Reply::text("done")]))
+        .await
+        .unwrap();
+    let s = session(ws.path(), &server).await;
+    let a = s
+        .spawn_agent(AgentSpec::new("quick", "answer"))
+        .await
+        .unwrap();
+    let id = a.id().to_string();
+    let address = a.address().clone();
+    let outcome = a.wait().await.unwrap();
+    assert_eq!(outcome.completed.subtype, CompletionSubtype::Success);
+    let long = Duration::from_secs(30);
+    let asked = std::time::Instant::now();
+    assert_eq!(
+        s.steer(&id, "too late").await,
+        Err(SteerError::Ended(id.clone()))
+    );
+    assert_eq!(
+        s.agents().abort(&id, long).await,
+        Err(SteerError::Ended(id.clone()))
+    );
+    assert_eq!(s.agents().status(&id, long).await, Ok(AgentPresence::Ended));
+    assert_eq!(
+        s.agents().status("session/nobody", long).await,
+        Ok(AgentPresence::Unknown)
+    );
+    let e = address.call(AgentMsg::Abort, long).await;
+    assert_eq!(e, Err(AddressError::Ended(id.clone())));
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(!s.agents().ids().contains(&id));
+    s.close().await.unwrap();
+}
