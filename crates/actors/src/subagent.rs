@@ -516,6 +516,11 @@ impl SpawnSubagentTool {
         };
         start_under(&node, child_spec, timeout).await?;
         let given_up = |what: &str| {
+            // No incarnation follows (a temporary child that crashed, or
+            // its supervisor gave up): steer / abort / status answer
+            // "ended" at once from here on, for it and its subtree.
+            self.parent.env.agents.end(&agent_id, &address);
+            self.parent.env.agents.end_under(&agent_id);
             let why = self.parent.shared.node.escalation().map_or_else(
                 || what.to_string(),
                 |why| format!("its supervisor gave up: {why}"),

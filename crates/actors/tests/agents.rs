@@ -483,3 +483,59 @@ async fn subagent_with_worktree_isolation_writes_only_in_its_worktree() {
     );
     assert_eq!(wt.status().unwrap().commits_since_base, 1);
 }
+
+/// A temporary subagent that crashes is never restarted: once its
+/// parent's `spawn_subagent` has reported it gone, steering, aborting or
+/// asking for it answers "ended" at once, not "restarting".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_temporary_subagent_answers_ended_not_restarting() {
+    use troupe_actors::{AgentPresence, SteerError};
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(
+        Script::replies(vec![])
+            .with_route_unless(
+                "spawn the crasher",
+                vec!["K-1".into()],
+                vec![
+                    Reply::tool_call(
+                        "s1",
+                        "spawn_subagent",
+                        json!({"name": "crasher", "task": "Record once (K-1).", "supervision": {"restart": "temporary"}}),
+                    ),
+                    Reply::text("the crasher is gone"),
+                ],
+            )
+            .with_route("K-1", vec![Reply::tool_call("r1", "record", json!({}))]),
+    )
+    .await
+    .unwrap();
+    let tool = Arc::new(RecordingTool::new(ws.path().join("side.txt")).then(|_| Then::Panic));
+    let f = fixture(ws.path(), &server, tool, fast_supervisor()).await;
+    let end = f.run_root("spawn the crasher").await.unwrap();
+    let done = end.completed().unwrap_or_else(|| panic!("{end:?}"));
+    assert_eq!(done.result.as_deref(), Some("the crasher is gone"));
+    let id = "session/root/crasher";
+    let agents = &f.env.agents;
+    let t = Duration::from_secs(10);
+    let started = std::time::Instant::now();
+    assert_eq!(agents.status(id, t).await, Ok(AgentPresence::Ended));
+    assert_eq!(
+        agents.steer(id, "hello", t).await,
+        Err(SteerError::Ended(id.into()))
+    );
+    assert_eq!(agents.abort(id, t).await, Err(SteerError::Ended(id.into())));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "answered at once, not after a restart wait: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("side.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        1,
+        "never restarted"
+    );
+    f.tree.shutdown().await.unwrap();
+}

@@ -299,8 +299,10 @@ async fn wait_or_abort(
         biased;
         r = &mut wait => r,
         _ = cancel.cancelled() => {
-            if let Err(e) = address.call(AgentMsg::Abort, Duration::from_secs(10)).await {
-                tracing::warn!(error = %e, "abort not delivered");
+            match address.call(AgentMsg::Abort, Duration::from_secs(10)).await {
+                // It ended on its own meanwhile: its outcome is on its way.
+                Ok(()) | Err(troupe_actors::AddressError::Ended(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "abort not delivered"),
             }
             wait.await
         }
