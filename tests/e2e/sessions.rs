@@ -291,3 +291,32 @@ fn a_killed_session_shows_as_crashed_with_the_command_that_resumes_it() {
     assert_eq!(v[0]["task"], "add two numbers", "{v}");
     assert_eq!(v[0]["turn_count"], turns, "{v}");
 }
+
+/// A kill between the log's root `thread.completed` and the manifest's
+/// rewrite leaves the manifest `active`: the log decides, so the session
+/// shows as completed, not crashed.
+#[test]
+fn a_session_whose_log_completed_is_completed_whatever_the_manifest_says() {
+    let ws = tempfile::tempdir().unwrap();
+    let id = "lag-1";
+    write_session(ws.path(), id, true);
+    let manifest = ws
+        .path()
+        .join(".vtcode/sessions")
+        .join(id)
+        .join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    assert_eq!(m["status"], "completed", "{m}");
+    m["status"] = "active".into();
+    m["subtype"] = serde_json::Value::Null;
+    std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+
+    let out = troupe(&["sessions", "show", id], ws.path());
+    let text = stdout(&out);
+    assert!(text.contains("status   completed\n"), "{text}");
+    assert!(!text.contains("crashed"), "{text}");
+    let out = troupe(&["sessions", "list", "--json"], ws.path());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "completed", "{v}");
+}

@@ -145,7 +145,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                     list.push(list_entry(&store, &m, &events)?);
                     continue;
                 }
-                let live = liveness(&store, &m);
+                let live = liveness(&store, &m, &events);
                 let tree = agent_tree(events.iter().cloned());
                 let agents = tree.iter().filter(|r| r.turns > 0).count();
                 let cost = total_cost(&tree);
@@ -178,7 +178,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             if args.json {
                 writeln!(out, "{}", show_entry(&args.workspace, &m, &events)?)?;
             } else {
-                let live = liveness(&store, &m);
+                let live = liveness(&store, &m, &events);
                 let last = events.last().cloned();
                 let turns = view::turns(&events);
                 let tree = view::shown_tree(live, agent_tree(events.into_iter()));
@@ -323,7 +323,16 @@ fn task_of(store: &SessionStore, id: &str, events: &[ThreadEvent]) -> String {
 }
 
 /// Whether session `m` of `store` completed, is being written, or crashed.
-fn liveness(store: &SessionStore, m: &Manifest) -> view::Liveness {
+/// The log decides completion (its root `thread.completed`), whatever the
+/// manifest, which a kill can leave a step behind, says.
+fn liveness(store: &SessionStore, m: &Manifest, events: &[ThreadEvent]) -> view::Liveness {
+    let logged = events
+        .iter()
+        .rev()
+        .any(|e| matches!(e, ThreadEvent::ThreadCompleted(c) if c.thread_id == m.root_thread_id));
+    if logged {
+        return view::Liveness::Completed;
+    }
     let dir = store.session_dir(&m.session_id).ok();
     view::Liveness::of(m, dir.as_deref())
 }
@@ -372,7 +381,7 @@ fn session_json(
     m: &Manifest,
     events: &[ThreadEvent],
 ) -> Result<serde_json::Value, serde_json::Error> {
-    let live = liveness(store, m);
+    let live = liveness(store, m, events);
     let tree = view::shown_tree(live, agent_tree(events.iter().cloned()));
     let mut v = manifest_json(m);
     v["turn_count"] = view::turns(events).into();

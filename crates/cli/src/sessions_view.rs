@@ -48,6 +48,10 @@ pub fn status(m: &Manifest, live: Liveness) -> String {
     if live == Liveness::Crashed {
         return "crashed (no writer)".into();
     }
+    if live == Liveness::Completed && m.status != SessionStatus::Completed {
+        // The log's root thread.completed is in; the manifest lags.
+        return "completed".into();
+    }
     let status = format!("{:?}", m.status).to_lowercase();
     match m.subtype {
         Some(sub) => format!("{status} ({sub})"),
