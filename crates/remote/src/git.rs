@@ -56,16 +56,31 @@ pub async fn put_bundle(
     let range = since.map(|s| format!("{s}..{branch}"));
     let what = range.as_deref().unwrap_or(branch);
     git(dir, &["bundle", "create", &file_s, what]).await?;
-    let mut f = tokio::fs::File::open(&file)
-        .await
-        .map_err(|e| RemoteError::io(format!("open {file_s}"), e))?;
-    store
-        .put(name, &mut f)
-        .await
-        .map_err(|e| RemoteError::Nats(format!("store {name}: {e}")))?;
+    // Retried as event publishes are (a NATS restart mid-upload times its
+    // chunk acks out): a transient outage does not fail the incarnation.
+    let mut last = String::new();
+    for attempt in 0..STORE_ATTEMPTS {
+        let mut f = tokio::fs::File::open(&file)
+            .await
+            .map_err(|e| RemoteError::io(format!("open {file_s}"), e))?;
+        match store.put(name, &mut f).await {
+            Ok(_) => {
+                let _ = tokio::fs::remove_file(&file).await;
+                return Ok(commit);
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tracing::debug!(attempt, object = name, error = %last, "storing a bundle failed; retrying");
+        tokio::time::sleep(STORE_RETRY).await;
+    }
     let _ = tokio::fs::remove_file(&file).await;
-    Ok(commit)
+    Err(RemoteError::Nats(format!("store {name}: {last}")))
 }
+
+/// How often, and how far apart, a bundle's upload or download is tried
+/// (30 s in all, as an event publish).
+const STORE_ATTEMPTS: u32 = 120;
+const STORE_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Fetches object `name` into `scratch` and returns the file.
 pub async fn get_bundle(
@@ -73,19 +88,52 @@ pub async fn get_bundle(
     name: &str,
     scratch: &Path,
 ) -> Result<std::path::PathBuf, RemoteError> {
-    let mut obj = store
-        .get(name)
-        .await
-        .map_err(|e| RemoteError::Nats(format!("fetch {name}: {e}")))?;
-    let mut bytes = Vec::new();
-    obj.read_to_end(&mut bytes)
-        .await
-        .map_err(|e| RemoteError::io(format!("read {name}"), e))?;
+    let mut last = String::new();
+    let mut got = None;
+    for attempt in 0..STORE_ATTEMPTS {
+        match fetch(store, name).await {
+            Ok(bytes) => {
+                got = Some(bytes);
+                break;
+            }
+            // Not there is final; anything else may be a restarting server.
+            Err(FetchError::NotFound(e)) => {
+                return Err(RemoteError::Nats(format!("fetch {name}: {e}")));
+            }
+            Err(FetchError::Transient(e)) => last = e,
+        }
+        tracing::debug!(attempt, object = name, error = %last, "fetching a bundle failed; retrying");
+        tokio::time::sleep(STORE_RETRY).await;
+    }
+    let Some(bytes) = got else {
+        return Err(RemoteError::Nats(format!("fetch {name}: {last}")));
+    };
     let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
     tokio::fs::write(&file, bytes)
         .await
         .map_err(|e| RemoteError::io(format!("write {}", file.display()), e))?;
     Ok(file)
+}
+
+enum FetchError {
+    NotFound(String),
+    Transient(String),
+}
+
+/// Object `name`'s bytes, in one try.
+async fn fetch(store: &ObjectStore, name: &str) -> Result<Vec<u8>, FetchError> {
+    use async_nats::jetstream::object_store::GetErrorKind;
+    let mut obj = store.get(name).await.map_err(|e| match e.kind() {
+        GetErrorKind::NotFound | GetErrorKind::BucketLink | GetErrorKind::InvalidName => {
+            FetchError::NotFound(e.to_string())
+        }
+        _ => FetchError::Transient(e.to_string()),
+    })?;
+    let mut bytes = Vec::new();
+    obj.read_to_end(&mut bytes)
+        .await
+        .map_err(|e| FetchError::Transient(e.to_string()))?;
+    Ok(bytes)
 }
 
 /// A working copy of `commit` from `bundle` at `dir` (a fresh clone,
