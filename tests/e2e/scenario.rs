@@ -361,51 +361,68 @@ fn assert_once(ws: &Path, side: &Path, round: usize) {
     assert!(root_done, "round {round}: the session did not complete");
 }
 
+/// The scenario's run of `ws` (killed at `kill_at` events when given).
+fn scenario_child(ws: &Path, server: &super::exec::Server) -> std::process::Child {
+    super::exec::exec_cmd(
+        ws,
+        &server.url(),
+        &["--model", "scripted"],
+        "Split the calc work between two subagents.",
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
 #[test]
 fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
-    let mut resumed = 0;
+    // A whole run first: how many events the scenario logs, so that each
+    // round's kill point is one of them (not a duration, which a loaded
+    // machine stretches past the run's end).
+    let whole = {
+        let ws = tempfile::tempdir().unwrap();
+        calc_repo(ws.path());
+        let side_dir = tempfile::tempdir().unwrap();
+        let server =
+            super::exec::Server::with_script(killable_scenario(&side_dir.path().join("side.txt")));
+        let status = scenario_child(ws.path(), &server).wait().unwrap();
+        assert!(status.success(), "the scenario runs to its end unkilled");
+        troupe_test_support::e2e::event_lines(ws.path())
+    };
+    assert!(whole > 10, "the scenario logs {whole} events");
+    let (mut resumed, mut finished, mut completed) = (0, 0, 0);
     for round in 0..20 {
         let ws = tempfile::tempdir().unwrap();
         calc_repo(ws.path());
         let side_dir = tempfile::tempdir().unwrap();
         let side = side_dir.path().join("side.txt");
         let server = super::exec::Server::with_script(killable_scenario(&side));
-        let mut child = super::exec::exec_cmd(
-            ws.path(),
-            &server.url(),
-            &["--model", "scripted"],
-            "Split the calc work between two subagents.",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        // The random point is counted from the session's start.
-        let status = troupe_test_support::e2e::sigkill_after_session_start(
-            ws.path(),
-            &mut child,
-            std::time::Duration::from_millis(fastrand::u64(0..1500)),
-        );
-        if status.success() || troupe_test_support::e2e::session_dirs(ws.path()).is_empty() {
-            continue; // finished before the kill, or killed before it began
+        let mut child = scenario_child(ws.path(), &server);
+        let kill_at = fastrand::usize(1..whole);
+        let status = troupe_test_support::e2e::sigkill_after_events(ws.path(), &mut child, kill_at);
+        if status.success() {
+            finished += 1;
+            continue; // finished before the kill landed
         }
         let dir = super::exec::session_dir(ws.path());
         let id = dir.file_name().unwrap().to_str().unwrap().to_string();
         let out = resume(ws.path(), &id);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if stderr.contains("ended before it started") || stderr.contains("already completed") {
-            continue;
+        if stderr.contains("already completed") {
+            completed += 1;
+            continue; // killed after thread.completed was durable
         }
         assert!(
             matches!(out.status.code(), Some(0 | 1)),
-            "round {round}: resume failed: {stderr}"
+            "round {round} (killed at event {kill_at} of {whole}): resume failed: {stderr}"
         );
         resumed += 1;
         assert_once(ws.path(), &side, round);
     }
     assert!(
-        resumed >= 5,
-        "only {resumed} of 20 rounds were killed mid-run"
+        resumed >= 15,
+        "only {resumed} of 20 rounds were killed mid-run ({finished} finished first, {completed} completed before the kill)"
     );
 }
 

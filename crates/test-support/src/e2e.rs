@@ -187,23 +187,32 @@ pub fn session_dirs(ws: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// How long [`sigkill_after_session_start`] waits for the session.
+/// How long [`sigkill_after_events`] waits for the session's events.
 pub const SESSION_START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// SIGKILLs `child` (a `troupe` run in `ws`) `delay` after its session
-/// directory appeared, and waits for it; its exit status. The delay is
-/// counted from the session's start, not the process's: on a loaded
-/// machine start-up alone can take longer than a test's whole window. A
-/// child that ends first (or makes no session within
+/// The complete lines of the only session's `events.jsonl` under `ws`
+/// (0 before it exists).
+pub fn event_lines(ws: &Path) -> usize {
+    session_dirs(ws)
+        .first()
+        .and_then(|dir| std::fs::read(dir.join("events.jsonl")).ok())
+        .map_or(0, |bytes| bytecount(&bytes))
+}
+
+fn bytecount(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| **b == b'\n').count()
+}
+
+/// SIGKILLs `child` (a `troupe` run in `ws`) once its session's log holds
+/// at least `events` events, and waits for it; its exit status. The kill
+/// point is an event of the run, not a duration, so it lands mid-run
+/// whatever the machine's load (a little after the `events`th event: the
+/// file is polled). A child that ends first (or logs fewer events within
 /// [`SESSION_START_TIMEOUT`]) is waited for as it is.
-pub fn sigkill_after_session_start(ws: &Path, child: &mut Child, delay: Duration) -> ExitStatus {
-    let started =
-        crate::wait::wait_until_blocking("the session directory", SESSION_START_TIMEOUT, || {
-            !session_dirs(ws).is_empty() || !matches!(child.try_wait(), Ok(None))
-        });
-    if started.is_ok() && matches!(child.try_wait(), Ok(None)) {
-        std::thread::sleep(delay);
-    }
+pub fn sigkill_after_events(ws: &Path, child: &mut Child, events: usize) -> ExitStatus {
+    let _ = crate::wait::wait_until_blocking("the session's events", SESSION_START_TIMEOUT, || {
+        event_lines(ws) >= events || !matches!(child.try_wait(), Ok(None))
+    });
     // SIGKILL; an error only says the child has ended already.
     let _ = child.kill();
     child.wait().expect("waiting for the killed troupe process")
