@@ -12,6 +12,7 @@ mod contract;
 mod disk;
 mod exec;
 mod first_hour;
+mod help;
 mod key_reach;
 mod mcp;
 mod multi_agent;
