@@ -245,6 +245,11 @@ fn interrupted(events: &[ThreadEvent], call_id: &str) -> bool {
     })
 }
 
+/// What a worker logs before it sends a finished task's handoff: a worker
+/// stopped before it was still running the task (a redelivery follows);
+/// one stopped after may have handed it off already.
+pub const FINISHING: &str = "finished; sending the handoff";
+
 /// How many times part `i`'s exec ran.
 fn runs(side: &Path, i: usize) -> usize {
     std::fs::read_to_string(side.join(format!("p{i}.count")))
@@ -393,8 +398,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..1500)));
         let before = workers[victim].log();
         workers[victim].kill();
-        let in_flight =
-            before.matches("running").count() > before.matches("handoff committed").count();
+        let in_flight = before.matches("running").count() > before.matches(FINISHING).count();
         let (code, out, err) = handle.join().unwrap();
         let logs: Vec<String> = workers.iter().map(Worker::log).collect();
         assert_eq!(code, Some(0), "round {round}: {out}\n{err}\n{logs:#?}");
@@ -525,8 +529,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         };
         signal("-STOP");
         let before = victim.log();
-        let in_flight =
-            before.matches("running").count() > before.matches("handoff committed").count();
+        let in_flight = before.matches("running").count() > before.matches(FINISHING).count();
         // Past the ack wait (3 s) its task is redelivered; the zombie wakes
         // once another worker has claimed it as incarnation 2.
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -212,9 +212,10 @@ fn local_tree() -> BTreeSet<String> {
     tree(ws.path())
 }
 
-/// A task started and not yet acked, by the worker's log.
+/// A task started and not yet finished (its handoff not sent), by the
+/// worker's log.
 fn busy(log: &str) -> bool {
-    log.matches("running").count() > log.matches("handoff committed").count()
+    log.matches("running").count() > log.matches(super::remote::FINISHING).count()
 }
 
 /// Every worker's log, for failure messages.

@@ -347,6 +347,9 @@ async fn run_incarnation(
     if let Some(stop) = *controls.stop.borrow() {
         return Ok(Some(stop));
     }
+    // Logged before it is sent: from here on the coordinator may hold the
+    // handoff, so a kill need not be followed by a redelivery.
+    tracing::info!(task = %task.task_id, incarnation, "finished; sending the handoff");
     publish(ctx, task, incarnation, "finished", &message).await?;
     wait_committed(ctx, task, &mut controls.stop).await
 }
@@ -457,7 +460,7 @@ async fn run_agent(
             Err(e) => tracing::warn!(error = %e, "a journal event does not parse"),
         }
     }
-    let forwarder = tokio::spawn(forward(
+    let mut forwarder = tokio::spawn(forward(
         ctx.clone(),
         task.clone(),
         incarnation,
@@ -501,12 +504,18 @@ async fn run_agent(
         .map_err(|e| RemoteError::Nats(format!("start the agent: {e}")))?;
     let outcome = loop {
         tokio::select! {
+            biased;
             o = &mut done_rx => break Ok(o),
             _ = controls.stop.changed() => {
                 if let Some(stop) = *controls.stop.borrow() {
-                    break Err(stop);
+                    break Err(Halt::Stop(stop));
                 }
             }
+            // The forwarder ends early only when it failed: nothing the
+            // agent does from here on would reach the coordinator, so it
+            // is stopped now rather than left running effects no journal
+            // holds; the delivery is given back.
+            r = &mut forwarder => break Err(Halt::Forwarder(r)),
             Some((agent_id, text, reply)) = controls.steer.recv() => {
                 let answer = match session.steer(&agent_id, &text).await {
                     Ok(intent_id) => {
@@ -524,11 +533,23 @@ async fn run_agent(
         }
     };
     let _ = session.close().await;
-    let forwarded = forwarder.await;
     let outcome = match outcome {
         Ok(o) => o,
-        Err(stop) => return Ok(Ran::Stopped(stop)),
+        Err(Halt::Stop(stop)) => {
+            let _ = forwarder.await;
+            return Ok(Ran::Stopped(stop));
+        }
+        Err(Halt::Forwarder(r)) => {
+            let e = match r {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => RemoteError::Nats("the event forwarder ended early".into()),
+                Err(e) => RemoteError::Nats(format!("forwarder: {e}")),
+            };
+            tracing::warn!(task = %task.task_id, error = %e, "forwarding failed; the agent is stopped");
+            return Err(e);
+        }
     };
+    let forwarded = forwarder.await;
     match forwarded {
         Ok(r) => r?,
         Err(e) => return Err(RemoteError::Nats(format!("forwarder: {e}"))),
@@ -536,6 +557,14 @@ async fn run_agent(
     let outcome =
         outcome.map_err(|_| RemoteError::Nats("the agent stopped without an outcome".into()))?;
     Ok(Ran::Done(Box::new((outcome.completed, outcome.handoff))))
+}
+
+/// Why an incarnation's agent was stopped before it ended.
+enum Halt {
+    /// The coordinator said so.
+    Stop(Stop),
+    /// The forwarder ended (failed) while the agent ran.
+    Forwarder(Result<Result<(), RemoteError>, tokio::task::JoinError>),
 }
 
 /// The exporter that hands the worker log's events to the forwarder.
