@@ -49,6 +49,21 @@ fn is_counter_done(e: &Sse) -> bool {
             .is_some_and(|t| t.ends_with(&format!(":{COUNTER}")))
 }
 
+/// Starts the delegating session and follows its events until the
+/// counter started: the session id and the events up to that one.
+async fn start_until_the_counter_runs(c: &reqwest::Client, server: &Server) -> (String, Vec<Sse>) {
+    let id = start(
+        c,
+        server,
+        json!({"prompt": "R00T-DELEGATES: count the steps", "script": delegating_script()}),
+    )
+    .await;
+    let url = server.url(&format!("/v1/sessions/{id}/events"));
+    let stream = c.get(&url).send().await.unwrap();
+    let (seen, _) = read_sse(stream, is_counter_started).await;
+    (id, seen)
+}
+
 #[test]
 fn serve_steers_a_running_subagent_by_agent_id() {
     let repo = workspace();
@@ -56,17 +71,10 @@ fn serve_steers_a_running_subagent_by_agent_id() {
     let server = Server::start(ws, &[], &[]);
     rt().block_on(async {
         let c = client();
-        let id = start(
-            &c,
-            &server,
-            json!({"prompt": "R00T-DELEGATES: count the steps", "script": delegating_script()}),
-        )
-        .await;
+        let (id, seen) = start_until_the_counter_runs(&c, &server).await;
+        let last = seen.last().unwrap().id;
         let steer_url = server.url(&format!("/v1/sessions/{id}/steer"));
         let url = server.url(&format!("/v1/sessions/{id}/events"));
-        let stream = c.get(&url).send().await.unwrap();
-        let (seen, _) = read_sse(stream, is_counter_started).await;
-        let last = seen.last().unwrap().id;
 
         // An agent that is not in the session: 404, naming the running ones.
         let (status, e) = post(
@@ -191,18 +199,11 @@ fn serve_aborts_one_subagent_and_an_ended_one_answers_404_at_once() {
     let server = Server::start(ws, &[], &[]);
     rt().block_on(async {
         let c = client();
-        let id = start(
-            &c,
-            &server,
-            json!({"prompt": "R00T-DELEGATES: count the steps", "script": delegating_script()}),
-        )
-        .await;
+        let (id, seen) = start_until_the_counter_runs(&c, &server).await;
+        let last = seen.last().unwrap().id;
         let url = server.url(&format!("/v1/sessions/{id}/events"));
         let abort_url = server.url(&format!("/v1/sessions/{id}/abort"));
         let steer_url = server.url(&format!("/v1/sessions/{id}/steer"));
-        let stream = c.get(&url).send().await.unwrap();
-        let (seen, _) = read_sse(stream, is_counter_started).await;
-        let last = seen.last().unwrap().id;
 
         // Running: 200 with its state; the root too; an unknown one 404.
         let (status, s, _) = agent_status(&c, &server, &id, COUNTER).await;
