@@ -4,64 +4,24 @@
 //! repositories.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
 use troupe_test_support::nats::NatsServer;
+use troupe_test_support::process::{Worker, run_within};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
 
 const PARTS: usize = 6;
 
-/// A worker process, killed on drop; its stderr goes to a file.
-struct Worker {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn start(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
-        let log = dir.join(format!("worker-{n}.log"));
-        let workdir = dir.join(format!("worker-{n}"));
-        let child = Command::new(bin())
-            .args(["worker", "--nats", nats, "--base-url", model])
-            .args(["--ack-wait-secs", "3", "--name", &format!("w{n}")])
-            .args(["--sandbox", "danger-full-access"])
-            .arg("--workdir")
-            .arg(&workdir)
-            .env("TROUPE_LOG", "info")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("TROUPE_MODEL")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Worker {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Worker `w{n}` of a test (ack wait 3 s, commands unsandboxed).
+fn worker(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
+    let extra = ["--sandbox", "danger-full-access"];
+    Worker::start(bin(), nats, model, dir, &format!("w{n}"), 3, &extra)
 }
 
 fn repo(dir: &Path) {
@@ -167,32 +127,6 @@ fn shared_cursor_script(side: &Path) -> Script {
     script
 }
 
-/// Runs `cmd` to its end within `limit`, killing it after.
-fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The tracked files at HEAD with their blob ids (content-addressed).
 fn tree(dir: &Path) -> BTreeSet<String> {
     let out = Command::new("git")
@@ -225,7 +159,7 @@ fn local_tree(side: &Path) -> BTreeSet<String> {
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let server = Server::with_script(script(side, 0));
-    let (code, out, err) = run(
+    let (code, out, err) = run_within(
         exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
         Duration::from_secs(120),
     );
@@ -318,11 +252,11 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 200));
     let workers: Vec<Worker> = (0..3)
-        .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
-    let (code, out, err) = run(
+    let (code, out, err) = run_within(
         exec_cmd(
             ws.path(),
             &server.url(),
@@ -376,7 +310,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(script(side.path(), 400));
         let mut workers: Vec<Worker> = (0..3)
-            .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
             .collect();
         let ws = tempfile::tempdir().unwrap();
         repo(ws.path());
@@ -387,7 +321,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
             PROMPT,
         );
         let handle = std::thread::spawn(move || {
-            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
         });
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
@@ -432,7 +366,7 @@ fn a_nats_server_restart_mid_run_completes() {
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 300));
     let workers: Vec<Worker> = (0..3)
-        .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
@@ -443,7 +377,7 @@ fn a_nats_server_restart_mid_run_completes() {
         PROMPT,
     );
     let handle = std::thread::spawn(move || {
-        run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+        run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     while !workers.iter().any(|w| w.log().contains("running")) && Instant::now() < deadline {
@@ -467,7 +401,7 @@ fn exec_with_an_unreachable_nats_fails_before_any_session() {
         .unwrap()
         .port();
     let server = Server::with_script(Script::replies(vec![]));
-    let (code, _, err) = run(
+    let (code, _, err) = run_within(
         exec_cmd(
             ws.path(),
             &server.url(),
@@ -498,7 +432,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(shared_cursor_script(side.path()));
         let workers: Vec<Worker> = (0..3)
-            .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n))
+            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
             .collect();
         let ws = tempfile::tempdir().unwrap();
         repo(ws.path());
@@ -509,7 +443,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
             PROMPT,
         );
         let handle = std::thread::spawn(move || {
-            run(coordinator_take(&mut coordinator), Duration::from_secs(240))
+            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
         });
         let victim = &workers[fastrand::usize(0..3)];
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -517,7 +451,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
-        let pid = victim.child.as_ref().unwrap().id().to_string();
+        let pid = victim.pid().unwrap().to_string();
         let signal = |sig: &str| {
             assert!(
                 Command::new("kill")
@@ -593,7 +527,7 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
             ],
         );
     let server = Server::with_script(script);
-    let worker = Worker::start(&nats.url(), &server.url(), tmp.path(), 0);
+    let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let coordinator = exec_cmd(ws.path(), &server.url(), &["--nats", &nats.url()], PROMPT)
@@ -689,7 +623,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
             ],
         );
     let server = Server::with_script(script);
-    let worker = Worker::start(&nats.url(), &server.url(), tmp.path(), 0);
+    let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let mut coordinator = exec_cmd(
@@ -727,7 +661,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
         .env("TROUPE_LOG", "info")
         .env_remove("OPENAI_API_KEY")
         .env_remove("TROUPE_MODEL");
-    let (code, out, err) = run(resume, Duration::from_secs(120));
+    let (code, out, err) = run_within(resume, Duration::from_secs(120));
     let log = worker.log();
     assert_eq!(code, Some(0), "{out}\n{err}\n{log}");
     assert_eq!(

@@ -3,64 +3,21 @@
 //! free loopback port, a real `troupe worker`, the scripted model server,
 //! real git repositories.
 
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use troupe_protocol::ThreadEvent;
 use troupe_test_support::nats::NatsServer;
+use troupe_test_support::process::{Worker, run_within};
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server as Model, bin, exec_cmd, session_events};
 
-/// A `troupe worker`, killed on drop; its stderr goes to a file.
-struct Worker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn start(nats: &str, model: &str, dir: &Path) -> Worker {
-        let log = dir.join("worker.log");
-        let child = Command::new(bin())
-            .args(["worker", "--nats", nats, "--base-url", model])
-            .args(["--ack-wait-secs", "10", "--name", "w0"])
-            .arg("--workdir")
-            .arg(dir.join("worker"))
-            .env("TROUPE_LOG", "info")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("TROUPE_MODEL")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Worker { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Tasks this worker ran to a committed handoff, once it logged at
-    /// least `n` of them or 10 s passed (a worker acks one poll after the
-    /// committed mark, so just after its coordinator exited).
-    fn committed(&self, n: usize) -> usize {
-        let count = || self.log().matches("handoff committed").count();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while count() < n && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        count()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The test's one worker, `w0` (ack wait 10 s).
+fn worker(nats: &str, model: &str, dir: &Path) -> Worker {
+    Worker::start(bin(), nats, model, dir, "w0", 10, &[])
 }
 
 fn repo(dir: &Path) {
@@ -105,35 +62,6 @@ fn spawn_and_merge(name: &str, task: &str) -> Vec<Reply> {
         ),
         Reply::tool_call(format!("m-{name}"), "merge_worktree", json!({"name": name})),
     ]
-}
-
-/// Runs `cmd` to its end within `limit` (killed after).
-fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let code = child.wait().unwrap().code();
-    (code, o.join().unwrap(), e.join().unwrap())
 }
 
 fn output_text(o: &Output) -> (Option<i32>, String) {
@@ -200,7 +128,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     let script = Script::replies(vec![]).with_route("independent verifier", verifier);
     let script = child(script, "W-7", "greeting.txt").with_route("G-1", proposer);
     let model = Model::with_script(script);
-    let worker = Worker::start(&nats.url(), &model.url(), tmp.path());
+    let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     std::fs::write(
@@ -216,7 +144,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
         .env("TROUPE_LOG", "warn")
         .env_remove("OPENAI_API_KEY")
         .env_remove("TROUPE_MODEL");
-    let (code, out, err) = run(cmd, Duration::from_secs(180));
+    let (code, out, err) = run_within(cmd, Duration::from_secs(180));
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
     // The subagent ran on the worker, its events are in this log, and its
     // file went through the proposer's merge and the pipeline's.
@@ -242,7 +170,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
     // The worker's model answers the subagent; the session's own script
     // (sent with the request, served inside troupe serve) the root.
     let model = Model::with_script(child(Script::replies(vec![]), "W-8", "hello.txt"));
-    let worker = Worker::start(&nats.url(), &model.url(), tmp.path());
+    let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let mut root = spawn_and_merge("g2", "Write the hello file (W-8).");
@@ -321,7 +249,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     let script = child(Script::replies(vec![]), "W-1", "one.txt");
     let script = child(script, "W-2", "two.txt").with_route("Greet twice (G-3)", root);
     let model = Model::with_script(script);
-    let worker = Worker::start(&url, &model.url(), tmp.path());
+    let worker = worker(&url, &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let limit = Duration::from_secs(180);
@@ -331,7 +259,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
         &["--nats", &url],
         "Greet twice (G-3).",
     );
-    let (code, out, err) = run(first, limit);
+    let (code, out, err) = run_within(first, limit);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
     assert_eq!(worker.committed(1), 1, "{}", worker.log());
     let dir = troupe_test_support::e2e::session_dir(ws.path());
@@ -342,7 +270,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     // Without --nats: refused, nothing run, the log untouched.
     let lines = session_events(ws.path()).len();
     let bare = exec_cmd(ws.path(), &model.url(), &["resume", &id], "Now the second.");
-    let (code, _, err) = run(bare, limit);
+    let (code, _, err) = run_within(bare, limit);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(&format!("session {id} placed its subagents on workers")),
@@ -362,7 +290,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
         &["--nats", &url, "resume", &id],
         "Now the second.",
     );
-    let (code, out, err) = run(again, limit);
+    let (code, out, err) = run_within(again, limit);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
     assert_eq!(worker.committed(2), 2, "{}", worker.log());
     assert!(items_of(&session_events(ws.path()), "c2") >= 2);
@@ -467,7 +395,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
             .with_final_text("heard: {last_user_text}")
             .with_delay_ms(300),
     ));
-    let worker = Worker::start(&nats.url(), &model.url(), tmp.path());
+    let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
     repo(ws.path());
     let root = Script::replies(vec![

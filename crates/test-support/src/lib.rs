@@ -18,6 +18,8 @@
 //! - [`nats`]: a real `nats-server` per test;
 //! - [`netns`]: a network namespace joined by a veth pair, to cut a
 //!   process's link (partition tests);
+//! - [`process`]: a command run under a time limit with its output read
+//!   as it comes, and a `troupe worker` killed on drop;
 //! - [`vtcode`]: a consumer typed on VT Code's published `ThreadEvent`,
 //!   which every e2e helper runs over what it reads.
 
@@ -28,6 +30,7 @@ pub mod events;
 pub mod git;
 pub mod nats;
 pub mod netns;
+pub mod process;
 pub mod scripts;
 pub mod session;
 pub mod tools;
