@@ -198,27 +198,8 @@ fn offline(
 #[test]
 fn exec_resume_of_a_running_session_says_to_wait_for_its_process() {
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let stall = troupe_test_support::e2e::write_script(
-        tmp.path(),
-        "stall.toml",
-        "[[replies]]\nkind = \"stall\"\nms = 600000\n",
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args(["exec", "--script", stall.to_str().unwrap(), "count"])
-        .current_dir(&ws)
-        .env("TROUPE_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let dir = poll_for_blocking("the first turn in the log", Duration::from_secs(60), || {
-        let dir = troupe_test_support::e2e::session_dirs(&ws).pop()?;
-        let log = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
-        log.contains("\"turn.started\"").then_some(dir)
-    })
-    .unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_troupe"));
+    let (mut child, ws, dir) = troupe_test_support::e2e::stalled_exec(bin, tmp.path(), "count");
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     let done = troupe_test_support::e2e::write_script(
         tmp.path(),

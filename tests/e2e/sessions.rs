@@ -188,39 +188,8 @@ fn prune_keeps_active_sessions() {
 /// workspace and the session id. Also checks what `sessions show` says
 /// while it runs.
 fn crashed_session(tmp: &Path) -> (std::path::PathBuf, String) {
-    use std::process::Stdio;
-    use std::time::Duration;
-
-    let ws = tmp.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let script = troupe_test_support::e2e::write_script(
-        tmp,
-        "stall.toml",
-        "[[replies]]\nkind = \"stall\"\nms = 600000\n",
-    );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "exec",
-            "--script",
-            script.to_str().unwrap(),
-            "add two numbers",
-        ])
-        .current_dir(&ws)
-        .env("TROUPE_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let dir = troupe_test_support::wait::poll_for_blocking(
-        "the first turn.started in the log",
-        Duration::from_secs(60),
-        || {
-            let dir = troupe_test_support::e2e::session_dirs(&ws).pop()?;
-            let log = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
-            log.contains("\"turn.started\"").then_some(dir)
-        },
-    )
-    .unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_troupe"));
+    let (mut child, ws, dir) = troupe_test_support::e2e::stalled_exec(bin, tmp, "add two numbers");
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     // While it runs, it is not crashed.
     let out = troupe(&["sessions", "show", &id, "--json"], &ws);

@@ -218,6 +218,42 @@ pub fn sigkill_after_events(ws: &Path, child: &mut Child, events: usize) -> Exit
     child.wait().expect("waiting for the killed troupe process")
 }
 
+/// `troupe exec` (binary `bin`) in `tmp/ws` on `prompt`, offline against
+/// a script whose first model answer never comes (a ten-minute stall),
+/// once its first `turn.started` is in the log: the running child, the
+/// workspace and the session's directory. The caller kills the child.
+pub fn stalled_exec(bin: &Path, tmp: &Path, prompt: &str) -> (Child, PathBuf, PathBuf) {
+    let ws = tmp.join("ws");
+    std::fs::create_dir(&ws).unwrap_or_else(|e| panic!("cannot create {}: {e}", ws.display()));
+    let stall = write_script(
+        tmp,
+        "stall.toml",
+        "[[replies]]\nkind = \"stall\"\nms = 600000\n",
+    );
+    let child = Command::new(bin)
+        .arg("exec")
+        .arg("--script")
+        .arg(&stall)
+        .arg(prompt)
+        .current_dir(&ws)
+        .env("TROUPE_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let dir = crate::wait::poll_for_blocking(
+        "the first turn.started in the log",
+        SESSION_START_TIMEOUT,
+        || {
+            let dir = session_dirs(&ws).pop()?;
+            let log = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
+            log.contains("\"turn.started\"").then_some(dir)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (child, ws, dir)
+}
+
 /// Writes a scripted-server script (`docs/scripted-server.md`, TOML) to
 /// `dir/name` and returns its path.
 pub fn write_script(dir: &Path, name: &str, toml: &str) -> PathBuf {
