@@ -16,6 +16,13 @@ use crate::address::Address;
 use crate::agent::{AgentEnv, SubagentLimits};
 use crate::supervisor::SupervisorMsg;
 
+/// The system prompt of every agent unless one is configured
+/// (`agent.system_prompt`) or given to the builder.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
+Use the tools to read files, search, edit and run commands; verify your changes by running the \
+tests. You may split self-contained parts of a long task across subagents with spawn_subagent. \
+When the task is done, answer with a short summary and call no tool.";
+
 /// The optional built-ins of every agent of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Builtins {
@@ -47,7 +54,7 @@ impl Builtins {
 impl AgentEnv {
     /// An environment for the agents of session `log` in `workspace`,
     /// calling `client` with `model`, run by `supervisor`. Defaults: the
-    /// built-in tools, system prompt [`crate::builder::DEFAULT_SYSTEM_PROMPT`],
+    /// built-in tools, system prompt [`DEFAULT_SYSTEM_PROMPT`],
     /// 15 turns, 8 parallel tool calls, no budget, no caps, no fallback, no
     /// hooks, the built-in catalog, default context settings and subagent
     /// limits, 30 s between actors, every built-in ([`Builtins::ALL`]).
@@ -69,7 +76,7 @@ impl AgentEnv {
             model,
             model_pinned: false,
             reasoning_effort: None,
-            system_prompt: crate::builder::DEFAULT_SYSTEM_PROMPT.into(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             max_turns: troupe_runtime::agent::DEFAULT_MAX_TURNS,
             max_parallel_tools: 8,
             max_budget_usd: None,

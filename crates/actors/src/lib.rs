@@ -21,30 +21,25 @@
 //! - [`agent`]: [`AgentActor`], one agent driving the runtime's loop one
 //!   turn per message (Abort, Steer and Status between turns; a crash is
 //!   restarted and resumes from the log); [`subagent`]: the
-//!   `spawn_subagent` and `handoff` tools; [`run`]: running the root agent
-//!   to its end.
+//!   `spawn_subagent` and `handoff` tools.
 //! - [`directory`]: [`AgentDirectory`], a session's running agents by id,
 //!   so any of them can be steered from outside the tree.
-//! - [`builder`]: [`Session::builder`], the library's entry: a session
-//!   assembled once (log, settings, retention, tree, environment), any
-//!   number of agents spawned into it ([`AgentHandle`]), closed once.
+//!
+//! The session layer (the builder, sessions, pipelines, running a root
+//! agent to its end) is the `troupe` crate, above this one.
 //!
 //! Every call between actors has a timeout; nothing here spawns a task
 //! without an owner that ends it.
 
 pub mod address;
 pub mod agent;
-pub mod builder;
 pub mod change_tools;
 pub mod directory;
 pub mod drain;
 pub mod env;
 pub mod handoff;
 pub mod orient;
-pub mod pipeline;
-mod pipeline_plan;
 pub mod placement;
-pub mod run;
 pub mod session;
 pub mod subagent;
 pub mod supervisor;
@@ -57,13 +52,9 @@ pub use address::{Address, AddressError};
 pub use agent::{
     AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
 };
-pub use builder::{
-    AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
-};
 pub use directory::{AgentDirectory, AgentPresence, RESTART_WAIT, RemoteAgent, SteerError};
 pub use drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
 pub use env::Builtins;
-pub use run::{RootRun, RunEnd, start_root, start_root_with};
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{
     ChildInfo, ChildSpec, EscalateFn, Escalation, Intensity, RestartPolicy, StartChildError,

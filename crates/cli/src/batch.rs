@@ -12,7 +12,8 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use troupe_actors::{AgentHandle, AgentMsg, AgentSpec, Session, SessionError, SessionSettings};
+use troupe::{AgentHandle, Session, SessionError, SessionSettings};
+use troupe_actors::{AgentMsg, AgentSpec};
 use troupe_protocol::{CompletionSubtype, Usage};
 
 use crate::exec::{Launch, Target, canonical_workspace};

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use troupe_actors::SessionSettings;
+use troupe::SessionSettings;
 use troupe_actors::placement::RemoteSpawner;
 
 use crate::Failure;

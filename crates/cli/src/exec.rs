@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use troupe_actors::{ResumeMode, RootRun, Session, SessionBuilder, SessionError, SubagentLimits};
+use troupe::{ResumeMode, RootRun, Session, SessionBuilder, SessionError};
+use troupe_actors::SubagentLimits;
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent};
 use troupe_runtime::config::{Config, ConfigOverrides};
 use troupe_runtime::provider::ProviderConfig;
@@ -96,7 +97,7 @@ pub enum ExecCommand {
     Resume(crate::exec_resume::ResumeArgs),
 }
 
-pub use troupe_actors::SessionSettings;
+pub use troupe::SessionSettings;
 pub use troupe_runtime::store::SETTINGS_FILE;
 
 pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
@@ -126,7 +127,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
-    let mut settings = SessionSettings::new(troupe_actors::builder::KIND_EXEC, prompt);
+    let mut settings = SessionSettings::new(troupe::builder::KIND_EXEC, prompt);
     settings.provider = args.provider.clone();
     settings.model = args.model.clone();
     settings.model_pinned = args.model.is_some();
@@ -541,7 +542,7 @@ impl Launch {
                     .agent
                     .system_prompt
                     .clone()
-                    .unwrap_or_else(|| troupe_actors::builder::DEFAULT_SYSTEM_PROMPT.into()),
+                    .unwrap_or_else(|| troupe::builder::DEFAULT_SYSTEM_PROMPT.into()),
                 true,
             )
         });

@@ -18,7 +18,7 @@ use troupe_runtime::state::{LoopState, LoopStateStore};
 use troupe_runtime::store::{SessionStatus, SessionStore};
 
 use crate::Failure;
-use troupe_actors::ResumeMode;
+use troupe::ResumeMode;
 
 use crate::exec::{ExecArgs, Launch, SessionSettings, Target, canonical_workspace};
 use crate::resume::{claim, load_settings};

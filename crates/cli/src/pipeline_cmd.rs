@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tracing::Instrument as _;
-use troupe_actors::pipeline::{
-    PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
-};
+use troupe::pipeline::{PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline};
 use troupe_protocol::{
     CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage, UserMessageEvent,
 };
@@ -293,7 +291,7 @@ fn execute(
 /// Runs the pipeline in an open session and records its end; `cancel`
 /// ends it `cancelled` (Ctrl-C, `troupe serve`'s abort).
 pub(crate) async fn drive(
-    open: &troupe_actors::Session,
+    open: &troupe::Session,
     id: &str,
     spec: &PipelineSpec,
     cancel: tokio_util::sync::CancellationToken,

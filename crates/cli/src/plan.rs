@@ -19,7 +19,7 @@ use crate::Failure;
 use crate::exec::{ExecArgs, Launch, Target, canonical_workspace};
 use crate::exec_resume::{merged, queue_message, root_turns};
 use crate::resume::{claim, load_settings};
-use troupe_actors::ResumeMode;
+use troupe::ResumeMode;
 
 /// The session file holding the mode.
 pub const MODE_FILE: &str = "mode";

@@ -6,7 +6,7 @@ use troupe_protocol::ThreadEvent;
 use troupe_runtime::store::{Manifest, SessionLock, SessionStatus, SessionStore, StoreError};
 
 use crate::Failure;
-use troupe_actors::ResumeMode;
+use troupe::ResumeMode;
 
 use crate::exec::{Launch, SETTINGS_FILE, SessionSettings, Target, canonical_workspace};
 use crate::worker::NatsArgs;

@@ -12,7 +12,7 @@ use crate::Failure;
 use crate::exec::{Launch, Target};
 use crate::exec_resume::{queue_message, root_turns};
 use crate::resume::{claim, load_settings};
-use troupe_actors::ResumeMode;
+use troupe::ResumeMode;
 
 /// The handoff of session `id`'s root when its last run ended blocked.
 pub(crate) fn blocked_handoff(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use troupe_actors::SessionSettings;
+use troupe::SessionSettings;
 use troupe_remote::{NatsConfig, RemotePlacement, SessionRequest, WorkerConfig};
 
 use crate::Failure;

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use troupe::{RunEnd, start_root};
 use troupe_actors::agent::AgentEnv;
-use troupe_actors::{ChildInfo, RunEnd, SessionTree, SupervisorConfig, start_root};
+use troupe_actors::{ChildInfo, SessionTree, SupervisorConfig};
 use troupe_protocol::{CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage};
 use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::store::{LogConfig, SessionLog, SessionStore};

@@ -16,23 +16,38 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layering: protocol ← runtime ← actors ← troupe (this facade) ← cli.
-//! Everything here is a re-export; [`actors`], [`runtime`] and
-//! [`protocol`] give the rest. The guide is `docs/library.md`.
+//! Layering: protocol ← provider/store ← runtime ← actors ← troupe (this
+//! crate) ← remote ← cli, with mcp beside runtime and worktree beside
+//! actors. The guide is `docs/library.md`.
+//!
+//! # Layout
+//! - [`builder`]: [`Session::builder`], the library's entry: a session
+//!   assembled once (log, settings, retention, tree, environment), any
+//!   number of agents spawned into it ([`AgentHandle`]), closed once.
+//! - [`pipeline`]: the proposer/verifier pipeline ([`run_pipeline`]): each
+//!   proposal written in its own worktree, verified read-only, merged only
+//!   on an approval.
+//! - [`run`]: running a session's root agent to its end ([`start_root`]).
+//! - [`actors`], [`runtime`], [`protocol`]: the layers below, re-exported.
+
+pub mod builder;
+pub mod pipeline;
+mod pipeline_plan;
+pub mod run;
+
+pub use builder::{
+    AgentHandle, ResumeMode, Session, SessionBuilder, SessionError, SessionSettings,
+};
+pub use run::{RootRun, RunEnd, start_root, start_root_with};
 
 pub use troupe_actors as actors;
 pub use troupe_protocol as protocol;
 pub use troupe_runtime as runtime;
 
+pub use builder::{DEFAULT_SYSTEM_PROMPT, Tally};
 pub use futures::future::BoxFuture;
-pub use troupe_actors::builder::{DEFAULT_SYSTEM_PROMPT, Tally};
-pub use troupe_actors::pipeline::{
-    PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline,
-};
-pub use troupe_actors::{
-    AgentHandle, AgentOutcome, AgentSpec, Builtins, Isolation, ResumeMode, Session, SessionBuilder,
-    SessionError, SessionSettings, SubagentLimits,
-};
+pub use pipeline::{PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline};
+pub use troupe_actors::{AgentOutcome, AgentSpec, Builtins, Isolation, SubagentLimits};
 pub use troupe_protocol::{
     CompletionSubtype, HandoffRequest, ThreadCompletedEvent, ThreadEvent, Usage,
 };

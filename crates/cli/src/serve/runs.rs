@@ -13,10 +13,9 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use troupe_actors::pipeline::PipelineSpec;
-use troupe_actors::{
-    Address, AgentDirectory, AgentMsg, AgentPresence, ResumeMode, RootRun, SteerError,
-};
+use troupe::pipeline::PipelineSpec;
+use troupe::{ResumeMode, RootRun};
+use troupe_actors::{Address, AgentDirectory, AgentMsg, AgentPresence, SteerError};
 use troupe_runtime::state::SteeringError;
 use troupe_runtime::state::steering::MAX_PENDING;
 use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
@@ -237,7 +236,7 @@ impl Runs {
         };
         let (kind, task) = match &spec {
             Some(spec) => ("pipeline", format!("pipeline {}", spec.pipeline.name)),
-            None => (troupe_actors::builder::KIND_EXEC, req.prompt.clone()),
+            None => (troupe::builder::KIND_EXEC, req.prompt.clone()),
         };
         let mut settings = SessionSettings::new(kind, task);
         settings.provider = req.provider;
@@ -619,11 +618,9 @@ fn agent_error(run: &Run, agent: &str, e: SteerError) -> ApiError {
 
 /// A pipeline that does not parse or check: one line, where and what,
 /// with the closest key for an unknown one, under the body key.
-fn pipeline_error(e: troupe_actors::pipeline::PipelineError) -> ApiError {
+fn pipeline_error(e: troupe::pipeline::PipelineError) -> ApiError {
     let why = match &e {
-        troupe_actors::pipeline::PipelineError::Invalid { reason, .. } => {
-            crate::errors::one_line(reason)
-        }
+        troupe::pipeline::PipelineError::Invalid { reason, .. } => crate::errors::one_line(reason),
         other => crate::errors::one_line(&other.to_string()),
     };
     ApiError::bad(format!("pipeline: {why}"))

@@ -21,11 +21,11 @@ use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
 use troupe_worktree::{Workspace, Worktree};
 
-use crate::address::Address;
-use crate::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
-use crate::session::SessionTree;
-use crate::subagent::agent_child_spec;
-use crate::verify::{MergeResult, VerifyCall, merge_change, verify_proposed_change};
+use troupe_actors::address::Address;
+use troupe_actors::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
+use troupe_actors::session::SessionTree;
+use troupe_actors::subagent::agent_child_spec;
+use troupe_actors::verify::{MergeResult, VerifyCall, merge_change, verify_proposed_change};
 
 /// A pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,7 +85,7 @@ pub struct ProposerSpec {
     /// `[proposers.supervision]`: its restart type, and the strategy and
     /// intensity of its own subagents' supervisor node.
     #[serde(default)]
-    pub supervision: Option<crate::tree::SupervisionSpec>,
+    pub supervision: Option<troupe_actors::tree::SupervisionSpec>,
     /// `build` (default): it works on the task at once. `plan`: a
     /// read-only planning step first (write and exec tools refused, sandbox
     /// `read-only`) ends with a plan, and the build rounds start with that
@@ -389,9 +389,12 @@ async fn propose(
         handoff,
     } = proposal;
     let env = &run.env;
-    let sandbox =
-        crate::subagent::child_sandbox(env.sandbox, p.sandbox, crate::agent::Isolation::Worktree)
-            .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
+    let sandbox = troupe_actors::subagent::child_sandbox(
+        env.sandbox,
+        p.sandbox,
+        troupe_actors::agent::Isolation::Worktree,
+    )
+    .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let store = LoopStateStore::new(&env.workspace);
     let lid = loop_id(&env.session_id, agent_id);
     if let Some(verdict) = rejected {
@@ -408,7 +411,7 @@ async fn propose(
         store.save(&st).map_err(|e| e.to_string())?;
     }
     let (tx, rx) = oneshot::channel();
-    let address: Address<crate::agent::AgentMsg> = Address::new(agent_id.to_string());
+    let address: Address<troupe_actors::agent::AgentMsg> = Address::new(agent_id.to_string());
     let budget = troupe_runtime::state::BudgetNode::root_named(
         agent_id.to_string(),
         CostBudget::unlimited(),
@@ -445,8 +448,8 @@ pub(crate) async fn run_agent(
     run: &PipelineRun<'_>,
     args: AgentArgs,
     name: &str,
-    rx: oneshot::Receiver<crate::agent::AgentOutcome>,
-) -> Result<crate::agent::AgentOutcome, String> {
+    rx: oneshot::Receiver<troupe_actors::agent::AgentOutcome>,
+) -> Result<troupe_actors::agent::AgentOutcome, String> {
     let env = &run.env;
     let address = args.address.clone();
     // The previous round's incarnation may still be leaving the tree.
@@ -467,7 +470,7 @@ pub(crate) async fn run_agent(
         o = &mut rx => o.map_err(|_| format!("proposer {name} stopped without a handoff"))?,
         _ = run.cancel.cancelled() => {
             // The agent ends its thread as cancelled; wait for it, bounded.
-            let _ = address.call(crate::agent::AgentMsg::Abort, env.call_timeout).await;
+            let _ = address.call(troupe_actors::agent::AgentMsg::Abort, env.call_timeout).await;
             let _ = tokio::time::timeout(env.call_timeout, rx).await;
             return Err("cancelled".into());
         }

@@ -11,8 +11,8 @@ use troupe_runtime::store::SessionLog;
 use troupe_runtime::tools::ToolRegistry;
 
 use super::{DEFAULT_SYSTEM_PROMPT, SessionBuilder, SessionError};
-use crate::agent::AgentEnv;
-use crate::session::SessionTree;
+use troupe_actors::agent::AgentEnv;
+use troupe_actors::session::SessionTree;
 
 /// The model clients of a session, made (and checked) before anything is
 /// on disk.
@@ -138,10 +138,10 @@ impl SessionBuilder {
         env.limits = self.limits;
         env.sandbox = self.sandbox;
         env.supervision = super::supervision::settings(&config.supervision);
-        env.verification = crate::verify::Verification {
+        env.verification = troupe_actors::verify::Verification {
             settings: troupe_runtime::verifier::VerifierSettings::default().with_config(config),
             allow_unverified_merge: config.verifier.allow_unverified_merge,
-            ..crate::verify::Verification::default()
+            ..troupe_actors::verify::Verification::default()
         };
         env.caps = CostBudget {
             max_tokens: config.agent.harness.max_tokens,

@@ -6,8 +6,8 @@ use troupe_runtime::config::ConfigError;
 use troupe_runtime::provider::ProviderError;
 use troupe_runtime::store::{EmitError, StoreError};
 
-use crate::session::SessionTreeError;
-use crate::supervisor::Escalation;
+use troupe_actors::session::SessionTreeError;
+use troupe_actors::supervisor::Escalation;
 
 /// Why a session could not be built, an agent not spawned, or the session
 /// not closed cleanly.
@@ -73,7 +73,7 @@ pub enum SessionError {
     Stopped(String),
     /// A call to an agent failed.
     #[error(transparent)]
-    Call(#[from] crate::address::AddressError),
+    Call(#[from] troupe_actors::address::AddressError),
     /// The agent refused a steering message.
     #[error("steering refused by {agent}: {reason}")]
     Steer {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_actors::{AgentSpec, Session};
+use troupe::{AgentSpec, Session};
 use troupe_protocol::CompletionSubtype;
 use troupe_runtime::config::Config;
 use troupe_runtime::provider::{ModelClient, ProviderClient, ProviderConfig};

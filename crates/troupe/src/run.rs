@@ -6,12 +6,14 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use troupe_protocol::ThreadCompletedEvent;
 
-use crate::address::Address;
+use troupe_actors::address::Address;
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 
-use crate::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id};
-use crate::session::{SessionTree, SessionTreeError};
-use crate::subagent::agent_child_spec;
+use troupe_actors::agent::{
+    AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id,
+};
+use troupe_actors::session::{SessionTree, SessionTreeError};
+use troupe_actors::subagent::agent_child_spec;
 
 /// How a root run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +120,7 @@ impl RootRun {
     pub async fn abort(address: &Address<AgentMsg>, timeout: Duration) {
         match address.call(AgentMsg::Abort, timeout).await {
             // Its thread completed already: nothing to abort.
-            Ok(()) | Err(crate::address::AddressError::Ended(_)) => {}
+            Ok(()) | Err(troupe_actors::address::AddressError::Ended(_)) => {}
             Err(e) => tracing::warn!(error = %e, "abort not delivered"),
         }
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use troupe_actors::{RunEnd, SupervisorConfig, start_root};
+use troupe::{RunEnd, start_root};
+use troupe_actors::SupervisorConfig;
 use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
 use troupe_runtime::provider::ModelCatalog;
 use troupe_runtime::store::SessionLog;

@@ -15,9 +15,9 @@ use troupe_protocol::{CompletionSubtype, HandoffRequest, Verdict};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::tools::SandboxMode;
 
-use crate::address::Address;
-use crate::agent::{AgentArgs, AgentShared, AgentSpec, Isolation, loop_id};
 use crate::pipeline::{PipelineRun, ProposerSpec, findings_list, run_agent};
+use troupe_actors::address::Address;
+use troupe_actors::agent::{AgentArgs, AgentShared, AgentSpec, Isolation, loop_id};
 
 /// Appended to a planning step's task.
 const PLAN_PROMPT: &str = "\n\nYou are in PLAN MODE: read-only. Read and search the code; \
@@ -33,7 +33,7 @@ pub(crate) async fn plan_step(
     wt: &troupe_worktree::Worktree,
 ) -> Result<String, String> {
     let env = &run.env;
-    let sandbox = crate::subagent::child_sandbox(
+    let sandbox = troupe_actors::subagent::child_sandbox(
         env.sandbox,
         Some(SandboxMode::ReadOnly),
         Isolation::Worktree,

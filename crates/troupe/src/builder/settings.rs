@@ -10,12 +10,7 @@ use troupe_runtime::tools::SandboxMode;
 
 use super::SessionError;
 
-/// The system prompt of every agent unless one is configured
-/// (`agent.system_prompt`) or given to the builder.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are troupe, a careful software agent working in a repository. \
-Use the tools to read files, search, edit and run commands; verify your changes by running the \
-tests. You may split self-contained parts of a long task across subagents with spawn_subagent. \
-When the task is done, answer with a short summary and call no tool.";
+pub use troupe_actors::env::DEFAULT_SYSTEM_PROMPT;
 
 /// The `kind` of a session `troupe exec` started (the only kind `troupe
 /// sessions resume` continues).

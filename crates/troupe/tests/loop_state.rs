@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use troupe::start_root;
+use troupe_actors::SessionTree;
 use troupe_actors::agent::{AgentEnv, loop_id};
-use troupe_actors::{SessionTree, start_root};
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
 use troupe_runtime::provider::{ProviderClient, ProviderConfig, RetryPolicy};
 use troupe_runtime::state::{LoopState, LoopStateStore, LoopStatus};

@@ -4,9 +4,9 @@
 //! the agents' environment), for the CLI and every embedder alike.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), troupe_actors::builder::SessionError> {
-//! use troupe_actors::builder::Session;
-//! use troupe_actors::AgentSpec;
+//! # async fn demo() -> Result<(), troupe::SessionError> {
+//! use troupe::Session;
+//! use troupe::AgentSpec;
 //! let session = Session::builder(".").model("gpt-4.1").build().await?;
 //! let a = session.spawn_agent(AgentSpec::new("a", "say hi")).await?;
 //! let outcome = a.wait().await?;
@@ -34,9 +34,9 @@ use troupe_runtime::provider::ProviderConfig;
 use troupe_runtime::store::Exporter;
 use troupe_runtime::tools::{SharedTool, Tool};
 
-use crate::agent::SubagentLimits;
-use crate::env::Builtins;
-use crate::supervisor::SupervisorConfig;
+use troupe_actors::agent::SubagentLimits;
+use troupe_actors::env::Builtins;
+use troupe_actors::supervisor::SupervisorConfig;
 
 /// Makes an exporter for the session of the given id.
 pub(crate) type ExporterFn = Box<dyn FnOnce(&str) -> Box<dyn Exporter> + Send>;
@@ -77,7 +77,7 @@ pub struct SessionBuilder {
     pub(crate) fresh_plan: bool,
     pub(crate) client: Option<Arc<dyn troupe_runtime::provider::ModelClient>>,
     pub(crate) session_id: Option<String>,
-    pub(crate) remote: Option<Arc<dyn crate::placement::RemoteSpawner>>,
+    pub(crate) remote: Option<Arc<dyn troupe_actors::placement::RemoteSpawner>>,
 }
 
 impl Session {
@@ -135,7 +135,7 @@ impl SessionBuilder {
 
     /// Runs subagents through `spawner` (a worker queue) unless their spec
     /// says `placement = "local"`.
-    pub fn remote(mut self, spawner: Arc<dyn crate::placement::RemoteSpawner>) -> Self {
+    pub fn remote(mut self, spawner: Arc<dyn troupe_actors::placement::RemoteSpawner>) -> Self {
         self.remote = Some(spawner);
         self
     }

@@ -17,11 +17,13 @@ use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::store::{RecoveryReport, SessionLog, SessionStore};
 
 use super::{ResumeMode, SessionBuilder, SessionError, SessionSettings};
-use crate::address::Address;
-use crate::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id};
 use crate::builder::AgentHandle;
-use crate::session::SessionTree;
-use crate::subagent::agent_child_spec;
+use troupe_actors::address::Address;
+use troupe_actors::agent::{
+    AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id,
+};
+use troupe_actors::session::SessionTree;
+use troupe_actors::subagent::agent_child_spec;
 
 /// What the top-level agents of a session did, counted as each ended.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -275,7 +277,7 @@ impl Session {
     }
 
     /// The agents running now, at any depth (subagents too), by id.
-    pub fn agents(&self) -> &crate::directory::AgentDirectory {
+    pub fn agents(&self) -> &troupe_actors::directory::AgentDirectory {
         &self.env.agents
     }
 
@@ -286,7 +288,7 @@ impl Session {
         &self,
         agent_id: &str,
         text: &str,
-    ) -> Result<String, crate::directory::SteerError> {
+    ) -> Result<String, troupe_actors::directory::SteerError> {
         self.env
             .agents
             .steer(agent_id, text, self.env.call_timeout)
@@ -308,7 +310,7 @@ impl Session {
         if !valid_name(&name) || self.root_agent.as_deref() == Some(name.as_str()) {
             return Err(SessionError::InvalidName(name));
         }
-        if spec.isolation != crate::agent::Isolation::Shared {
+        if spec.isolation != troupe_actors::agent::Isolation::Shared {
             return Err(SessionError::Isolation(name));
         }
         let supervisor = self.tree.supervisor_address().name().to_string();
@@ -347,7 +349,7 @@ impl Session {
             autostart: true,
             parent_span: self.span.clone(),
         };
-        let thread_id = crate::agent::thread_id(&args);
+        let thread_id = troupe_actors::agent::thread_id(&args);
         if let Err(e) = self.tree.start_child(agent_child_spec(args)).await {
             self.agents.lock().remove(&name);
             return Err(e.into());

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::supervisor::{Intensity, RestartPolicy, Strategy};
-use crate::tree::SupervisionSettings;
+use troupe_actors::supervisor::{Intensity, RestartPolicy, Strategy};
+use troupe_actors::tree::SupervisionSettings;
 use troupe_runtime::config::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 /// The session defaults of every agent's supervisor node.

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::oneshot;
+use troupe::RunEnd;
+use troupe_actors::Address;
 use troupe_actors::agent::{AgentActor, AgentArgs, AgentShared, AgentSpec, loop_id};
 use troupe_actors::handoff::{HandoffDelivery, Inbox, journaled_count};
 use troupe_actors::subagent::SpawnSubagentTool;
-use troupe_actors::{Address, RunEnd};
 use troupe_protocol::{HandoffRequest, ThreadEvent};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::tools::{Tool, ToolContext};

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use troupe::RunEnd;
+use troupe_actors::RestartPolicy;
 use troupe_actors::tree::{SupervisionSettings, SupervisionSpec};
-use troupe_actors::{RestartPolicy, RunEnd};
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
 use troupe_test_support::events::try_read_log;
 use troupe_test_support::session::fast_supervisor;
@@ -226,7 +227,7 @@ fn spawn_arguments_override_the_defaults_within_the_limit() {
 
 #[test]
 fn a_pipeline_file_sets_a_proposers_supervision() {
-    use troupe_actors::pipeline::PipelineSpec;
+    use troupe::pipeline::PipelineSpec;
     let text = "[[proposers]]\nname = \"p\"\ntask = \"t\"\n[proposers.supervision]\nrestart = \"temporary\"\nstrategy = \"one_for_all\"\nmax_restarts = 2\n";
     let spec = PipelineSpec::parse(text, std::path::Path::new("p.toml")).unwrap();
     let sup = spec.proposers[0].supervision.unwrap();

@@ -3,7 +3,7 @@
 //! OpenAI-compatible streaming mock, beside a raw reqwest + tokio
 //! streaming loop doing the same requests, measured in the same run.
 //!
-//! Run: `cargo bench -p troupe-actors --bench orchestration`
+//! Run: `cargo bench -p troupe --bench orchestration`
 //! (`-- --quick` for a smaller set; `-- --only N,K,P` for one workload).
 //!
 //! The parent process starts the mock in a child process (`--mock`) and

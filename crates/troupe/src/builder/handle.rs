@@ -5,9 +5,9 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use super::SessionError;
-use crate::address::Address;
-use crate::agent::{AgentMsg, AgentOutcome};
-use crate::supervisor::Escalation;
+use troupe_actors::address::Address;
+use troupe_actors::agent::{AgentMsg, AgentOutcome};
+use troupe_actors::supervisor::Escalation;
 
 /// A running agent: wait for its outcome, steer it, abort it.
 pub struct AgentHandle {
