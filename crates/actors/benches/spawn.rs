@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
-use troupe_actors::agent::{AgentActor, AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
-use troupe_actors::{Address, SessionTree, SupervisorConfig};
+use troupe_actors::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
+use troupe_actors::subagent::agent_actor;
+use troupe_actors::{SessionTree, SupervisorConfig};
 use troupe_runtime::provider::{ProviderClient, ProviderConfig};
 use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::store::{LogConfig, SessionStore};
@@ -113,29 +114,24 @@ async fn main() {
     for i in 0..n {
         let agent_id = format!("session/idle-{i}");
         let (tx, _rx) = oneshot::channel();
-        let args = AgentArgs {
-            env: Arc::clone(&env),
-            address: Address::new(agent_id.clone()),
-            parent_id: None,
-            depth: 1,
-            spec: AgentSpec {
-                name: format!("idle-{i}"),
-                task: "wait".into(),
-                ..AgentSpec::default()
-            },
-            shared: AgentShared::new(
-                tx,
-                false,
-                &store,
-                &loop_id(&id, &agent_id),
-                Arc::clone(&budget),
-            ),
-            workspace: ws.path().to_path_buf(),
-            autostart: false,
-            parent_span: tracing::Span::none(),
-            agent_id,
+        let spec = AgentSpec {
+            name: format!("idle-{i}"),
+            task: "wait".into(),
+            ..AgentSpec::default()
         };
-        agents.push(Actor::spawn(None, AgentActor, args).await.unwrap());
+        let shared = AgentShared::new(
+            tx,
+            false,
+            &store,
+            &loop_id(&id, &agent_id),
+            Arc::clone(&budget),
+        );
+        let args = AgentArgs::root(Arc::clone(&env), agent_id, None, spec, shared)
+            .at_depth(1)
+            .in_workspace(ws.path())
+            .idle()
+            .under_span(tracing::Span::none());
+        agents.push(Actor::spawn(None, agent_actor(), args).await.unwrap());
     }
     let agent_time = t.elapsed();
     let agent_mem = (LIVE.load(Ordering::Relaxed) - live0) as f64 / n as f64;

@@ -13,10 +13,9 @@ use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput
 use troupe_runtime::verifier::VerifyRequest;
 use troupe_worktree::{Workspace, Worktree};
 
-use crate::agent::AgentArgs;
+use crate::agent::args::AgentArgs;
 use crate::handoff::journaled_handoff;
 use crate::subagent::worktree_id;
-use crate::tree::children_supervisor;
 use crate::verify::{
     MergeResult, VerifyCall, approved_at, merge_change, render_verdict, verify_proposed_change,
 };
@@ -130,7 +129,7 @@ impl VerifyChangeTool {
         };
         // The verifier runs under the caller's supervisor node, beside the
         // subagents: `agent.started` names the agent that asked for it.
-        let node = children_supervisor(&self.parent, &env.supervision).await?;
+        let node = self.parent.children_supervisor(&env.supervision).await?;
         let call = VerifyCall {
             env,
             supervisor: &node,

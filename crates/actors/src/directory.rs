@@ -10,7 +10,8 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
 use crate::address::{Address, AddressError};
-use crate::agent::{AgentMsg, AgentStatus};
+use crate::agent::msg::AgentMsg;
+use crate::agent::spec::AgentStatus;
 
 /// How long a steer, abort or status waits for an agent between
 /// incarnations (restarting) before it answers
@@ -231,9 +232,9 @@ impl AgentDirectory {
             )
             .await
             .map_err(|e| Self::call_error(id, e))?;
-        reply.map_err(|reason| SteerError::Refused {
+        reply.map_err(|e| SteerError::Refused {
             agent: id.to_string(),
-            reason,
+            reason: e.to_string(),
         })
     }
 

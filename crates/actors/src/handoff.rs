@@ -13,15 +13,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Weak;
+
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use troupe_protocol::{HandoffRequest, ItemDetails, ThreadEvent};
 use troupe_runtime::store::EventReader;
 
-use crate::address::Address;
-use crate::agent::{AgentMsg, AgentOutcome, AgentShared};
+use crate::agent::spec::AgentOutcome;
 
 /// The typed message a child sends its parent's actor when it ends.
 #[derive(Debug, Clone)]
@@ -41,42 +41,19 @@ pub fn handoff_id(agent_id: &str, num_turns: u32) -> String {
     format!("handoff-{agent_id}-t{num_turns}")
 }
 
-/// Where a child's handoff goes: its parent's actor (by address, valid
-/// across the parent's restarts) and, while the parent is between
-/// incarnations, the parent's inbox directly.
-#[derive(Clone)]
-pub struct ParentLink {
-    /// The parent agent's address.
-    pub address: Address<AgentMsg>,
-    /// The parent's state shared by its incarnations.
-    pub shared: Weak<AgentShared>,
-}
+/// Where a child's submitted handoff waits for the end of its run.
+#[derive(Clone, Default)]
+pub struct HandoffSlot(Arc<Mutex<Option<HandoffRequest>>>);
 
-impl ParentLink {
-    /// Sends `delivery` to the parent's actor; when no incarnation is
-    /// running, puts it in the parent's inbox (the journal already holds
-    /// it, so nothing is lost either way).
-    pub fn send(&self, delivery: HandoffDelivery) {
-        let delivery = match self.address.get() {
-            Some(actor) => match actor.cast(AgentMsg::Handoff(Box::new(delivery))) {
-                Ok(()) => return,
-                Err(ractor::MessagingErr::SendErr(AgentMsg::Handoff(d))) => *d,
-                Err(e) => {
-                    tracing::warn!(error = %e, "handoff not sent to the parent");
-                    return;
-                }
-            },
-            None => delivery,
-        };
-        match self.shared.upgrade() {
-            Some(parent) => {
-                parent.inbox.deliver(delivery);
-            }
-            None => tracing::warn!(
-                from = %delivery.from_agent,
-                "the parent is gone; the handoff stays in the journal"
-            ),
-        }
+impl HandoffSlot {
+    /// Keeps `handoff` (a later one replaces it).
+    pub fn put(&self, handoff: HandoffRequest) {
+        *self.0.lock() = Some(handoff);
+    }
+
+    /// Takes the submitted handoff, if any.
+    pub fn take(&self) -> Option<HandoffRequest> {
+        self.0.lock().take()
     }
 }
 

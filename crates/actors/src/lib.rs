@@ -36,7 +36,6 @@ pub mod agent;
 pub mod change_tools;
 pub mod directory;
 pub mod drain;
-pub mod env;
 pub mod handoff;
 pub mod orient;
 pub mod placement;
@@ -49,12 +48,12 @@ pub mod verifier;
 pub mod verify;
 
 pub use address::{Address, AddressError};
+pub use agent::Builtins;
 pub use agent::{
     AgentActor, AgentEnv, AgentMsg, AgentOutcome, AgentSpec, Isolation, SubagentLimits,
 };
 pub use directory::{AgentDirectory, AgentPresence, RESTART_WAIT, RemoteAgent, SteerError};
 pub use drain::{DrainActor, DrainArgs, DrainError, DrainMsg};
-pub use env::Builtins;
 pub use session::{SessionTree, SessionTreeError};
 pub use supervisor::{
     ChildInfo, ChildSpec, EscalateFn, Escalation, Intensity, RestartPolicy, StartChildError,

@@ -7,8 +7,8 @@
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{AgentArgs, AgentOutcome, Isolation};
-use crate::handoff::HandoffDelivery;
+use crate::agent::args::AgentArgs;
+use crate::agent::spec::{AgentOutcome, Isolation};
 use crate::supervisor::ChildSpec;
 
 /// A subagent spec's `placement`.
@@ -72,17 +72,7 @@ pub fn runs_remotely(
 /// the id `handoff_id(agent_id, turns)`, already in the log) goes to its
 /// parent's actor, and its outcome to whoever waits for it.
 pub fn deliver_outcome(args: &AgentArgs, id: String, outcome: AgentOutcome) {
-    let parent = args.shared.parent.lock().clone();
-    if let Some(parent) = parent {
-        parent.send(HandoffDelivery {
-            id,
-            from_agent: args.agent_id.clone(),
-            outcome: outcome.clone(),
-        });
-    }
-    if let Some(tx) = args.shared.done.lock().take() {
-        let _ = tx.send(outcome);
-    }
+    args.deliver(id, outcome);
 }
 
 #[cfg(test)]

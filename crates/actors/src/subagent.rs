@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
 use ractor::Actor;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -14,25 +13,16 @@ use troupe_protocol::{AgentRole, BoundaryStatus, HandoffRequest};
 use troupe_runtime::tools::{Capability, SandboxMode, Tool, ToolContext, ToolError, ToolOutput};
 
 use crate::address::Address;
-use crate::agent::{
-    AgentActor, AgentArgs, AgentMsg, AgentOutcome, AgentShared, AgentSpec, Isolation, loop_id,
-};
-use crate::handoff::{ParentLink, delivered_in_log, handoff_id, journaled_handoff};
+use crate::agent::actor::AgentActor;
+use crate::agent::args::{AgentArgs, AgentShared, ParentLink, loop_id};
+use crate::agent::msg::AgentMsg;
+use crate::agent::spec::{AgentOutcome, AgentSpec, Isolation};
+use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
+use crate::handoff::{HandoffSlot, delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, RestartPolicy, StartChildError, SupervisorMsg};
-use crate::tree::children_supervisor;
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
+use troupe_runtime::tools::ToolRegistry;
 use troupe_worktree::{Workspace, Worktree};
-
-/// Where a child's submitted handoff waits for the end of its run.
-#[derive(Clone, Default)]
-pub struct HandoffSlot(Arc<Mutex<Option<HandoffRequest>>>);
-
-impl HandoffSlot {
-    /// Takes the submitted handoff, if any.
-    pub fn take(&self) -> Option<HandoffRequest> {
-        self.0.lock().take()
-    }
-}
 
 /// `handoff`: a subagent reports what it did, with the boundary status of
 /// every deliverable.
@@ -130,7 +120,7 @@ impl Tool for HandoffTool {
                 .filter(|d| d.status == BoundaryStatus::Done)
                 .count();
             let total = handoff.boundary_status.len();
-            *self.slot.0.lock() = Some(handoff);
+            self.slot.put(handoff);
             Ok(ToolOutput {
                 output: format!(
                     "Handoff recorded ({done} of {total} deliverables done). End with a short final message."
@@ -239,20 +229,17 @@ impl SpawnSubagentTool {
             shared: Arc::downgrade(&p.shared),
         });
         Ok((
-            AgentArgs {
-                env: Arc::clone(&p.env),
-                address: Address::new(agent_id.clone()),
+            // Called inside the tool call's span: the child's agent span
+            // goes under it (the constructor's default).
+            AgentArgs::child(
+                Arc::clone(&p.env),
                 agent_id,
-                parent_id: Some(p.agent_id.clone()),
+                p.agent_id.clone(),
                 depth,
-                shared,
-                autostart: true,
-                workspace,
                 spec,
-                // Called inside the tool call's span: the child's agent
-                // span goes under it.
-                parent_span: tracing::Span::current(),
-            },
+                shared,
+                workspace,
+            ),
             worktree,
         ))
     }
@@ -325,6 +312,31 @@ fn continue_child(
     Ok(())
 }
 
+/// The actor of every agent of the tree: the session's tools plus the
+/// tree's own ([`tree_tools`]).
+pub fn agent_actor() -> AgentActor {
+    AgentActor::new(tree_tools)
+}
+
+/// The tools of the agent tree, registered for each incarnation of an
+/// agent (the agent actor knows only the [`crate::agent::Toolkit`]):
+/// `spawn_subagent`, `verify_change` and `merge_worktree` when the
+/// session has subagents, and `handoff` for every subagent.
+pub fn tree_tools(args: &AgentArgs, tools: &mut ToolRegistry) {
+    if args.env.builtins.subagents {
+        tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
+        tools.register(Arc::new(VerifyChangeTool::new(args.clone())));
+        tools.register(Arc::new(MergeWorktreeTool::new(args.clone())));
+    }
+    if args.depth > 0 {
+        tools.register(Arc::new(HandoffTool::new(
+            args.shared.handoff.clone(),
+            args.parent_id.clone().unwrap_or_else(|| "user".into()),
+            args.spec.task.clone(),
+        )));
+    }
+}
+
 /// Starts an agent under the session's root supervisor (transient: a
 /// crash restarts it and it resumes from the log).
 pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
@@ -351,7 +363,7 @@ pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
         start: Arc::new(move |sup| {
             let a = args.clone();
             Box::pin(async move {
-                Actor::spawn_linked(None, AgentActor, a, sup)
+                Actor::spawn_linked(None, agent_actor(), a, sup)
                     .await
                     .map(|(r, _)| r.get_cell())
             })
@@ -509,7 +521,7 @@ impl SpawnSubagentTool {
                     Some(r) => r.holds(&child).await,
                     None => false,
                 });
-        let node = children_supervisor(&self.parent, &settings).await?;
+        let node = self.parent.children_supervisor(&settings).await?;
         let child_spec = match remote {
             Some(remote) if elsewhere => remote.child_spec(child),
             _ => agent_child_spec(child),

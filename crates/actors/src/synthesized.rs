@@ -4,7 +4,7 @@ use troupe_protocol::{
     BoundaryStatus, CompletionSubtype, Deliverable, HandoffRequest, ThreadCompletedEvent,
 };
 
-use crate::agent::AgentArgs;
+use crate::agent::args::AgentArgs;
 
 /// A handoff for an agent that did not submit one: its task, with what is
 /// known as the boundary status ([`synthesized_status`]).

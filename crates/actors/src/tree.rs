@@ -16,16 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ractor::{Actor, ActorRef};
+use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
-use troupe_runtime::tools::ToolError;
 
-use crate::address::Address;
-use crate::agent::{AgentArgs, AgentShared};
-use crate::supervisor::{
-    Escalation, Intensity, RestartPolicy, Strategy, Supervisor, SupervisorArgs, SupervisorConfig,
-    SupervisorMsg, stop_nested,
-};
+use crate::supervisor::{Intensity, RestartPolicy, Strategy, SupervisorMsg, stop_nested};
 
 /// Session defaults of every agent's supervisor node (`[supervision]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,10 +106,10 @@ impl SupervisionSettings {
 /// An agent's supervisor node, shared by its incarnations.
 #[derive(Default)]
 pub struct ChildrenNode {
-    current: Mutex<Option<ActorRef<SupervisorMsg>>>,
-    creating: tokio::sync::Mutex<()>,
+    pub(crate) current: Mutex<Option<ActorRef<SupervisorMsg>>>,
+    pub(crate) creating: tokio::sync::Mutex<()>,
     /// Why the node last escalated (for the waiting calls' errors).
-    escalated: Arc<Mutex<Option<String>>>,
+    pub(crate) escalated: Arc<Mutex<Option<String>>>,
 }
 
 impl ChildrenNode {
@@ -141,69 +135,5 @@ impl ChildrenNode {
         if let Some(node) = node {
             stop_nested(node.get_cell(), timeout).await;
         }
-    }
-}
-
-/// The supervisor node of agent `parent` (created on first use, linked to
-/// the agent's current actor), as an address to start children under.
-pub async fn children_supervisor(
-    parent: &AgentArgs,
-    settings: &SupervisionSettings,
-) -> Result<Address<SupervisorMsg>, ToolError> {
-    let node = &parent.shared.node;
-    let _one = node.creating.lock().await;
-    let address = Address::new(parent.agent_id.clone());
-    if let Some(current) = node.current.lock().clone()
-        && matches!(
-            current.get_status(),
-            ractor::ActorStatus::Running | ractor::ActorStatus::Upgrading
-        )
-    {
-        address.set(current);
-        return Ok(address);
-    }
-    let owner = parent.address.get().ok_or_else(|| {
-        ToolError::Failed(format!(
-            "agent {} is restarting; try again",
-            parent.agent_id
-        ))
-    })?;
-    let args = node_args(parent, settings, Arc::clone(&parent.shared));
-    let (actor, _) = Actor::spawn_linked(None, Supervisor, args, owner.get_cell())
-        .await
-        .map_err(|e| ToolError::Failed(format!("cannot start the subagents' supervisor: {e}")))?;
-    *node.escalated.lock() = None;
-    *node.current.lock() = Some(actor.clone());
-    address.set(actor);
-    Ok(address)
-}
-
-fn node_args(
-    parent: &AgentArgs,
-    settings: &SupervisionSettings,
-    shared: Arc<AgentShared>,
-) -> SupervisorArgs {
-    let escalated = Arc::clone(&shared.node.escalated);
-    let weak = Arc::downgrade(&shared);
-    SupervisorArgs {
-        config: SupervisorConfig {
-            id: parent.agent_id.clone(),
-            strategy: settings.strategy,
-            intensity: settings.intensity,
-            backoff_base: settings.backoff_base,
-            backoff_max: settings.backoff_max,
-            shutdown_timeout: parent.env.call_timeout,
-            children: Vec::new(),
-        },
-        events: Some(parent.env.log.sender()),
-        escalation: Arc::new(Mutex::new(None)),
-        on_escalate: Some(Arc::new(move |why: &Escalation| {
-            tracing::warn!(reason = %why, "a subagent supervisor escalated to its agent");
-            *escalated.lock() = Some(why.to_string());
-            // The waiting spawn_subagent calls end now, with this reason.
-            if let Some(shared) = weak.upgrade() {
-                shared.inbox.drop_waiters();
-            }
-        })),
     }
 }

@@ -17,7 +17,7 @@ use troupe_protocol::Verdict;
 use troupe_runtime::agent::LogSink;
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest, run_verifier};
 
-use crate::agent::AgentEnv;
+use crate::agent::env::AgentEnv;
 
 /// Messages of the [`VerifierActor`].
 pub enum VerifierMsg {

@@ -29,35 +29,14 @@ use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
 use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
 
 use crate::address::Address;
-use crate::agent::AgentEnv;
+use crate::agent::env::AgentEnv;
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
 use crate::verifier::{VerifierActor, VerifierArgs, VerifierMsg};
 
 /// How long one verifier may take.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
-/// How agents of a session verify and merge (`[verifier]` of troupe.toml).
-#[derive(Clone, Default)]
-pub struct Verification {
-    /// Sandbox and limits of every verifier.
-    pub settings: VerifierSettings,
-    /// The verifiers' model (`None`: the session's).
-    pub model: Option<String>,
-    /// `[verifier] allow_unverified_merge`: `merge_worktree` merges a
-    /// worktree no verifier approved.
-    pub allow_unverified_merge: bool,
-    /// Serializes the session's merges.
-    pub merges: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl std::fmt::Debug for Verification {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Verification")
-            .field("model", &self.model)
-            .field("allow_unverified_merge", &self.allow_unverified_merge)
-            .finish_non_exhaustive()
-    }
-}
+pub use crate::agent::env::Verification;
 
 /// One verification: who asks, under which supervisor, as which verifier.
 pub struct VerifyCall<'a> {

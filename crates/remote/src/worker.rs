@@ -17,7 +17,6 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use troupe::Session;
 use troupe_actors::SteerError;
-use troupe_actors::address::Address;
 use troupe_actors::agent::{AgentArgs, AgentShared, loop_id};
 use troupe_actors::handoff::handoff_id;
 use troupe_actors::subagent::agent_child_spec;
@@ -485,19 +484,17 @@ async fn run_agent(
         &loop_id(&env.session_id, &task.agent_id),
         BudgetNode::root_named(task.agent_id.clone(), CostBudget::unlimited()),
     );
-    let args = AgentArgs {
+    let args = AgentArgs::child(
         env,
-        agent_id: task.agent_id.clone(),
-        parent_id: Some(task.parent_id.clone()),
-        depth: task.depth.max(1),
+        task.agent_id.clone(),
+        task.parent_id.clone(),
+        task.depth.max(1),
         spec,
-        address: Address::new(task.agent_id.clone()),
         shared,
-        workspace: repo.to_path_buf(),
-        autostart: true,
-        // The worker's own session span: traces do not cross the queue.
-        parent_span: session.span().clone(),
-    };
+        repo,
+    )
+    // The worker's own session span: traces do not cross the queue.
+    .under_span(session.span().clone());
     session
         .tree()
         .start_child(agent_child_spec(args))

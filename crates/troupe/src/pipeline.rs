@@ -21,7 +21,6 @@ use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
 use troupe_worktree::{Workspace, Worktree};
 
-use troupe_actors::address::Address;
 use troupe_actors::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
 use troupe_actors::session::SessionTree;
 use troupe_actors::subagent::agent_child_spec;
@@ -411,33 +410,30 @@ async fn propose(
         store.save(&st).map_err(|e| e.to_string())?;
     }
     let (tx, rx) = oneshot::channel();
-    let address: Address<troupe_actors::agent::AgentMsg> = Address::new(agent_id.to_string());
     let budget = troupe_runtime::state::BudgetNode::root_named(
         agent_id.to_string(),
         CostBudget::unlimited(),
     );
-    let args = AgentArgs {
-        env: Arc::clone(env),
-        agent_id: agent_id.to_string(),
-        parent_id: Some(format!("{}/pipeline", run.tree.supervisor_address().name())),
-        depth: 1,
-        spec: AgentSpec {
-            name: format!("{}-r{round}", p.name),
-            task: p.task.clone(),
-            model: p.model.clone(),
-            reasoning_effort: p.reasoning_effort,
-            max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
-            sandbox,
-            supervision: p.supervision,
-            handoff,
-            ..AgentSpec::default()
-        },
-        address: address.clone(),
-        shared: AgentShared::new(tx, round > 1, &store, &lid, budget),
-        workspace: wt.path().to_path_buf(),
-        autostart: true,
-        parent_span: tracing::Span::current(),
+    let spec = AgentSpec {
+        name: format!("{}-r{round}", p.name),
+        task: p.task.clone(),
+        model: p.model.clone(),
+        reasoning_effort: p.reasoning_effort,
+        max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
+        sandbox,
+        supervision: p.supervision,
+        handoff,
+        ..AgentSpec::default()
     };
+    let args = AgentArgs::child(
+        Arc::clone(env),
+        agent_id,
+        format!("{}/pipeline", run.tree.supervisor_address().name()),
+        1,
+        spec,
+        AgentShared::new(tx, round > 1, &store, &lid, budget),
+        wt.path(),
+    );
     let outcome = run_agent(run, args, &p.name, rx).await?;
     Ok((outcome.handoff, outcome.completed.num_turns))
 }

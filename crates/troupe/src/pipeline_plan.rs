@@ -16,7 +16,6 @@ use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::tools::SandboxMode;
 
 use crate::pipeline::{PipelineRun, ProposerSpec, findings_list, run_agent};
-use troupe_actors::address::Address;
 use troupe_actors::agent::{AgentArgs, AgentShared, AgentSpec, Isolation, loop_id};
 
 /// Appended to a planning step's task.
@@ -45,26 +44,24 @@ pub(crate) async fn plan_step(
     let lid = loop_id(&env.session_id, &agent_id);
     let (tx, rx) = oneshot::channel();
     let budget = BudgetNode::root_named(agent_id.clone(), CostBudget::unlimited());
-    let args = AgentArgs {
-        env: Arc::clone(env),
-        agent_id: agent_id.clone(),
-        parent_id: Some(format!("{}/pipeline", run.tree.supervisor_address().name())),
-        depth: 1,
-        spec: AgentSpec {
-            name,
-            task: format!("{}{PLAN_PROMPT}", p.task),
-            model: p.model.clone(),
-            max_turns: Some(p.max_turns.unwrap_or(env.max_turns)),
-            sandbox,
-            plan_mode: true,
-            ..AgentSpec::default()
-        },
-        address: Address::new(agent_id),
-        shared: AgentShared::new(tx, false, &store, &lid, budget),
-        workspace: wt.path().to_path_buf(),
-        autostart: true,
-        parent_span: tracing::Span::current(),
+    let spec = AgentSpec {
+        name,
+        task: format!("{}{PLAN_PROMPT}", p.task),
+        model: p.model.clone(),
+        max_turns: Some(p.max_turns.unwrap_or(env.max_turns)),
+        sandbox,
+        plan_mode: true,
+        ..AgentSpec::default()
     };
+    let args = AgentArgs::child(
+        Arc::clone(env),
+        agent_id,
+        format!("{}/pipeline", run.tree.supervisor_address().name()),
+        1,
+        spec,
+        AgentShared::new(tx, false, &store, &lid, budget),
+        wt.path(),
+    );
     let outcome = run_agent(run, args, &p.name, rx).await?;
     let done = outcome.completed;
     let plan = done.result.filter(|r| !r.trim().is_empty());

@@ -7,11 +7,9 @@ use tokio::sync::oneshot;
 use troupe_protocol::ThreadCompletedEvent;
 
 use troupe_actors::address::Address;
-use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
+use troupe_runtime::state::{BudgetNode, CostBudget};
 
-use troupe_actors::agent::{
-    AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id,
-};
+use troupe_actors::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec};
 use troupe_actors::session::{SessionTree, SessionTreeError};
 use troupe_actors::subagent::agent_child_spec;
 
@@ -65,7 +63,6 @@ pub async fn start_root_with(
 ) -> Result<RootRun, SessionTreeError> {
     let (tx, done) = oneshot::channel();
     let agent_id = format!("{}/root", tree.supervisor_address().name());
-    let address = Address::new(agent_id.clone());
     let budget = BudgetNode::root_named(
         agent_id.clone(),
         CostBudget {
@@ -73,33 +70,16 @@ pub async fn start_root_with(
             ..env.caps
         },
     );
-    let store = LoopStateStore::new(&env.workspace);
-    let shared = AgentShared::new(
-        tx,
-        resume,
-        &store,
-        &loop_id(&env.session_id, &agent_id),
-        budget,
-    );
-    let sandbox = env.sandbox;
-    let args = AgentArgs {
-        workspace: env.workspace.clone(),
-        env,
-        agent_id,
-        parent_id: None,
-        depth: 0,
-        spec: AgentSpec {
-            name: "root".into(),
-            task,
-            max_turns,
-            sandbox,
-            ..AgentSpec::default()
-        },
-        address: address.clone(),
-        shared,
-        autostart: true,
-        parent_span: tracing::Span::current(),
+    let shared = AgentShared::for_agent(&env, &agent_id, tx, resume, budget);
+    let spec = AgentSpec {
+        name: "root".into(),
+        task,
+        max_turns,
+        sandbox: env.sandbox,
+        ..AgentSpec::default()
     };
+    let args = AgentArgs::root(env, agent_id, None, spec, shared);
+    let address = args.address.clone();
     tree.start_child(agent_child_spec(args)).await?;
     Ok(RootRun { address, done })
 }

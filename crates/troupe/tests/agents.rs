@@ -385,7 +385,7 @@ async fn steering_cap_dedup_and_replay_after_a_crash() {
         .await
         .unwrap();
     assert!(
-        refused.unwrap_err().contains("16"),
+        refused.unwrap_err().to_string().contains("16"),
         "the 17th pending intent is refused"
     );
     // The pending intents are durable before the crash.

@@ -10,12 +10,12 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::oneshot;
 use troupe::RunEnd;
-use troupe_actors::Address;
-use troupe_actors::agent::{AgentActor, AgentArgs, AgentShared, AgentSpec, loop_id};
+use troupe_actors::agent::{AgentArgs, AgentShared, AgentSpec};
 use troupe_actors::handoff::{HandoffDelivery, Inbox, journaled_count};
 use troupe_actors::subagent::SpawnSubagentTool;
+use troupe_actors::subagent::agent_actor;
 use troupe_protocol::{HandoffRequest, ThreadEvent};
-use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
+use troupe_runtime::state::{BudgetNode, CostBudget};
 use troupe_runtime::tools::{Tool, ToolContext};
 use troupe_test_support::SessionFixture;
 use troupe_test_support::events::try_read_log;
@@ -32,29 +32,16 @@ fn root_args(f: &SessionFixture, resume: bool) -> AgentArgs {
     let env = Arc::clone(&f.env);
     let agent_id = "session/root".to_string();
     let (tx, _rx) = oneshot::channel();
-    let shared = AgentShared::new(
-        tx,
-        resume,
-        &LoopStateStore::new(&env.workspace),
-        &loop_id(&env.session_id, &agent_id),
-        BudgetNode::root_named(agent_id.clone(), CostBudget::unlimited()),
-    );
-    AgentArgs {
-        workspace: env.workspace.clone(),
-        env,
-        address: Address::new(agent_id.clone()),
-        agent_id,
-        parent_id: None,
-        depth: 0,
-        spec: AgentSpec {
-            name: "root".into(),
-            task: "delegate".into(),
-            ..AgentSpec::default()
-        },
-        shared,
-        autostart: false,
-        parent_span: tracing::Span::none(),
-    }
+    let budget = BudgetNode::root_named(agent_id.clone(), CostBudget::unlimited());
+    let shared = AgentShared::for_agent(&env, &agent_id, tx, resume, budget);
+    let spec = AgentSpec {
+        name: "root".into(),
+        task: "delegate".into(),
+        ..AgentSpec::default()
+    };
+    AgentArgs::root(env, agent_id, None, spec, shared)
+        .idle()
+        .under_span(tracing::Span::none())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +63,7 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
     let args = json!({"name": "fixer", "task": "fix the parser"});
     // An idle parent actor (it owns the child's supervisor node).
     let parent = root_args(&f, false);
-    let (actor, _) = ractor::Actor::spawn(None, AgentActor, parent.clone())
+    let (actor, _) = ractor::Actor::spawn(None, agent_actor(), parent.clone())
         .await
         .unwrap();
     // Its address is set in post_start, after spawn returns.

@@ -84,9 +84,9 @@ impl AgentHandle {
                 self.timeout,
             )
             .await?
-            .map_err(|reason| SessionError::Steer {
+            .map_err(|e| SessionError::Steer {
                 agent: self.id.clone(),
-                reason,
+                reason: e.to_string(),
             })
     }
 }

@@ -34,8 +34,8 @@ use troupe_runtime::provider::ProviderConfig;
 use troupe_runtime::store::Exporter;
 use troupe_runtime::tools::{SharedTool, Tool};
 
+use troupe_actors::agent::Builtins;
 use troupe_actors::agent::SubagentLimits;
-use troupe_actors::env::Builtins;
 use troupe_actors::supervisor::SupervisorConfig;
 
 /// Makes an exporter for the session of the given id.

@@ -13,15 +13,13 @@ use troupe_protocol::{
     CompletionSubtype, ErrorEvent, ThreadCompletedEvent, ThreadEvent, ThreadStartedEvent, Usage,
 };
 use troupe_runtime::config::Config;
-use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
+use troupe_runtime::state::{BudgetNode, CostBudget};
 use troupe_runtime::store::{RecoveryReport, SessionLog, SessionStore};
 
 use super::{ResumeMode, SessionBuilder, SessionError, SessionSettings};
 use crate::builder::AgentHandle;
 use troupe_actors::address::Address;
-use troupe_actors::agent::{
-    AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec, loop_id,
-};
+use troupe_actors::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec};
 use troupe_actors::session::SessionTree;
 use troupe_actors::subagent::agent_child_spec;
 
@@ -330,25 +328,16 @@ impl Session {
             CostBudget::unlimited(),
         );
         let (tx, rx) = oneshot::channel();
-        let shared = AgentShared::new(
-            tx,
-            false,
-            &LoopStateStore::new(&env.workspace),
-            &loop_id(&env.session_id, &agent_id),
-            budget,
-        );
-        let args = AgentArgs {
-            env: Arc::clone(env),
-            agent_id: agent_id.clone(),
-            parent_id: Some(supervisor),
-            depth: 0,
+        let shared = AgentShared::for_agent(env, &agent_id, tx, false, budget);
+        let args = AgentArgs::root(
+            Arc::clone(env),
+            agent_id.clone(),
+            Some(supervisor),
             spec,
-            address: address.clone(),
             shared,
-            workspace: env.workspace.clone(),
-            autostart: true,
-            parent_span: self.span.clone(),
-        };
+        )
+        .with_address(address.clone())
+        .under_span(self.span.clone());
         let thread_id = troupe_actors::agent::thread_id(&args);
         if let Err(e) = self.tree.start_child(agent_child_spec(args)).await {
             self.agents.lock().remove(&name);

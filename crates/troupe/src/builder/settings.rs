@@ -10,7 +10,7 @@ use troupe_runtime::tools::SandboxMode;
 
 use super::SessionError;
 
-pub use troupe_actors::env::DEFAULT_SYSTEM_PROMPT;
+pub use troupe_actors::agent::DEFAULT_SYSTEM_PROMPT;
 
 /// The `kind` of a session `troupe exec` started (the only kind `troupe
 /// sessions resume` continues).
