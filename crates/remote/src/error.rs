@@ -57,9 +57,45 @@ pub enum RemoteError {
         /// Why.
         why: String,
     },
-    /// A JetStream call failed.
+    /// A NATS or JetStream call failed (after its retries).
     #[error("NATS: {0}")]
     Nats(String),
+    /// The coordinator did not answer in time (a claim, a committed mark).
+    #[error("{0}")]
+    Coordinator(String),
+    /// The session's event log refused an event or did not commit.
+    #[error("the event log {what}: {why}")]
+    Log {
+        /// What the log did not do.
+        what: &'static str,
+        /// Its error.
+        why: String,
+    },
+    /// A message could not be encoded.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// The message.
+        what: &'static str,
+        /// The encoder's error.
+        source: serde_json::Error,
+    },
+    /// The worker's session of a task failed: it did not open, its agent
+    /// did not start or ended without an outcome.
+    #[error("the worker session {what}: {why}")]
+    Session {
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// A task of the worker's own ended early (the event forwarder).
+    #[error("the {what} {why}")]
+    Task {
+        /// The task.
+        what: &'static str,
+        /// How it ended.
+        why: String,
+    },
     /// A git operation on a bundle failed.
     #[error("git {what}: {why}")]
     Git {
@@ -90,6 +126,11 @@ impl RemoteError {
     /// A JetStream error as this enum.
     pub fn nats(e: impl std::fmt::Display) -> Self {
         RemoteError::Nats(e.to_string())
+    }
+
+    /// `what` could not be encoded.
+    pub fn encode(what: &'static str) -> impl FnOnce(serde_json::Error) -> Self {
+        move |source| RemoteError::Encode { what, source }
     }
 
     /// An I/O error while doing `what`.

@@ -9,9 +9,11 @@
 //!   missing or misconfigured, auth, each naming its fix.
 
 pub mod error;
+mod fence;
 pub mod git;
 pub mod nats;
 mod proxy;
+mod task;
 pub mod wire;
 mod worker;
 
