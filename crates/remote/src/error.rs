@@ -81,13 +81,8 @@ pub enum RemoteError {
     },
     /// The worker's session of a task failed: it did not open, its agent
     /// did not start or ended without an outcome.
-    #[error("the worker session {what}: {why}")]
-    Session {
-        /// What failed.
-        what: &'static str,
-        /// Why.
-        why: String,
-    },
+    #[error("worker session: {0}")]
+    Session(String),
     /// A task of the worker's own ended early (the event forwarder).
     #[error("the {what} {why}")]
     Task {
