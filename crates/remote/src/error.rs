@@ -153,6 +153,8 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use super::*;
 
     #[test]
@@ -169,5 +171,38 @@ mod tests {
         };
         assert!(!e.to_string().contains("tok@"), "{e}");
         assert!(e.to_string().contains("--nats-creds"), "{e}");
+    }
+
+    #[test]
+    fn each_failure_is_its_own_variant_naming_what_failed() {
+        let log = RemoteError::Log {
+            what: "refused an event",
+            why: "the drain is gone".into(),
+        };
+        assert_eq!(
+            log.to_string(),
+            "the event log refused an event: the drain is gone"
+        );
+        let bad = serde_json::from_str::<u64>("x").unwrap_err();
+        let encode = RemoteError::encode("a grant")(bad);
+        assert!(
+            encode.to_string().starts_with("cannot encode a grant: "),
+            "{encode}"
+        );
+        let session = RemoteError::Session("start the agent: no model".into());
+        assert_eq!(
+            session.to_string(),
+            "worker session: start the agent: no model"
+        );
+        let forwarder = RemoteError::Task {
+            what: "event forwarder",
+            why: "ended early".into(),
+        };
+        assert_eq!(forwarder.to_string(), "the event forwarder ended early");
+        let claim = RemoteError::Coordinator("the coordinator did not answer the claim".into());
+        assert_eq!(
+            claim.to_string(),
+            "the coordinator did not answer the claim"
+        );
     }
 }
