@@ -37,3 +37,24 @@ impl<T> Future for Owned<T> {
         Pin::new(&mut self.0).poll(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn dropping_an_owned_task_aborts_it_and_awaiting_joins_it() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = Owned::spawn(async move {
+            // Holds `tx` until it is aborted.
+            let _tx = tx;
+            std::future::pending::<()>().await;
+        });
+        drop(task);
+        // The sender is dropped with the aborted task.
+        assert!(rx.await.is_err());
+        assert_eq!(Owned::spawn(async { 7 }).await.unwrap(), 7);
+    }
+}

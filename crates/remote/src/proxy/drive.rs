@@ -26,7 +26,8 @@ use crate::wire::{
 };
 
 /// Follows the task to its end (its outcome delivered), then leaves a
-/// lingering task in the placement's set.
+/// lingering task in the placement's set (aborted when the placement is
+/// dropped).
 pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     let session = p.args.env.session_id.clone();
     let sub = |s: String| async { p.nats.client.subscribe(s).await.map_err(RemoteError::nats) };
@@ -96,10 +97,12 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                 execute(p, &mut m, effects).await?;
                 if m.finished() {
                     // A zombie's late messages are still recorded (never
-                    // merged) for a while.
-                    let mut set = p.lingering.lock();
-                    while set.try_join_next().is_some() {}
-                    set.spawn(linger(p.clone(), events, m));
+                    // merged) for a while, by a task the placement owns.
+                    if let Some(set) = p.lingering.upgrade() {
+                        let mut set = set.lock();
+                        while set.try_join_next().is_some() {}
+                        set.spawn(linger(p.clone(), events, m));
+                    }
                     return Ok(());
                 }
             }

@@ -24,7 +24,7 @@
 
 mod drive;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -76,7 +76,9 @@ struct ProxyArgs {
     nats: Nats,
     args: AgentArgs,
     task_id: String,
-    lingering: Lingering,
+    /// The placement's lingering set (a lingering task does not keep the
+    /// placement's set alive).
+    lingering: Weak<Mutex<JoinSet<()>>>,
 }
 
 impl RemoteSpawner for RemotePlacement {
@@ -113,7 +115,7 @@ impl RemoteSpawner for RemotePlacement {
             nats: self.nats.clone(),
             task_id: task_id(&args.agent_id, run),
             args,
-            lingering: Arc::clone(&self.lingering),
+            lingering: Arc::downgrade(&self.lingering),
         };
         ChildSpec {
             id,
