@@ -57,9 +57,40 @@ pub enum RemoteError {
         /// Why.
         why: String,
     },
-    /// A JetStream call failed.
+    /// A NATS or JetStream call failed (after its retries).
     #[error("NATS: {0}")]
     Nats(String),
+    /// The coordinator did not answer in time (a claim, a committed mark).
+    #[error("{0}")]
+    Coordinator(String),
+    /// The session's event log refused an event or did not commit.
+    #[error("the event log {what}: {why}")]
+    Log {
+        /// What the log did not do.
+        what: &'static str,
+        /// Its error.
+        why: String,
+    },
+    /// A message could not be encoded.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// The message.
+        what: &'static str,
+        /// The encoder's error.
+        source: serde_json::Error,
+    },
+    /// The worker's session of a task failed: it did not open, its agent
+    /// did not start or ended without an outcome.
+    #[error("worker session: {0}")]
+    Session(String),
+    /// A task of the worker's own ended early (the event forwarder).
+    #[error("the {what} {why}")]
+    Task {
+        /// The task.
+        what: &'static str,
+        /// How it ended.
+        why: String,
+    },
     /// A git operation on a bundle failed.
     #[error("git {what}: {why}")]
     Git {
@@ -92,6 +123,11 @@ impl RemoteError {
         RemoteError::Nats(e.to_string())
     }
 
+    /// `what` could not be encoded.
+    pub fn encode(what: &'static str) -> impl FnOnce(serde_json::Error) -> Self {
+        move |source| RemoteError::Encode { what, source }
+    }
+
     /// An I/O error while doing `what`.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         RemoteError::Io {
@@ -117,6 +153,8 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use super::*;
 
     #[test]
@@ -133,5 +171,38 @@ mod tests {
         };
         assert!(!e.to_string().contains("tok@"), "{e}");
         assert!(e.to_string().contains("--nats-creds"), "{e}");
+    }
+
+    #[test]
+    fn each_failure_is_its_own_variant_naming_what_failed() {
+        let log = RemoteError::Log {
+            what: "refused an event",
+            why: "the drain is gone".into(),
+        };
+        assert_eq!(
+            log.to_string(),
+            "the event log refused an event: the drain is gone"
+        );
+        let bad = serde_json::from_str::<u64>("x").unwrap_err();
+        let encode = RemoteError::encode("a grant")(bad);
+        assert!(
+            encode.to_string().starts_with("cannot encode a grant: "),
+            "{encode}"
+        );
+        let session = RemoteError::Session("start the agent: no model".into());
+        assert_eq!(
+            session.to_string(),
+            "worker session: start the agent: no model"
+        );
+        let forwarder = RemoteError::Task {
+            what: "event forwarder",
+            why: "ended early".into(),
+        };
+        assert_eq!(forwarder.to_string(), "the event forwarder ended early");
+        let claim = RemoteError::Coordinator("the coordinator did not answer the claim".into());
+        assert_eq!(
+            claim.to_string(),
+            "the coordinator did not answer the claim"
+        );
     }
 }

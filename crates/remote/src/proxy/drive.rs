@@ -1,0 +1,336 @@
+//! The proxy's I/O: it subscribes to the task's claims and heartbeats,
+//! replays and follows its event stream, feeds each input to the fencing
+//! machine ([`crate::fence::Fence`]) and carries out the effects it
+//! returns; after the task finished it lingers, still fencing what stale
+//! incarnations send.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use async_nats::Subject;
+use async_nats::jetstream::consumer;
+use futures::StreamExt;
+use serde_json::Value;
+use troupe_actors::agent::{AgentOutcome, Isolation};
+use troupe_actors::placement::deliver_outcome;
+use troupe_protocol::{ErrorEvent, ThreadEvent};
+use troupe_runtime::store::EventReader;
+
+use super::ProxyArgs;
+use crate::error::RemoteError;
+use crate::fence::{Effect, Fence};
+use crate::wire::{
+    Alive, Claim, ClaimReply, Control, EVENT_STREAM, TASK_STREAM, TaskMessage, WorkerMessage,
+    alive_subject, belongs_to, claim_subject, control_subject, done_key, events_subject,
+    task_subject,
+};
+
+/// Follows the task to its end (its outcome delivered), then leaves a
+/// lingering task in the placement's set (aborted when the placement is
+/// dropped).
+pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
+    let session = p.args.env.session_id.clone();
+    let sub = |s: String| async { p.nats.client.subscribe(s).await.map_err(RemoteError::nats) };
+    let mut claims = sub(claim_subject(&session, &p.task_id)).await?;
+    let mut alive = sub(alive_subject(&session, &p.task_id)).await?;
+    let subject = events_subject(&session, &p.task_id);
+    let replay_to = p.nats.last_seq(EVENT_STREAM, &subject).await?.unwrap_or(0);
+    let stream = p
+        .nats
+        .js
+        .get_stream(EVENT_STREAM)
+        .await
+        .map_err(RemoteError::nats)?;
+    let consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject.clone(),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(RemoteError::nats)?;
+    let mut events = consumer.messages().await.map_err(RemoteError::nats)?;
+    let mut m = Fence::new(
+        p.args.agent_id.clone(),
+        troupe_actors::agent::thread_id(&p.args),
+        subject,
+        journal(p).len() as u64,
+        replay_to,
+    );
+    let effects = m.start();
+    execute(p, &mut m, effects).await?;
+    loop {
+        tokio::select! {
+            req = claims.next() => {
+                let Some(req) = req else {
+                    return Err(RemoteError::Nats("the claim subscription ended".into()));
+                };
+                let Some(reply) = req.reply.clone() else {
+                    continue;
+                };
+                let claim: Claim = serde_json::from_slice(&req.payload).map_err(|e| {
+                    RemoteError::BadMessage { subject: req.subject.to_string(), why: e.to_string() }
+                })?;
+                if m.needs_silence(&claim) {
+                    m.set_silence(p.nats.delivery_ack_wait().await);
+                }
+                let effects = m.on_claim(claim, reply, Instant::now());
+                execute(p, &mut m, effects).await?;
+            }
+            hb = alive.next() => {
+                let Some(hb) = hb else {
+                    return Err(RemoteError::Nats("the heartbeat subscription ended".into()));
+                };
+                if let Ok(a) = serde_json::from_slice::<Alive>(&hb.payload) {
+                    m.on_alive(a.incarnation, Instant::now());
+                }
+            }
+            msg = events.next() => {
+                let msg = msg
+                    .ok_or_else(|| RemoteError::Nats("the event stream ended".into()))?
+                    .map_err(RemoteError::nats)?;
+                let seq = msg.info().map_err(RemoteError::nats)?.stream_sequence;
+                let wm: WorkerMessage = serde_json::from_slice(&msg.payload).map_err(|e| {
+                    RemoteError::BadMessage { subject: msg.subject.to_string(), why: e.to_string() }
+                })?;
+                let effects = m.on_message(wm, seq, Instant::now())?;
+                execute(p, &mut m, effects).await?;
+                if m.finished() {
+                    // A zombie's late messages are still recorded (never
+                    // merged) for a while, by a task the placement owns.
+                    if let Some(set) = p.lingering.upgrade() {
+                        let mut set = set.lock();
+                        while set.try_join_next().is_some() {}
+                        set.spawn(linger(p.clone(), events, m));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Carries out the machine's effects, in order; the first that fails
+/// ends the proxy.
+async fn execute(
+    p: &ProxyArgs,
+    m: &mut Fence<Subject>,
+    effects: Vec<Effect<Subject>>,
+) -> Result<(), RemoteError> {
+    for effect in effects {
+        match effect {
+            Effect::Reply { to, answer } => send_reply(p, to, &answer).await?,
+            Effect::Granted {
+                to,
+                incarnation,
+                checkpoint,
+            } => {
+                // The journal as the log holds it now.
+                if let Err(e) = p.args.env.log.flush(p.args.env.call_timeout).await {
+                    tracing::warn!(error = %e, "log flush before a grant failed");
+                }
+                let journal = journal(p);
+                m.journal_sent(journal.len() as u64);
+                let answer = ClaimReply::Granted {
+                    incarnation,
+                    journal,
+                    checkpoint,
+                };
+                send_reply(p, to, &answer).await?;
+            }
+            Effect::PublishGrant(grant) => {
+                let id = format!("g{}", grant.incarnation());
+                publish_message(p, &grant, &id).await?;
+            }
+            Effect::Record(message) => record(p, message),
+            Effect::NotifyFenced { current } => notify_fenced(p, current).await,
+            Effect::Write(ev) => {
+                p.args
+                    .env
+                    .log
+                    .sender()
+                    .emit(&ev)
+                    .map_err(|e| RemoteError::Log {
+                        what: "refused an event",
+                        why: e.to_string(),
+                    })?;
+            }
+            Effect::Unregister => p.args.env.agents.remove_remote(&p.args.agent_id),
+            Effect::QueueIfAbsent => queue_if_needed(p).await?,
+            Effect::Commit {
+                incarnation,
+                result_bundle,
+            } => finished(p, incarnation, result_bundle.as_deref()).await?,
+            Effect::Deliver {
+                handoff_id,
+                completed,
+                handoff,
+            } => {
+                let outcome = AgentOutcome {
+                    completed: *completed,
+                    handoff: *handoff,
+                    spend: Vec::new(),
+                    received: Vec::new(),
+                };
+                deliver_outcome(&p.args, handoff_id, outcome);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How long a finished task's proxy keeps recording stale messages.
+fn linger_for(p: &ProxyArgs) -> std::time::Duration {
+    p.nats.ack_wait * 2
+}
+
+/// Records what stale incarnations send after the task finished.
+async fn linger(p: ProxyArgs, mut events: consumer::pull::Ordered, mut m: Fence<Subject>) {
+    let until = tokio::time::Instant::now() + linger_for(&p);
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(until, events.next()).await {
+        let Ok(wm) = serde_json::from_slice::<WorkerMessage>(&msg.payload) else {
+            continue;
+        };
+        let seq = msg.info().map_or(0, |i| i.stream_sequence);
+        if let Ok(effects) = m.on_message(wm, seq, Instant::now())
+            && let Err(e) = execute(&p, &mut m, effects).await
+        {
+            tracing::debug!(error = %e, "a fence record failed");
+        }
+    }
+}
+
+/// Queues the task unless the queue holds it (in flight, or waiting).
+async fn queue_if_needed(p: &ProxyArgs) -> Result<(), RemoteError> {
+    let subject = task_subject(&p.args.env.session_id, &p.task_id);
+    if p.nats.last_seq(TASK_STREAM, &subject).await?.is_some() {
+        return Ok(());
+    }
+    publish_task(p).await
+}
+
+fn scratch(p: &ProxyArgs) -> Result<PathBuf, RemoteError> {
+    let dir = p.args.env.log.dir().join("remote");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| RemoteError::io("create the remote scratch dir", e))?;
+    Ok(dir)
+}
+
+async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
+    let a = &p.args;
+    let session = &a.env.session_id;
+    let repos = p.nats.repos().await?;
+    let name = format!("{}/{}/base", session, p.task_id);
+    let base =
+        crate::git::put_bundle(&repos, &a.workspace, "HEAD", None, &name, &scratch(p)?).await?;
+    let task = TaskMessage {
+        task_id: p.task_id.clone(),
+        session_id: session.clone(),
+        agent_id: a.agent_id.clone(),
+        parent_id: a.parent_id.clone().unwrap_or_default(),
+        depth: a.depth,
+        plan_mode: a.spec.plan_mode,
+        handoff: a.spec.handoff.clone(),
+        spec: a.spec.clone(),
+        base_commit: base,
+        base_bundle: name,
+    };
+    let body = serde_json::to_vec(&task).map_err(RemoteError::encode("the task"))?;
+    // A fresh message id per publish: it dedupes this call's own retries,
+    // not a task queued again after a cancel.
+    let id = format!("task-{}-{}", p.task_id, uuid::Uuid::new_v4().simple());
+    p.nats
+        .publish(task_subject(session, &p.task_id), body.into(), Some(&id))
+        .await
+}
+
+/// The task's result: its commit into the child's worktree, the log made
+/// durable, the handoff marked committed (the worker acks only then).
+async fn finished(
+    p: &ProxyArgs,
+    incarnation: u64,
+    result_bundle: Option<&str>,
+) -> Result<(), RemoteError> {
+    if let (Some(name), Isolation::Worktree) = (result_bundle, p.args.spec.isolation) {
+        let repos = p.nats.repos().await?;
+        let file = crate::git::get_bundle(&repos, name, &scratch(p)?).await?;
+        crate::git::apply_tree(&file, &p.args.workspace).await?;
+        let _ = std::fs::remove_file(file);
+    }
+    p.args
+        .env
+        .log
+        .flush(p.args.env.call_timeout)
+        .await
+        .map_err(|e| RemoteError::Log {
+            what: "did not commit",
+            why: e.to_string(),
+        })?;
+    let key = done_key(&p.args.env.session_id, &p.task_id);
+    p.nats.mark_done(&key, incarnation).await
+}
+
+async fn publish_message(p: &ProxyArgs, wm: &WorkerMessage, id: &str) -> Result<(), RemoteError> {
+    let body = serde_json::to_vec(wm).map_err(RemoteError::encode("a grant"))?;
+    let session = &p.args.env.session_id;
+    p.nats
+        .publish(
+            events_subject(session, &p.task_id),
+            body.into(),
+            Some(&format!("{}-{id}", p.task_id)),
+        )
+        .await
+}
+
+async fn send_reply(p: &ProxyArgs, reply: Subject, answer: &ClaimReply) -> Result<(), RemoteError> {
+    let body = serde_json::to_vec(answer).map_err(RemoteError::encode("a claim reply"))?;
+    p.nats
+        .client
+        .publish(reply, body.into())
+        .await
+        .map_err(RemoteError::nats)
+}
+
+/// Tells a stale incarnation's worker to stop (best effort: a partitioned
+/// one does not hear it, and is fenced off anyway).
+async fn notify_fenced(p: &ProxyArgs, current: u64) {
+    let body = serde_json::to_vec(&Control::Fenced { current }).unwrap_or_default();
+    let subject = control_subject(&p.args.env.session_id, &p.task_id);
+    if let Err(e) = p.nats.client.publish(subject, body.into()).await {
+        tracing::debug!(error = %e, "fence notice not sent");
+    }
+}
+
+/// Records a fencing decision in the log (an `error` event).
+fn record(p: &ProxyArgs, message: String) {
+    tracing::warn!("{message}");
+    if let Err(e) = p
+        .args
+        .env
+        .log
+        .sender()
+        .emit(&ThreadEvent::Error(ErrorEvent { message }))
+    {
+        tracing::warn!(error = %e, "fence record refused");
+    }
+}
+
+/// The agent's events in the coordinator's log (its tree's bookkeeping
+/// left out): what a new incarnation resumes from.
+fn journal(p: &ProxyArgs) -> Vec<Value> {
+    let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
+        return Vec::new();
+    };
+    reader
+        .filter_map(Result::ok)
+        .filter_map(|(_, ev)| serde_json::to_value(&ev.event).ok())
+        .filter(|v| belongs_to(v, &p.args.agent_id) && !is_tree_event(v))
+        .collect()
+}
+
+/// `agent.*` events: each tree records its own.
+pub(crate) fn is_tree_event(v: &Value) -> bool {
+    v.get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| t.starts_with("agent."))
+}

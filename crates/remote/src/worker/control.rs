@@ -1,0 +1,68 @@
+//! What the coordinator says to one running incarnation: fenced, cancel,
+//! steer (its control subject).
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+
+use super::Ctx;
+use crate::error::RemoteError;
+use crate::task::Owned;
+use crate::wire::{Control, TaskMessage, control_subject};
+
+/// Why a running incarnation stopped before its end.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stop {
+    /// A newer incarnation holds the task.
+    Fenced(u64),
+    /// Its coordinator cancelled it.
+    Cancelled,
+}
+
+/// A steering request: the agent, the text, where the answer goes.
+pub(super) type SteerRequest = (String, String, Option<async_nats::Subject>);
+
+/// What the coordinator says to one running incarnation.
+pub(super) struct Controls {
+    pub(super) stop: watch::Receiver<Option<Stop>>,
+    pub(super) steer: mpsc::UnboundedReceiver<SteerRequest>,
+    /// The listener (stopped with these controls).
+    _listener: Owned<()>,
+}
+
+/// Listens on `task`'s control subject for incarnation `incarnation`.
+pub(super) async fn controls(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    incarnation: u64,
+) -> Result<Controls, RemoteError> {
+    let mut sub = ctx
+        .nats
+        .client
+        .subscribe(control_subject(&task.session_id, &task.task_id))
+        .await
+        .map_err(RemoteError::nats)?;
+    let (stop_tx, stop) = watch::channel(None);
+    let (steer_tx, steer) = mpsc::unbounded_channel();
+    let listener = Owned::spawn(async move {
+        while let Some(m) = sub.next().await {
+            match serde_json::from_slice::<Control>(&m.payload) {
+                Ok(Control::Fenced { current }) if current > incarnation => {
+                    let _ = stop_tx.send(Some(Stop::Fenced(current)));
+                }
+                Ok(Control::Cancel) => {
+                    let _ = stop_tx.send(Some(Stop::Cancelled));
+                }
+                Ok(Control::Steer { agent_id, text }) => {
+                    let _ = steer_tx.send((agent_id, text, m.reply));
+                }
+                Ok(Control::Fenced { .. }) => {}
+                Err(e) => tracing::debug!(error = %e, "bad control message"),
+            }
+        }
+    });
+    Ok(Controls {
+        stop,
+        steer,
+        _listener: listener,
+    })
+}

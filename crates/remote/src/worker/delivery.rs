@@ -1,0 +1,204 @@
+//! One delivery: its claim's answer acted on, the granted incarnation run
+//! in a directory of its own (base and checkpoint bundles, the agent, the
+//! result bundle), its handoff sent, and the delivery acked once the
+//! coordinator committed it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use serde_json::Value;
+use tokio::sync::watch;
+use troupe_actors::handoff::handoff_id;
+
+use super::Ctx;
+use super::claim::claim;
+use super::control::{Controls, Stop, controls};
+use super::heartbeat::heartbeat;
+use super::run::{Ran, Run, run_agent};
+use crate::error::RemoteError;
+use crate::git;
+use crate::wire::{
+    ClaimReply, TaskMessage, WorkerMessage, alive_subject, done_key, events_subject,
+};
+
+pub(super) async fn run_delivery(
+    ctx: &Ctx,
+    msg: Arc<jetstream::Message>,
+) -> Result<(), RemoteError> {
+    let delivered = u64::try_from(msg.info().map_err(RemoteError::nats)?.delivered).unwrap_or(0);
+    let task: TaskMessage =
+        serde_json::from_slice(&msg.payload).map_err(|e| RemoteError::BadMessage {
+            subject: msg.subject.to_string(),
+            why: e.to_string(),
+        })?;
+    let hb = heartbeat(ctx, Arc::clone(&msg), None);
+    let (incarnation, journal, checkpoint) = match claim(ctx, &task, delivered).await {
+        Some(ClaimReply::Granted {
+            incarnation,
+            journal,
+            checkpoint,
+        }) => (incarnation, journal, checkpoint),
+        Some(ClaimReply::Busy { current }) => {
+            drop(hb);
+            tracing::info!(task = %task.task_id, delivered, current, "held by a live incarnation; giving the delivery back");
+            let _ = msg.ack_with(AckKind::Nak(Some(ctx.nats.ack_wait))).await;
+            return Ok(());
+        }
+        Some(ClaimReply::Fenced { current, done }) => {
+            drop(hb);
+            tracing::info!(task = %task.task_id, delivered, current, done, "fenced; dropping the delivery");
+            if done {
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            return Ok(());
+        }
+        None => {
+            return Err(RemoteError::Coordinator(
+                "the coordinator did not answer the claim".into(),
+            ));
+        }
+    };
+    drop(hb);
+    let alive = alive_subject(&task.session_id, &task.task_id);
+    let _hb = heartbeat(ctx, Arc::clone(&msg), Some((alive, incarnation)));
+    let mut controls = controls(ctx, &task, incarnation).await?;
+    tracing::info!(task = %task.task_id, agent = %task.agent_id, incarnation, "running");
+    let dir = ctx
+        .cfg
+        .workdir
+        .join(format!("{}-{incarnation}", task.task_id));
+    let ran = run_incarnation(
+        ctx,
+        &task,
+        incarnation,
+        &journal,
+        checkpoint,
+        &dir,
+        &mut controls,
+    )
+    .await;
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    match ran? {
+        None => {
+            tracing::info!(task = %task.task_id, incarnation, "handoff committed; acked");
+            msg.double_ack().await.map_err(RemoteError::nats)
+        }
+        Some(Stop::Fenced(current)) => {
+            tracing::info!(task = %task.task_id, incarnation, current, "fenced off by a newer incarnation; stopped");
+            Ok(())
+        }
+        Some(Stop::Cancelled) => {
+            tracing::info!(task = %task.task_id, incarnation, "cancelled by the coordinator; stopped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            Ok(())
+        }
+    }
+}
+
+/// Runs one granted incarnation in `dir` to its committed handoff
+/// (`None`), or until the coordinator stops it.
+async fn run_incarnation(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    incarnation: u64,
+    journal: &[Value],
+    checkpoint: Option<String>,
+    dir: &Path,
+    controls: &mut Controls,
+) -> Result<Option<Stop>, RemoteError> {
+    let _ = tokio::fs::remove_dir_all(dir).await;
+    let home = dir.join("home");
+    let repo = dir.join("repo");
+    tokio::fs::create_dir_all(&home)
+        .await
+        .map_err(|e| RemoteError::io(format!("create {}", home.display()), e))?;
+    let repos = ctx.nats.repos().await?;
+    let base = git::get_bundle(&repos, &task.base_bundle, dir).await?;
+    git::clone_at(&base, &repo, &task.base_commit).await?;
+    if let Some(cp) = &checkpoint {
+        let file = git::get_bundle(&repos, cp, dir).await?;
+        git::apply_tree(&file, &repo).await?;
+    }
+    let run = Run {
+        ctx,
+        task,
+        incarnation,
+        home: &home,
+        repo: &repo,
+    };
+    let (completed, handoff) = match run_agent(&run, journal, controls).await? {
+        Ran::Done(f) => *f,
+        Ran::Stopped(stop) => return Ok(Some(stop)),
+    };
+    let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
+    git::commit_all(&repo, &format!("{}: result", task.agent_id)).await?;
+    git::put_bundle(&repos, &repo, "HEAD", Some(&task.base_commit), &result, dir).await?;
+    let message = WorkerMessage::Finished {
+        incarnation,
+        handoff_id: handoff_id(&task.agent_id, completed.num_turns),
+        completed: Box::new(completed),
+        handoff: Box::new(handoff),
+        result_bundle: Some(result),
+    };
+    if let Some(stop) = *controls.stop.borrow() {
+        return Ok(Some(stop));
+    }
+    // Logged before it is sent: from here on the coordinator may hold the
+    // handoff, so a kill need not be followed by a redelivery.
+    tracing::info!(task = %task.task_id, incarnation, "finished; sending the handoff");
+    publish(ctx, task, incarnation, "finished", &message).await?;
+    wait_committed(ctx, task, &mut controls.stop).await
+}
+
+pub(super) async fn publish(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    incarnation: u64,
+    id: &str,
+    message: &WorkerMessage,
+) -> Result<(), RemoteError> {
+    let body = serde_json::to_vec(message).map_err(RemoteError::encode("a worker message"))?;
+    ctx.nats
+        .publish(
+            events_subject(&task.session_id, &task.task_id),
+            body.into(),
+            Some(&format!("{}-{incarnation}-{id}", task.task_id)),
+        )
+        .await
+}
+
+/// How long a finished task waits for its coordinator to commit the
+/// handoff before it gives the delivery back (a coordinator that is gone).
+const COMMIT_WAIT: Duration = Duration::from_secs(600);
+
+/// Waits until the coordinator marks the handoff committed (`None`), or
+/// stops this incarnation.
+async fn wait_committed(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    stop: &mut watch::Receiver<Option<Stop>>,
+) -> Result<Option<Stop>, RemoteError> {
+    let key = done_key(&task.session_id, &task.task_id);
+    let deadline = tokio::time::Instant::now() + COMMIT_WAIT;
+    loop {
+        if tokio::time::Instant::now() > deadline {
+            return Err(RemoteError::Coordinator(format!(
+                "the coordinator of session {} did not commit the handoff of task {} within {} s",
+                task.session_id,
+                task.task_id,
+                COMMIT_WAIT.as_secs()
+            )));
+        }
+        match ctx.nats.is_done(&key).await {
+            Ok(true) => return Ok(None),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "committed check failed; retrying"),
+        }
+        if let Some(s) = *stop.borrow() {
+            return Ok(Some(s));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+    }
+}

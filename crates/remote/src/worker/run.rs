@@ -1,0 +1,187 @@
+//! Running one incarnation's agent: a session of its own (the journal
+//! replayed into its log first), the agent started under that session's
+//! supervisor, steering passed on, stopped when the coordinator says so.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use troupe_actors::SteerError;
+use troupe_actors::agent::{AgentArgs, AgentShared};
+use troupe_actors::subagent::agent_child_spec;
+use troupe_protocol::ThreadEvent;
+use troupe_runtime::state::{BudgetNode, CostBudget};
+
+use super::control::{Controls, Stop};
+use super::forward::{Forward, Positions, forward};
+use super::{Ctx, SessionRequest};
+use crate::error::RemoteError;
+use crate::task::Owned;
+use crate::wire::{SteerReply, TaskMessage};
+
+pub(super) type Finished = (
+    troupe_protocol::ThreadCompletedEvent,
+    troupe_protocol::HandoffRequest,
+);
+
+/// How an incarnation's agent ended.
+pub(super) enum Ran {
+    Done(Box<Finished>),
+    Stopped(Stop),
+}
+
+/// One incarnation's run: what it runs and where.
+pub(super) struct Run<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) task: &'a TaskMessage,
+    pub(super) incarnation: u64,
+    pub(super) home: &'a Path,
+    pub(super) repo: &'a Path,
+}
+
+/// Runs the agent in a session of its own to its end, its events
+/// forwarded (those of the journal it resumes from excepted), steering
+/// passed on, stopped when the coordinator says so.
+pub(super) async fn run_agent(
+    run: &Run<'_>,
+    journal: &[Value],
+    controls: &mut Controls,
+) -> Result<Ran, RemoteError> {
+    let Run {
+        ctx,
+        task,
+        incarnation,
+        home,
+        repo,
+    } = *run;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let session = (ctx.factory)(SessionRequest {
+        home: home.to_path_buf(),
+        session_id: task.session_id.clone(),
+        exporter: Box::new(Forward { tx }),
+    })
+    .await
+    .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
+    // The journal goes into this session's log first (the agent resumes
+    // from it); what the log took of it is not forwarded again.
+    let mut replayed = 0;
+    for v in journal {
+        match serde_json::from_value::<ThreadEvent>(v.clone()) {
+            Ok(ev) => match session.log().sender().emit(&ev) {
+                Ok(_) => replayed += 1,
+                Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
+            },
+            Err(e) => tracing::warn!(error = %e, "a journal event does not parse"),
+        }
+    }
+    let mut forwarder = Owned::spawn(forward(
+        ctx.clone(),
+        task.clone(),
+        incarnation,
+        rx,
+        Positions {
+            skip: replayed,
+            first: journal.len() as u64,
+        },
+        repo.to_path_buf(),
+        controls.stop.clone(),
+    ));
+    let env = Arc::clone(session.env());
+    let (done_tx, mut done_rx) = oneshot::channel();
+    let mut spec = task.spec.clone();
+    spec.plan_mode = task.plan_mode;
+    spec.handoff.clone_from(&task.handoff);
+    let budget = BudgetNode::root_named(task.agent_id.clone(), CostBudget::unlimited());
+    let shared = AgentShared::for_agent(&env, &task.agent_id, done_tx, !journal.is_empty(), budget);
+    let args = AgentArgs::child(
+        env,
+        task.agent_id.clone(),
+        task.parent_id.clone(),
+        task.depth.max(1),
+        spec,
+        shared,
+        repo,
+    )
+    // The worker's own session span: traces do not cross the queue.
+    .under_span(session.span().clone());
+    session
+        .tree()
+        .start_child(agent_child_spec(args))
+        .await
+        .map_err(|e| RemoteError::Session(format!("start the agent: {e}")))?;
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            o = &mut done_rx => break Ok(o),
+            _ = controls.stop.changed() => {
+                if let Some(stop) = *controls.stop.borrow() {
+                    break Err(Halt::Stop(stop));
+                }
+            }
+            // The forwarder ends early only when it failed: nothing the
+            // agent does from here on would reach the coordinator, so it
+            // is stopped now rather than left running effects no journal
+            // holds; the delivery is given back.
+            r = &mut forwarder => break Err(Halt::Forwarder(r)),
+            Some((agent_id, text, reply)) = controls.steer.recv() => {
+                let answer = match session.steer(&agent_id, &text).await {
+                    Ok(intent_id) => {
+                        tracing::info!(agent = %agent_id, intent = %intent_id, "steering queued");
+                        SteerReply::Queued { intent_id }
+                    }
+                    Err(SteerError::Unknown(_) | SteerError::Ended(_)) => SteerReply::Unknown,
+                    Err(SteerError::NotRunning(_)) => SteerReply::NotRunning,
+                    Err(e) => SteerReply::Refused { reason: e.to_string() },
+                };
+                if let (Some(reply), Ok(body)) = (reply, serde_json::to_vec(&answer)) {
+                    let _ = ctx.nats.client.publish(reply, body.into()).await;
+                }
+            }
+        }
+    };
+    let _ = session.close().await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(Halt::Stop(stop)) => {
+            let _ = forwarder.await;
+            return Ok(Ran::Stopped(stop));
+        }
+        Err(Halt::Forwarder(r)) => {
+            let e = match r {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => RemoteError::Task {
+                    what: "event forwarder",
+                    why: "ended early".into(),
+                },
+                Err(e) => RemoteError::Task {
+                    what: "event forwarder",
+                    why: format!("failed: {e}"),
+                },
+            };
+            tracing::warn!(task = %task.task_id, error = %e, "forwarding failed; the agent is stopped");
+            return Err(e);
+        }
+    };
+    let forwarded = forwarder.await;
+    match forwarded {
+        Ok(r) => r?,
+        Err(e) => {
+            return Err(RemoteError::Task {
+                what: "event forwarder",
+                why: format!("failed: {e}"),
+            });
+        }
+    }
+    let outcome =
+        outcome.map_err(|_| RemoteError::Session("the agent stopped without an outcome".into()))?;
+    Ok(Ran::Done(Box::new((outcome.completed, outcome.handoff))))
+}
+
+/// Why an incarnation's agent was stopped before it ended.
+enum Halt {
+    /// The coordinator said so.
+    Stop(Stop),
+    /// The forwarder ended (failed) while the agent ran.
+    Forwarder(Result<Result<(), RemoteError>, tokio::task::JoinError>),
+}
