@@ -8,7 +8,7 @@
 //!   [`Builtins`] and [`Verification`].
 //! - [`args`]: [`AgentArgs`] ([`AgentArgs::root`], [`AgentArgs::child`]),
 //!   [`AgentShared`] (the state its incarnations share) and [`ParentLink`].
-//! - [`msg`]: [`AgentMsg`].
+//! - [`msg`]: [`AgentMsg`], what the actor is sent.
 //! - [`build`]: one incarnation's loop (tools, model, orientation, sink,
 //!   budget guard); the tree's own tools come from a [`Toolkit`] given by
 //!   whoever spawns the actor (`crate::subagent::agent_child_spec`).
