@@ -572,8 +572,8 @@ impl Launch {
         if self.fresh_plan {
             b = b.fresh_plan_context();
         }
-        // Testing only: a tool that panics on demand (offline, with
-        // TROUPE_TEST_PANIC_FILE set).
+        // Testing only: a tool that panics on demand (test-hooks builds,
+        // offline, with TROUPE_TEST_PANIC_FILE set).
         if let Some(tool) = crate::test_tools::from_env(offline) {
             b = b.tool(tool);
         }

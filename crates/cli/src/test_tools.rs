@@ -1,9 +1,12 @@
 //! TESTING ONLY: a tool that crashes, for the crash-and-restart scenarios
 //! of tests/e2e (docs/multi-agent.md, "Testing crashes").
 //!
-//! `test_panic` is registered only when both hold: the run is offline
-//! (`--script`: the scripted model server, so no real model can call it)
-//! and `TROUPE_TEST_PANIC_FILE` names a file. Each call appends a line to
+//! `test_panic` is registered only when all hold: the binary was built
+//! with the `test-hooks` feature ([`troupe_runtime::TEST_HOOKS`]: test
+//! builds have it, `cargo build` and release builds do not, so a shipped
+//! binary ignores the variables; `scripts/check-release-hooks` checks it),
+//! the run is offline (`--script`: the scripted model server, so no real
+//! model can call it) and `TROUPE_TEST_PANIC_FILE` names a file. Each call appends a line to
 //! that file, then panics while the file has at most
 //! `TROUPE_TEST_PANICS` lines (default 2): the first calls crash the agent,
 //! the next one succeeds. The file counts the calls that ran, across
@@ -23,7 +26,7 @@ pub const PANICS_VAR: &str = "TROUPE_TEST_PANICS";
 
 /// The crashing tool, when this run may have it.
 pub fn from_env(offline: bool) -> Option<PanicTool> {
-    if !offline {
+    if !troupe_runtime::TEST_HOOKS || !offline {
         return None;
     }
     let file = PathBuf::from(std::env::var_os(PANIC_FILE_VAR)?);

@@ -47,3 +47,9 @@ pub mod verifier;
 pub use troupe_provider as provider;
 pub use troupe_store as store;
 pub use troupe_store::fsutil;
+
+/// Whether this build has the test-only hooks (the `test-hooks` feature:
+/// the store's fault injection, the CLI's crash tool). Tests enable it
+/// through their dev-dependencies; `cargo build` and release builds do not,
+/// so a shipped binary ignores the hooks' environment variables.
+pub const TEST_HOOKS: bool = cfg!(feature = "test-hooks");

@@ -45,9 +45,11 @@ pub use error::{EmitError, StoreError};
 pub use export::{ExportFormat, Exporter, JsonlFileExporter, WriterExporter};
 pub use lock::SessionLock;
 pub use log::{
-    DERIVED_DIR, EVENTS_FILE, EventSender, Fault, FaultHook, LogStats, MANIFEST_FILE, PID_FILE,
-    Progress, SETTINGS_FILE, SessionLog, WriterHandle,
+    DERIVED_DIR, EVENTS_FILE, EventSender, LogStats, MANIFEST_FILE, PID_FILE, Progress,
+    SETTINGS_FILE, SessionLog, WriterHandle,
 };
+#[cfg(feature = "test-hooks")]
+pub use log::{Fault, FaultHook};
 pub use manifest::{Manifest, SessionStatus};
 pub use reader::{AgentRow, BadLine, EventReader, Transcript, TranscriptEntry, agent_tree};
 pub use recovery::RecoveryReport;

@@ -63,6 +63,8 @@ pub struct LogStats {
 }
 
 /// A test seam: what the writer does to batch `n` instead of writing it.
+/// Only with the `test-hooks` feature (tests enable it; builds do not).
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -75,7 +77,8 @@ pub enum Fault {
 }
 
 /// A test seam deciding faults per batch number (0-based, counted across
-/// writer restarts).
+/// writer restarts). Only with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub type FaultHook = Arc<dyn Fn(u64) -> Option<Fault> + Send + Sync>;
 
@@ -92,6 +95,7 @@ pub(crate) struct LogInner {
     exporters: Mutex<Vec<Box<dyn Exporter>>>,
     stats: Mutex<LogStats>,
     record_batch_sizes: bool,
+    #[cfg(feature = "test-hooks")]
     fault: Mutex<Option<FaultHook>>,
     writer_running: Mutex<bool>,
     /// This process's claim on the session, held while any handle lives.
@@ -293,6 +297,7 @@ impl SessionLog {
                 exporters: Mutex::new(Vec::new()),
                 stats: Mutex::new(LogStats::default()),
                 record_batch_sizes: false,
+                #[cfg(feature = "test-hooks")]
                 fault: Mutex::new(None),
                 writer_running: Mutex::new(false),
                 _lock: lock,
@@ -308,7 +313,8 @@ impl SessionLog {
         self
     }
 
-    /// Installs a fault hook (tests only).
+    /// Installs a fault hook (tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn set_fault_hook(&self, hook: Option<FaultHook>) {
         *self.inner.fault.lock() = hook;
@@ -537,9 +543,12 @@ fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
         for r in batch.iter() {
             buf.extend_from_slice(&r.line);
         }
-        let batch_no = inner.stats.lock().batches;
-        let fault = inner.fault.lock().as_ref().and_then(|h| h(batch_no));
-        apply_fault(fault, &mut file, &buf).map_err(io_err("write", path))?;
+        #[cfg(feature = "test-hooks")]
+        {
+            let batch_no = inner.stats.lock().batches;
+            let fault = inner.fault.lock().as_ref().and_then(|h| h(batch_no));
+            apply_fault(fault, &mut file, &buf).map_err(io_err("write", path))?;
+        }
         let syncs = write_batch(&mut file, &batch, &buf, inner.gate.config.fsync)
             .map_err(io_err("write", path))?;
         *inner.committed_len.lock() += buf.len() as u64;
@@ -591,6 +600,7 @@ fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
     Ok(())
 }
 
+#[cfg(feature = "test-hooks")]
 fn apply_fault(fault: Option<Fault>, file: &mut File, buf: &[u8]) -> std::io::Result<()> {
     match fault {
         None => Ok(()),

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
+mod full_disk;
 mod hooks;
 mod long_run;
 mod recovery;

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Barrier};
 
-use troupe_runtime::store::{LogConfig, PID_FILE, SessionLock, SessionStore, StoreError};
+use troupe_store::{LogConfig, PID_FILE, SessionLock, SessionStore, StoreError};
 
 use super::ROOT;
 

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use troupe_runtime::provider::{
+use troupe_provider::{
     Message, ModelClient, ModelRequest, ModelResponse, ProviderClient, ProviderConfig,
     ReasoningEffort, RetryPolicy, ToolDefinition,
 };

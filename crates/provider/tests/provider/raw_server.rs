@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use troupe_runtime::provider::{
+use troupe_provider::{
     ModelEvent, ProviderClient, ProviderConfig, ProviderError, RetryPolicy, Timeouts,
 };
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use troupe_runtime::store::{FsyncPolicy, LogConfig};
+use troupe_store::{FsyncPolicy, LogConfig};
 
 use super::*;
 

@@ -3,7 +3,7 @@
 //! (incomplete, failed, error events, cut streams).
 
 use serde_json::{Value, json};
-use troupe_runtime::provider::{
+use troupe_provider::{
     FinishReason, Message, ModelRequest, ModelResponse, ProviderClient, ProviderConfig,
     ProviderError, ReasoningBlock, ReasoningEffort, ToolCall, ToolDefinition, responses,
 };

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
-use troupe_runtime::store::{FsyncPolicy, LogConfig};
+use troupe_store::{FsyncPolicy, LogConfig};
 
 use super::*;
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use troupe_protocol::CompletionSubtype;
-use troupe_runtime::store::{EmitError, FsyncPolicy, LogConfig, SessionStatus};
+use troupe_store::{EmitError, FsyncPolicy, LogConfig, SessionStatus};
 
 use super::*;
 

@@ -9,6 +9,7 @@ mod group_commit;
 mod lock;
 mod recovery;
 mod retention;
+mod tmpfs;
 mod writer;
 
 use std::path::Path;
@@ -18,7 +19,7 @@ use troupe_protocol::{
     CompletionSubtype, ItemDetails, ItemEvent, TextItem, ThreadCompletedEvent, ThreadEvent,
     ThreadItem, ThreadStartedEvent, TurnStartedEvent, Usage, VersionedThreadEvent,
 };
-use troupe_runtime::store::{EventReader, LogConfig, SessionLog, SessionStore};
+use troupe_store::{EventReader, LogConfig, SessionLog, SessionStore};
 
 pub const ROOT: &str = "thread-root";
 

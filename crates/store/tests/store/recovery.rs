@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use troupe_protocol::CompletionSubtype;
-use troupe_runtime::store::{LogConfig, SessionStatus, Transcript, TranscriptEntry};
+use troupe_store::{LogConfig, SessionStatus, Transcript, TranscriptEntry};
 
 use super::*;
 

@@ -1,8 +1,6 @@
 //! Streams no recording shows but a client must survive: synthesized.
 
-use troupe_runtime::provider::{
-    FinishReason, ModelEvent, ModelResponse, OpenAiDecoder, ProviderError,
-};
+use troupe_provider::{FinishReason, ModelEvent, ModelResponse, OpenAiDecoder, ProviderError};
 
 use crate::common::{check_grammar, decode, decode_chunks};
 

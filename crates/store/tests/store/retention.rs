@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use troupe_protocol::CompletionSubtype;
-use troupe_runtime::store::{LogConfig, Manifest, RetentionPolicy, SessionStore};
+use troupe_store::{LogConfig, Manifest, RetentionPolicy, SessionStore};
 
 use super::*;
 
@@ -249,7 +249,7 @@ fn a_creation_that_died_is_cleaned_once_nobody_holds_it() {
     session(&store, "s-live", false, 0);
     let live = store.root().join(".creating-s-live-4243");
     std::fs::rename(store.root().join("s-live"), &live).unwrap();
-    let _held = troupe_runtime::store::SessionLock::acquire(&live).unwrap();
+    let _held = troupe_store::SessionLock::acquire(&live).unwrap();
     // And a dot-directory troupe did not make.
     std::fs::create_dir_all(store.root().join(".creating-mine")).unwrap();
 

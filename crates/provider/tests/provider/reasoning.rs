@@ -3,7 +3,7 @@
 //! back in each format.
 
 use serde_json::{Value, json};
-use troupe_runtime::provider::{
+use troupe_provider::{
     MaxTokensField, Message, ModelEvent, ModelRequest, ModelResponse, ReasoningBlock,
     ReasoningEffort, ToolCall, anthropic, gemini, openai,
 };

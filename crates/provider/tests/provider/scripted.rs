@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
-use troupe_runtime::provider::{
+use troupe_provider::{
     FinishReason, Message, ModelClient, ModelEvent, ModelRequest, ModelResponse, ProviderClient,
     ProviderConfig, ProviderError, ProviderKind, RetryPolicy, Timeouts, ToolCall, ToolDefinition,
 };

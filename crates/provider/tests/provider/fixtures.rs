@@ -1,12 +1,12 @@
 //! Every recorded stream in tests/fixtures/providers parses, and what is extracted
-//! matches `tests/fixtures_expected.json`, a snapshot of
+//! matches `crates/runtime/tests/fixtures_expected.json`, a snapshot of
 //! `python3 expected.py --json .` run in tests/fixtures/providers (regenerate,
 //! from the repository root, with `cd tests/fixtures/providers &&
 //! python3 expected.py --json . > ../../../crates/runtime/tests/fixtures_expected.json`).
 
 use serde_json::Value;
 use troupe_protocol::Usage;
-use troupe_runtime::provider::{FinishReason, ModelEvent, ModelResponse, ProviderError};
+use troupe_provider::{FinishReason, ModelEvent, ModelResponse, ProviderError};
 
 use crate::common::{check_grammar, decode, decode_chunks, decoder_for, expected, fixtures_dir};
 

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use troupe_runtime::provider::{ProviderClient, ProviderConfig, ProviderError};
+use troupe_provider::{ProviderClient, ProviderConfig, ProviderError};
 use troupe_testkit::{Reply, Script, ScriptedServer};
 
 use crate::scripted::{KINDS, call, config, request};

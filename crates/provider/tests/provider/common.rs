@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use troupe_runtime::provider::{
+use troupe_provider::{
     AnthropicDecoder, GeminiDecoder, ModelEvent, OpenAiDecoder, ProviderError, ResponsesDecoder,
     StreamDecoder, StreamParser,
 };
@@ -12,9 +12,12 @@ pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/providers")
 }
 
-/// The checked-in snapshot of `expected.py --json`.
+/// The checked-in snapshot of `expected.py --json`
+/// (`crates/runtime/tests/fixtures_expected.json`, where tests/e2e's
+/// first_hour checks it too).
 pub fn expected() -> serde_json::Map<String, serde_json::Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures_expected.json");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/fixtures_expected.json");
     let text = std::fs::read_to_string(&path).expect("fixtures_expected.json");
     serde_json::from_str(&text).expect("valid snapshot")
 }

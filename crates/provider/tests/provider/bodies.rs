@@ -1,7 +1,7 @@
 //! The JSON bodies the three clients send.
 
 use serde_json::json;
-use troupe_runtime::provider::{
+use troupe_provider::{
     MaxTokensField, Message, ModelRequest, ProviderConfig, ToolCall, anthropic, gemini, openai,
 };
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use troupe_protocol::CompletionSubtype;
-use troupe_runtime::store::{
+use troupe_store::{
     ExportFormat, Fault, FsyncPolicy, JsonlFileExporter, LogConfig, Manifest, SessionStatus,
     WriterExporter,
 };

@@ -1,0 +1,52 @@
+//! A session directory that cannot be written, on real filesystems: an
+//! immutable directory (`chattr +i`; root bypasses permission bits) and a
+//! read-only 64 KiB tmpfs (mounted when this process may mount, as root in
+//! CI; skipped with the reason otherwise). The history archive's full-disk
+//! test is troupe-runtime's (`crates/runtime/tests/context/full_disk.rs`).
+
+use std::process::Command;
+
+use troupe_store::{SessionLock, StoreError};
+
+use super::tmpfs::{Tmpfs, chattr};
+
+#[test]
+fn an_immutable_session_directory_is_reported_as_not_writable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("session");
+    std::fs::create_dir(&dir).unwrap();
+    if !chattr(&dir, "+i") {
+        return;
+    }
+    let got = SessionLock::acquire(&dir);
+    chattr(&dir, "-i");
+    let err = got.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::NotWritable { dir: d, .. } if *d == dir),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("is not writable") && text.contains("chattr -i"),
+        "{text}"
+    );
+    assert!(!text.contains("being written"), "{text}");
+}
+
+#[test]
+fn a_session_directory_on_a_read_only_mount_is_reported_as_not_writable() {
+    let Some(fs) = Tmpfs::mount("64k") else {
+        return;
+    };
+    let dir = fs.path().join("session");
+    std::fs::create_dir(&dir).unwrap();
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(fs.path())
+        .status()
+        .unwrap();
+    assert!(remount.success(), "remount read-only");
+    let err = SessionLock::acquire(&dir).unwrap_err();
+    assert!(matches!(&err, StoreError::NotWritable { .. }), "{err:?}");
+    assert!(err.to_string().contains("read-only mount"), "{err}");
+}
