@@ -314,8 +314,6 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
         agent_id: a.agent_id.clone(),
         parent_id: a.parent_id.clone().unwrap_or_default(),
         depth: a.depth,
-        plan_mode: a.spec.plan_mode,
-        handoff: a.spec.handoff.clone(),
         spec: a.spec.clone(),
         base_commit: base,
         base_bundle: name,
@@ -571,7 +569,7 @@ impl Machine {
             WorkerMessage::Event {
                 position, event, ..
             } => {
-                self.event(p, position, event)?;
+                self.event(p, position, *event)?;
                 Ok(false)
             }
             WorkerMessage::Checkpoint { object, .. } => {
@@ -602,7 +600,7 @@ impl Machine {
     }
 
     /// Writes the event at `position` unless the log holds it already.
-    fn event(&mut self, p: &ProxyArgs, position: u64, event: Value) -> Result<(), RemoteError> {
+    fn event(&mut self, p: &ProxyArgs, position: u64, ev: ThreadEvent) -> Result<(), RemoteError> {
         if position < self.next {
             tracing::debug!(agent = %p.args.agent_id, position, "event already in the log");
             return Ok(());
@@ -616,11 +614,6 @@ impl Machine {
                 ),
             });
         }
-        let ev: ThreadEvent =
-            serde_json::from_value(event).map_err(|e| RemoteError::BadMessage {
-                subject: "event".into(),
-                why: e.to_string(),
-            })?;
         // Its thread completed: no longer steerable (404), from before any
         // reader of the log sees that; its handoff follows.
         if completes(&troupe_actors::agent::thread_id(&p.args), &ev) {
@@ -741,14 +734,17 @@ fn record(p: &ProxyArgs, message: String) {
 
 /// The agent's events in the coordinator's log (its tree's bookkeeping
 /// left out): what a new incarnation resumes from.
-fn journal(p: &ProxyArgs) -> Vec<Value> {
+fn journal(p: &ProxyArgs) -> Vec<ThreadEvent> {
     let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
         return Vec::new();
     };
     reader
         .filter_map(Result::ok)
-        .filter_map(|(_, ev)| serde_json::to_value(&ev.event).ok())
-        .filter(|v| belongs_to(v, &p.args.agent_id) && !is_tree_event(v))
+        .map(|(_, ev)| ev.event)
+        .filter(|ev| {
+            serde_json::to_value(ev)
+                .is_ok_and(|v| belongs_to(&v, &p.args.agent_id) && !is_tree_event(&v))
+        })
         .collect()
 }
 

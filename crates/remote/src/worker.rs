@@ -306,7 +306,7 @@ async fn run_incarnation(
     ctx: &Ctx,
     task: &TaskMessage,
     incarnation: u64,
-    journal: &[Value],
+    journal: &[ThreadEvent],
     checkpoint: Option<String>,
     dir: &Path,
     controls: &mut Controls,
@@ -431,7 +431,7 @@ struct Run<'a> {
 /// passed on, stopped when the coordinator says so.
 async fn run_agent(
     run: &Run<'_>,
-    journal: &[Value],
+    journal: &[ThreadEvent],
     controls: &mut Controls,
 ) -> Result<Ran, RemoteError> {
     let Run {
@@ -452,13 +452,10 @@ async fn run_agent(
     // The journal goes into this session's log first (the agent resumes
     // from it); what the log took of it is not forwarded again.
     let mut replayed = 0;
-    for v in journal {
-        match serde_json::from_value::<ThreadEvent>(v.clone()) {
-            Ok(ev) => match session.log().sender().emit(&ev) {
-                Ok(_) => replayed += 1,
-                Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
-            },
-            Err(e) => tracing::warn!(error = %e, "a journal event does not parse"),
+    for ev in journal {
+        match session.log().sender().emit(ev) {
+            Ok(_) => replayed += 1,
+            Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
         }
     }
     let mut forwarder = tokio::spawn(forward(
@@ -475,9 +472,7 @@ async fn run_agent(
     ));
     let env = Arc::clone(session.env());
     let (done_tx, mut done_rx) = oneshot::channel();
-    let mut spec = task.spec.clone();
-    spec.plan_mode = task.plan_mode;
-    spec.handoff.clone_from(&task.handoff);
+    let spec = task.spec.clone();
     let shared = AgentShared::new(
         done_tx,
         !journal.is_empty(),
@@ -632,9 +627,13 @@ async fn forward(
             skip -= 1;
             continue;
         }
+        // The worker's own log wrote it: one of this release's events.
+        let Ok(event) = serde_json::from_value::<ThreadEvent>(event) else {
+            continue;
+        };
         position += 1;
         let position = position - 1;
-        let completed_item = event.get("type").and_then(Value::as_str) == Some("item.completed");
+        let completed_item = matches!(event, ThreadEvent::ItemCompleted(_));
         if completed_item
             && !git::git(&repo, &["status", "--porcelain"])
                 .await?
@@ -663,7 +662,7 @@ async fn forward(
         let message = WorkerMessage::Event {
             incarnation,
             position,
-            event,
+            event: Box::new(event),
         };
         publish(&ctx, &task, incarnation, &format!("e{position}"), &message).await?;
     }
