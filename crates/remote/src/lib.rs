@@ -4,7 +4,8 @@
 //! - [`RemotePlacement`]: the coordinator's [`troupe_actors::placement::RemoteSpawner`]:
 //!   each remote child is a proxy actor under its parent's supervisor.
 //! - [`run_worker`]: `troupe worker`'s loop.
-//! - [`wire`]: the task, claim and worker messages, subjects and buckets.
+//! - [`wire`]: subjects, streams and buckets, and the task, claim and
+//!   worker messages (wire types of troupe-protocol, re-exported).
 //! - [`RemoteError`]: unreachable server, JetStream disabled, a stream
 //!   missing or misconfigured, auth, each naming its fix.
 
