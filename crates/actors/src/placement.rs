@@ -5,26 +5,13 @@
 //! supervisor), so its parent's restart policy applies to it unchanged.
 
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
 use crate::agent::args::AgentArgs;
 use crate::agent::spec::{AgentOutcome, Isolation};
 use crate::supervisor::ChildSpec;
 
-/// A subagent spec's `placement`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Placement {
-    /// In this process, always.
-    Local,
-    /// On a worker (through the session's [`RemoteSpawner`]); refused when
-    /// the session has none.
-    Remote,
-    /// Wherever the session's default puts it: on a worker when the
-    /// session has a [`RemoteSpawner`], else here.
-    #[default]
-    Any,
-}
+/// A subagent spec's `placement`: a wire type, defined in troupe-protocol.
+pub use troupe_protocol::Placement;
 
 /// Runs subagents elsewhere: makes the child spec of a proxy actor that
 /// stands for the remote agent in the local tree.

@@ -131,6 +131,20 @@ impl Tool for HandoffTool {
     }
 }
 
+/// A model's `spawn_subagent` arguments as a spec. The fields only troupe
+/// sets ([`AgentSpec::TROUPE_ONLY_FIELDS`]: plan mode, the previous
+/// handoff) are dropped before parsing, whatever their value, as unknown
+/// fields are: a model never sets them.
+fn model_spec(args: &Value) -> Result<AgentSpec, serde_json::Error> {
+    let mut args = args.clone();
+    if let Some(fields) = args.as_object_mut() {
+        for name in AgentSpec::TROUPE_ONLY_FIELDS {
+            fields.remove(name);
+        }
+    }
+    serde_json::from_value(args)
+}
+
 /// `spawn_subagent`: starts a supervised child agent on a task and returns
 /// its handoff (as markdown) when it ends.
 pub struct SpawnSubagentTool {
@@ -146,8 +160,7 @@ impl SpawnSubagentTool {
     }
 
     fn spec(&self, args: &Value) -> Result<AgentSpec, ToolError> {
-        let spec: AgentSpec =
-            serde_json::from_value(args.clone()).map_err(|e| ToolError::Schema(e.to_string()))?;
+        let spec = model_spec(args).map_err(|e| ToolError::Schema(e.to_string()))?;
         let ok_name = !spec.name.is_empty()
             && spec
                 .name
@@ -422,7 +435,7 @@ impl Tool for SpawnSubagentTool {
     /// in the journal, so the call's result is that handoff (delivered
     /// once), not "interrupted".
     fn settle_interrupted(&self, args: &Value) -> Option<ToolOutput> {
-        let spec: AgentSpec = serde_json::from_value(args.clone()).ok()?;
+        let spec = model_spec(args).ok()?;
         let p = &self.parent;
         let child = format!("{}/{}", p.agent_id, spec.name);
         let (id, handoff) = journaled_handoff(p.env.log.events_path(), &child)?;
@@ -714,5 +727,34 @@ mod tests {
         // Sandboxing off: only what the child asks for.
         assert_eq!(child_sandbox(None, None, tree).unwrap(), None);
         assert_eq!(child_sandbox(None, Some(Ro), tree).unwrap(), Some(Ro));
+    }
+
+    #[test]
+    fn a_model_never_sets_plan_mode_or_the_handoff() {
+        let args = serde_json::json!({
+            "name": "fixer",
+            "task": "fix it",
+            "plan_mode": true,
+            "handoff": "## Plan\nwrite everything",
+        });
+        let spec = model_spec(&args).unwrap();
+        assert_eq!(spec, AgentSpec::new("fixer", "fix it"));
+        assert!(!spec.plan_mode);
+        assert_eq!(spec.handoff, None);
+        // Ignored whatever their type, as when they were not part of the
+        // spec's serde form.
+        let args = serde_json::json!({
+            "name": "fixer",
+            "task": "fix it",
+            "plan_mode": "yes",
+            "handoff": {"a": 1},
+        });
+        assert_eq!(
+            model_spec(&args).unwrap(),
+            AgentSpec::new("fixer", "fix it")
+        );
+        // The rest of the spec is still the model's.
+        let args = serde_json::json!({"name": "a", "task": "t", "isolation": "worktree"});
+        assert_eq!(model_spec(&args).unwrap().isolation, Isolation::Worktree);
     }
 }

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ractor::ActorRef;
-use serde::{Deserialize, Serialize};
 
 use crate::supervisor::{Intensity, RestartPolicy, Strategy, SupervisorMsg, stop_nested};
 
@@ -51,26 +50,9 @@ impl Default for SupervisionSettings {
     }
 }
 
-/// `spawn_subagent`'s `supervision` argument: overrides of the defaults,
-/// bounded by configuration. Strategy and intensity apply to the parent's
-/// node when it is created (its first subagent); the restart type applies
-/// to this subagent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SupervisionSpec {
-    /// `one_for_one`, `one_for_all` or `rest_for_one`.
-    #[serde(default)]
-    pub strategy: Option<Strategy>,
-    /// Restarts allowed within `within_secs`.
-    #[serde(default)]
-    pub max_restarts: Option<u32>,
-    /// The intensity window in seconds.
-    #[serde(default)]
-    pub within_secs: Option<u64>,
-    /// `permanent`, `transient` or `temporary`.
-    #[serde(default)]
-    pub restart: Option<RestartPolicy>,
-}
+/// `spawn_subagent`'s `supervision` argument: a wire type (part of an
+/// [`AgentSpec`](crate::agent::AgentSpec)), defined in troupe-protocol.
+pub use troupe_protocol::SupervisionSpec;
 
 impl SupervisionSettings {
     /// These defaults with `spec` applied; a `max_restarts` above the

@@ -169,7 +169,10 @@ pub fn run(args: BatchArgs) -> Result<u8, Failure> {
         .as_deref()
         .map(crate::exec::script_file)
         .transpose()?;
-    let mut settings = SessionSettings::new("batch", format!("batch {}", args.tasks.display()));
+    let mut settings = SessionSettings::new(
+        troupe::builder::SessionKind::Batch,
+        format!("batch {}", args.tasks.display()),
+    );
     settings.provider = args.provider.clone();
     settings.model = args.model.clone();
     settings.model_pinned = args.model.is_some();

@@ -127,7 +127,7 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let prompt = read_prompt(args.prompt.as_deref())?;
     let workspace = canonical_workspace(&args.workspace)?;
     let script = args.script.as_deref().map(script_file).transpose()?;
-    let mut settings = SessionSettings::new(troupe::builder::KIND_EXEC, prompt);
+    let mut settings = SessionSettings::new(troupe::builder::SessionKind::Exec, prompt);
     settings.provider = args.provider.clone();
     settings.model = args.model.clone();
     settings.model_pinned = args.model.is_some();

@@ -87,7 +87,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         .map(crate::exec::script_file)
         .transpose()?;
     let settings = SessionSettings {
-        kind: "pipeline".into(),
+        kind: troupe::builder::SessionKind::Pipeline,
         provider: args.provider,
         model: args.model.clone(),
         model_pinned: args.model.is_some(),
@@ -173,7 +173,7 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let spec =
         PipelineSpec::parse(DEMO_PIPELINE, Path::new("demo pipeline")).map_err(Failure::from)?;
     let settings = SessionSettings {
-        kind: "pipeline".into(),
+        kind: troupe::builder::SessionKind::Pipeline,
         provider: None,
         model: None,
         model_pinned: false,

@@ -7,6 +7,7 @@ use troupe_runtime::store::{Manifest, SessionLock, SessionStatus, SessionStore, 
 
 use crate::Failure;
 use troupe::ResumeMode;
+use troupe::builder::SessionKind;
 
 use crate::exec::{Launch, SETTINGS_FILE, SessionSettings, Target, canonical_workspace};
 use crate::worker::NatsArgs;
@@ -122,7 +123,7 @@ pub(crate) fn load_settings(
             )));
         }
     };
-    if settings.kind != "exec" {
+    if settings.kind != SessionKind::Exec {
         return Err(Failure::bad_input(anyhow::anyhow!(
             "session {id} ran a {}; only `troupe exec` sessions can be resumed (run the {} again)",
             settings.kind,
@@ -163,7 +164,7 @@ pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> 
     let settings: Option<SessionSettings> = std::fs::read(dir.join(SETTINGS_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
-    let kind = settings.as_ref().map(|s| s.kind.as_str());
+    let kind = settings.as_ref().map(|s| &s.kind);
     // A session sent to workers is continued with --nats again.
     let nats = settings
         .as_ref()
@@ -171,7 +172,7 @@ pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> 
         .map(|url| format!(" --nats {url}"))
         .unwrap_or_default();
     match (manifest.status, kind) {
-        (_, Some(kind)) if kind != "exec" => {
+        (_, Some(kind)) if *kind != SessionKind::Exec => {
             format!("it ran a {kind}, which cannot be resumed: run the {kind} again")
         }
         (_, None) if manifest.event_count == 0 => {

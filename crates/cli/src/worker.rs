@@ -120,7 +120,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
             .clone()
             .unwrap_or_else(|| format!("worker-{}", std::process::id())),
     };
-    let mut settings = SessionSettings::new("worker", "");
+    let mut settings = SessionSettings::new(troupe::builder::SessionKind::Worker, "");
     settings.provider = args.provider.clone();
     settings.model = args.model.clone();
     settings.model_pinned = args.model.is_some();

@@ -9,12 +9,37 @@
 //! - [`Usage`], token accounting;
 //! - [`HandoffRequest`], the typed message an agent hands to the next one,
 //!   with the boundary status of every deliverable, and its markdown form;
-//! - [`Verdict`], what a read-only verifier decides about a proposal.
+//! - [`Verdict`], what a read-only verifier decides about a proposal;
+//! - [`AgentSpec`], what an agent is asked to do, with the enums it is
+//!   made of ([`Isolation`], [`Placement`], [`ReasoningEffort`],
+//!   [`SandboxMode`], [`SupervisionSpec`], [`Strategy`], [`RestartPolicy`]);
+//! - the NATS messages between a coordinator and its workers
+//!   ([`TaskMessage`], [`Claim`], [`ClaimReply`], [`Control`],
+//!   [`SteerReply`], [`Alive`], [`WorkerMessage`]; docs/scale-out.md);
+//! - [`SessionSettings`], a session's `settings.json`.
 //!
 //! It holds serde types (with `schemars` derives, so the JSON Schema in
 //! `docs/events.schema.json` is generated from them) and no I/O. Readers are
 //! forward compatible: an event or item type they do not know deserializes
-//! to an `Unknown` variant and can be skipped.
+//! to an `Unknown` variant and can be skipped; a session kind they do not
+//! know reads as [`SessionKind::Other`].
+//!
+//! # Layout
+//!
+//! - `event.rs`, `item.rs`, `usage.rs`, `legacy.rs`: the event stream
+//!   (`legacy.rs` upgrades schema-1 lines);
+//! - `handoff.rs`, `verdict.rs`: what agents and verifiers hand over;
+//! - `spec.rs`: [`AgentSpec`] and its enums; `supervision.rs`: the
+//!   supervision vocabulary; `sandbox.rs`: [`SandboxMode`];
+//! - `remote.rs`: the NATS messages (subjects and I/O are troupe-remote's);
+//! - `settings.rs`: `settings.json` (its file I/O is the `troupe` crate's).
+//!
+//! Every type that crosses a process or file boundary has a round-trip
+//! test and a schema-drift test: `docs/events.schema.json` for the events,
+//! `crates/protocol/schemas/*.schema.json` for the others
+//! (`tests/protocol.rs`, `tests/wire.rs`); forms written by earlier
+//! releases are kept as golden files under `tests/golden/` and read by
+//! `tests/wire.rs`.
 //!
 //! ```
 //! use troupe_protocol::{ThreadEvent, VersionedThreadEvent};
@@ -27,6 +52,11 @@ mod event;
 mod handoff;
 mod item;
 mod legacy;
+mod remote;
+mod sandbox;
+mod settings;
+mod spec;
+mod supervision;
 mod usage;
 mod verdict;
 
@@ -34,6 +64,11 @@ pub use event::*;
 pub use handoff::*;
 pub use item::*;
 pub use legacy::upgrade_v1;
+pub use remote::*;
+pub use sandbox::*;
+pub use settings::*;
+pub use spec::*;
+pub use supervision::*;
 pub use usage::*;
 pub use verdict::*;
 

@@ -36,31 +36,9 @@ pub struct ModelRequest {
     pub reasoning_effort: Option<ReasoningEffort>,
 }
 
-/// Reasoning effort, in Codex's terms (`model_reasoning_effort`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReasoningEffort {
-    /// As little reasoning as the model allows.
-    Minimal,
-    /// Light reasoning.
-    Low,
-    /// The usual default of reasoning models.
-    Medium,
-    /// Deep reasoning.
-    High,
-}
-
-impl ReasoningEffort {
-    /// The wire name (`minimal`, `low`, `medium`, `high`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Minimal => "minimal",
-            Self::Low => "low",
-            Self::Medium => "medium",
-            Self::High => "high",
-        }
-    }
-}
+/// Reasoning effort, in Codex's terms (`model_reasoning_effort`): a wire
+/// type, defined in troupe-protocol.
+pub use troupe_protocol::ReasoningEffort;
 
 /// One reasoning ("thinking") block of an assistant turn, kept so it can be
 /// sent back on the following turns where the provider requires it

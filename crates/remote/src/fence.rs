@@ -384,7 +384,7 @@ impl<R> Fence<R> {
             WorkerMessage::Grant { .. } => Ok(Vec::new()),
             WorkerMessage::Event {
                 position, event, ..
-            } => self.event(position, event),
+            } => self.event(position, *event),
             WorkerMessage::Checkpoint { object, .. } => {
                 self.checkpoint = Some(object);
                 Ok(Vec::new())
@@ -416,11 +416,7 @@ impl<R> Fence<R> {
     }
 
     /// Writes the event at `position` unless the log holds it already.
-    fn event(
-        &mut self,
-        position: u64,
-        event: serde_json::Value,
-    ) -> Result<Vec<Effect<R>>, RemoteError> {
+    fn event(&mut self, position: u64, ev: ThreadEvent) -> Result<Vec<Effect<R>>, RemoteError> {
         if position < self.next {
             tracing::debug!(agent = %self.agent_id, position, "event already in the log");
             return Ok(Vec::new());
@@ -434,11 +430,6 @@ impl<R> Fence<R> {
                 ),
             });
         }
-        let ev: ThreadEvent =
-            serde_json::from_value(event).map_err(|e| RemoteError::BadMessage {
-                subject: "event".into(),
-                why: e.to_string(),
-            })?;
         let mut effects = Vec::new();
         // Its thread completed: no longer steerable (404), from before any
         // reader of the log sees that; its handoff follows.

@@ -8,7 +8,8 @@
 //!   effects, unit-tested over its table).
 //! - [`run_worker`]: `troupe worker` (`worker/`: the loop, heartbeats,
 //!   claims, control notices, deliveries, the agent's run, forwarding).
-//! - [`wire`]: the task, claim and worker messages, subjects and buckets.
+//! - [`wire`]: subjects, streams and buckets, and the task, claim and
+//!   worker messages (wire types of troupe-protocol, re-exported).
 //! - [`RemoteError`]: unreachable server, JetStream disabled, a stream
 //!   missing or misconfigured, auth, each naming its fix; NATS, log,
 //!   encoding, session and coordinator failures each a variant of its own.

@@ -51,41 +51,9 @@ use troupe_runtime::store::EventSender;
 
 use crate::address::Address;
 
-/// When a child is restarted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RestartPolicy {
-    /// Always (the persistence drain, nested supervisors).
-    Permanent,
-    /// Only after a failure, not after a clean exit (agents).
-    Transient,
-    /// Never (verifiers).
-    Temporary,
-}
-
-/// Which children a failure restarts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// Only the child that ended.
-    #[default]
-    OneForOne,
-    /// Every child: the others are stopped in reverse start order, then all
-    /// are restarted in start order.
-    OneForAll,
-    /// The child that ended and every child started after it.
-    RestForOne,
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Strategy::OneForOne => "one_for_one",
-            Strategy::OneForAll => "one_for_all",
-            Strategy::RestForOne => "rest_for_one",
-        })
-    }
-}
+/// When a child is restarted, and which children a failure restarts:
+/// wire types (a spec's `supervision`), defined in troupe-protocol.
+pub use troupe_protocol::{RestartPolicy, Strategy};
 
 /// At most `max_restarts` restarts within `within`, then escalate. Counted
 /// per supervisor: the restarts of all its children share the window.

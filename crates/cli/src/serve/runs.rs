@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use troupe::builder::SessionKind;
 use troupe::pipeline::PipelineSpec;
 use troupe::{ResumeMode, RootRun};
 use troupe_actors::{Address, AgentDirectory, AgentMsg, AgentPresence, SteerError};
@@ -235,8 +236,11 @@ impl Runs {
             None => None,
         };
         let (kind, task) = match &spec {
-            Some(spec) => ("pipeline", format!("pipeline {}", spec.pipeline.name)),
-            None => (troupe::builder::KIND_EXEC, req.prompt.clone()),
+            Some(spec) => (
+                SessionKind::Pipeline,
+                format!("pipeline {}", spec.pipeline.name),
+            ),
+            None => (SessionKind::Exec, req.prompt.clone()),
         };
         let mut settings = SessionSettings::new(kind, task);
         settings.provider = req.provider;

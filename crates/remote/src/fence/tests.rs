@@ -60,7 +60,7 @@ fn event(incarnation: u64, position: u64) -> WorkerMessage {
     WorkerMessage::Event {
         incarnation,
         position,
-        event: serde_json::to_value(ev).unwrap(),
+        event: Box::new(ev),
     }
 }
 
@@ -383,7 +383,7 @@ fn event_completing_the_agents_thread_unregisters_it_first() {
     let done = WorkerMessage::Event {
         incarnation: 1,
         position: 0,
-        event: completed_json(THREAD),
+        event: Box::new(serde_json::from_value(completed_json(THREAD)).unwrap()),
     };
     let effects = f.on_message(done, 2, now).unwrap();
     assert!(
@@ -394,7 +394,7 @@ fn event_completing_the_agents_thread_unregisters_it_first() {
     let sub = WorkerMessage::Event {
         incarnation: 1,
         position: 1,
-        event: completed_json("s1:s1/root/fixer/sub"),
+        event: Box::new(serde_json::from_value(completed_json("s1:s1/root/fixer/sub")).unwrap()),
     };
     let effects = f.on_message(sub, 3, now).unwrap();
     assert!(

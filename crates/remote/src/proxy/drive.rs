@@ -229,8 +229,6 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
         agent_id: a.agent_id.clone(),
         parent_id: a.parent_id.clone().unwrap_or_default(),
         depth: a.depth,
-        plan_mode: a.spec.plan_mode,
-        handoff: a.spec.handoff.clone(),
         spec: a.spec.clone(),
         base_commit: base,
         base_bundle: name,
@@ -317,14 +315,17 @@ fn record(p: &ProxyArgs, message: String) {
 
 /// The agent's events in the coordinator's log (its tree's bookkeeping
 /// left out): what a new incarnation resumes from.
-fn journal(p: &ProxyArgs) -> Vec<Value> {
+fn journal(p: &ProxyArgs) -> Vec<ThreadEvent> {
     let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
         return Vec::new();
     };
     reader
         .filter_map(Result::ok)
-        .filter_map(|(_, ev)| serde_json::to_value(&ev.event).ok())
-        .filter(|v| belongs_to(v, &p.args.agent_id) && !is_tree_event(v))
+        .map(|(_, ev)| ev.event)
+        .filter(|ev| {
+            serde_json::to_value(ev)
+                .is_ok_and(|v| belongs_to(&v, &p.args.agent_id) && !is_tree_event(&v))
+        })
         .collect()
 }
 

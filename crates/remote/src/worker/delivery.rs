@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use serde_json::Value;
 use tokio::sync::watch;
 use troupe_actors::handoff::handoff_id;
+use troupe_protocol::ThreadEvent;
 
 use super::Ctx;
 use super::claim::claim;
@@ -103,7 +103,7 @@ async fn run_incarnation(
     ctx: &Ctx,
     task: &TaskMessage,
     incarnation: u64,
-    journal: &[Value],
+    journal: &[ThreadEvent],
     checkpoint: Option<String>,
     dir: &Path,
     controls: &mut Controls,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
+use troupe_protocol::ThreadEvent;
 use troupe_runtime::store::Exporter;
 
 use super::Ctx;
@@ -80,9 +81,17 @@ pub(super) async fn forward(
             skip -= 1;
             continue;
         }
+        // The worker's own log wrote it: one of this release's events.
+        let event = match serde_json::from_value::<ThreadEvent>(event) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, agent = %task.agent_id, "an event of this worker's log does not parse; not forwarded");
+                continue;
+            }
+        };
         position += 1;
         let position = position - 1;
-        let completed_item = event.get("type").and_then(Value::as_str) == Some("item.completed");
+        let completed_item = matches!(event, ThreadEvent::ItemCompleted(_));
         if completed_item
             && !git::git(&repo, &["status", "--porcelain"])
                 .await?
@@ -111,7 +120,7 @@ pub(super) async fn forward(
         let message = WorkerMessage::Event {
             incarnation,
             position,
-            event,
+            event: Box::new(event),
         };
         publish(&ctx, &task, incarnation, &format!("e{position}"), &message).await?;
     }

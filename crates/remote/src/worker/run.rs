@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use troupe_actors::SteerError;
 use troupe_actors::agent::{AgentArgs, AgentShared};
@@ -45,7 +44,7 @@ pub(super) struct Run<'a> {
 /// passed on, stopped when the coordinator says so.
 pub(super) async fn run_agent(
     run: &Run<'_>,
-    journal: &[Value],
+    journal: &[ThreadEvent],
     controls: &mut Controls,
 ) -> Result<Ran, RemoteError> {
     let Run {
@@ -66,13 +65,10 @@ pub(super) async fn run_agent(
     // The journal goes into this session's log first (the agent resumes
     // from it); what the log took of it is not forwarded again.
     let mut replayed = 0;
-    for v in journal {
-        match serde_json::from_value::<ThreadEvent>(v.clone()) {
-            Ok(ev) => match session.log().sender().emit(&ev) {
-                Ok(_) => replayed += 1,
-                Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
-            },
-            Err(e) => tracing::warn!(error = %e, "a journal event does not parse"),
+    for ev in journal {
+        match session.log().sender().emit(ev) {
+            Ok(_) => replayed += 1,
+            Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
         }
     }
     let mut forwarder = Owned::spawn(forward(
@@ -89,9 +85,7 @@ pub(super) async fn run_agent(
     ));
     let env = Arc::clone(session.env());
     let (done_tx, mut done_rx) = oneshot::channel();
-    let mut spec = task.spec.clone();
-    spec.plan_mode = task.plan_mode;
-    spec.handoff.clone_from(&task.handoff);
+    let spec = task.spec.clone();
     let budget = BudgetNode::root_named(task.agent_id.clone(), CostBudget::unlimited());
     let shared = AgentShared::for_agent(&env, &task.agent_id, done_tx, !journal.is_empty(), budget);
     let args = AgentArgs::child(

@@ -24,7 +24,7 @@ mod supervision;
 pub use error::SessionError;
 pub use handle::AgentHandle;
 pub use session::{Session, Tally};
-pub use settings::{DEFAULT_SYSTEM_PROMPT, KIND_EXEC, SessionSettings};
+pub use settings::{DEFAULT_SYSTEM_PROMPT, SessionKind, SessionSettings, SettingsFile};
 
 use std::path::PathBuf;
 use std::sync::Arc;

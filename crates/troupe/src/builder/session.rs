@@ -16,7 +16,7 @@ use troupe_runtime::config::Config;
 use troupe_runtime::state::{BudgetNode, CostBudget};
 use troupe_runtime::store::{RecoveryReport, SessionLog, SessionStore};
 
-use super::{ResumeMode, SessionBuilder, SessionError, SessionSettings};
+use super::{ResumeMode, SessionBuilder, SessionError, SessionKind, SessionSettings, SettingsFile};
 use crate::builder::AgentHandle;
 use troupe_actors::address::Address;
 use troupe_actors::agent::{AgentArgs, AgentEnv, AgentMsg, AgentOutcome, AgentShared, AgentSpec};
@@ -134,7 +134,7 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     let kind = b
         .settings
         .as_ref()
-        .map_or_else(|| "library".to_string(), |s| s.kind.clone());
+        .map_or_else(|| "library".to_string(), |s| s.kind.to_string());
     let store = SessionStore::for_workspace(&b.workspace);
     let log_config = b.config.log_config();
     let (id, log, recovery) = match b.resume.clone() {
@@ -215,7 +215,7 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
 }
 
 fn library_settings(b: &SessionBuilder) -> SessionSettings {
-    let mut s = SessionSettings::new("library", "");
+    let mut s = SessionSettings::new(SessionKind::Library, "");
     s.provider = Some(b.config.agent.provider.clone());
     s.model = Some(b.config.model());
     s.model_pinned = b.config.model_pinned;

@@ -1,0 +1,259 @@
+//! What crosses NATS between a coordinator and its workers
+//! (docs/scale-out.md): the task a coordinator queues ([`TaskMessage`]),
+//! a worker's claim of it ([`Claim`], answered by a [`ClaimReply`]), the
+//! coordinator's notices to the running worker ([`Control`], a steer
+//! answered by a [`SteerReply`]), the worker's heartbeat ([`Alive`]) and
+//! what goes on a task's event subject ([`WorkerMessage`]). Subjects,
+//! streams and the NATS I/O are troupe-remote's.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{AgentSpec, HandoffRequest, ThreadCompletedEvent, ThreadEvent};
+
+/// A subagent to run on a worker.
+///
+/// Its spec carries plan mode and the previous agent's handoff. A task
+/// queued by an earlier troupe, whose spec form had neither (they were
+/// `plan_mode` and `handoff` beside the spec), reads the same: those
+/// fields are merged into the spec. They are still written beside the
+/// spec too, so an earlier worker runs a plan-mode task in plan mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(from = "TaskMessageWire", into = "TaskMessageWire")]
+pub struct TaskMessage {
+    /// The task id (one `spawn_subagent` call): names its subjects and
+    /// objects.
+    pub task_id: String,
+    /// The coordinator's session; the worker's session takes its id, so
+    /// thread and event ids match the coordinator's log.
+    pub session_id: String,
+    /// The agent's id in the coordinator's tree (`session/root/fixer`).
+    pub agent_id: String,
+    /// Its parent's id.
+    pub parent_id: String,
+    /// Its depth (1 for a child of the root).
+    pub depth: u32,
+    /// What to do, plan mode and handoff included.
+    pub spec: AgentSpec,
+    /// The commit its worktree starts from.
+    pub base_commit: String,
+    /// The object holding the base as a git bundle.
+    pub base_bundle: String,
+}
+
+/// [`TaskMessage`] as JSON: the spec, and beside it the plan mode and
+/// handoff fields of the previous release's form.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "TaskMessage")]
+struct TaskMessageWire {
+    task_id: String,
+    session_id: String,
+    agent_id: String,
+    parent_id: String,
+    depth: u32,
+    spec: AgentSpec,
+    /// The spec's `plan_mode`, for readers of the previous release
+    /// (whose spec form had none); read: either one sets it.
+    #[serde(default)]
+    plan_mode: bool,
+    /// The spec's `handoff`, for readers of the previous release; read:
+    /// the spec's wins.
+    #[serde(default)]
+    handoff: Option<String>,
+    base_commit: String,
+    base_bundle: String,
+}
+
+impl From<TaskMessageWire> for TaskMessage {
+    fn from(w: TaskMessageWire) -> Self {
+        let mut spec = w.spec;
+        spec.plan_mode |= w.plan_mode;
+        if spec.handoff.is_none() {
+            spec.handoff = w.handoff;
+        }
+        TaskMessage {
+            task_id: w.task_id,
+            session_id: w.session_id,
+            agent_id: w.agent_id,
+            parent_id: w.parent_id,
+            depth: w.depth,
+            spec,
+            base_commit: w.base_commit,
+            base_bundle: w.base_bundle,
+        }
+    }
+}
+
+impl From<TaskMessage> for TaskMessageWire {
+    fn from(t: TaskMessage) -> Self {
+        TaskMessageWire {
+            plan_mode: t.spec.plan_mode,
+            handoff: t.spec.handoff.clone(),
+            task_id: t.task_id,
+            session_id: t.session_id,
+            agent_id: t.agent_id,
+            parent_id: t.parent_id,
+            depth: t.depth,
+            spec: t.spec,
+            base_commit: t.base_commit,
+            base_bundle: t.base_bundle,
+        }
+    }
+}
+
+/// A worker's claim of a delivery, before it runs anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Claim {
+    /// JetStream's delivery count of the task message: a claim of an
+    /// older delivery than the one granted is stale.
+    pub delivered: u64,
+    /// The worker's name.
+    pub worker: String,
+    /// Unique per delivery: a retried claim gets the same answer.
+    pub claim_id: String,
+}
+
+/// The coordinator's answer to a [`Claim`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClaimReply {
+    /// Run it as incarnation `incarnation`: the agent's journal so far
+    /// (empty on a first run), which it resumes from.
+    Granted {
+        /// The incarnation granted (1, 2, ...: one per grant).
+        incarnation: u64,
+        /// The agent's accepted events, in log order (an event type the
+        /// reader does not know reads as [`ThreadEvent::Unknown`]).
+        journal: Vec<ThreadEvent>,
+        /// The latest worktree checkpoint object, if any.
+        checkpoint: Option<String>,
+    },
+    /// The current incarnation is alive (the coordinator heard from it
+    /// within the ack wait): give this delivery back for later.
+    Busy {
+        /// The live incarnation.
+        current: u64,
+    },
+    /// Drop this delivery: a newer one holds the task, or (`done`) its
+    /// handoff is committed.
+    Fenced {
+        /// The current incarnation.
+        current: u64,
+        /// The task is done: ack the delivery.
+        done: bool,
+    },
+}
+
+/// What the coordinator tells the worker running a task (core NATS, on
+/// troupe-remote's `control_subject`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Control {
+    /// Incarnations older than `current` are fenced off: stop.
+    Fenced {
+        /// The current incarnation.
+        current: u64,
+    },
+    /// The task is cancelled (its parent aborted it): stop, drop it.
+    Cancel,
+    /// A steering message for the agent `agent_id` (the task's agent or
+    /// one of its subagents).
+    Steer {
+        /// The agent.
+        agent_id: String,
+        /// The text.
+        text: String,
+    },
+}
+
+/// A worker's answer to [`Control::Steer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SteerReply {
+    /// Queued as a durable intent on the worker.
+    Queued {
+        /// The intent id.
+        intent_id: String,
+    },
+    /// No such agent runs in the task.
+    Unknown,
+    /// The agent ended, or is restarting.
+    NotRunning,
+    /// The agent refused it.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A worker's heartbeat for its running incarnation (core NATS, on
+/// troupe-remote's `alive_subject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Alive {
+    /// The incarnation.
+    pub incarnation: u64,
+}
+
+/// What goes on a task's event subject, in one order: the coordinator's
+/// grants and the workers' messages. The coordinator decides everything
+/// (which incarnation is current, which event is new) from this order
+/// alone, so a coordinator that restarts replays it to the same state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMessage {
+    /// The coordinator granted incarnation `incarnation` to a claim: from
+    /// here on, older incarnations are fenced off.
+    Grant {
+        /// The incarnation granted.
+        incarnation: u64,
+        /// The claim it answers.
+        claim_id: String,
+        /// The claimed delivery's count.
+        delivered: u64,
+        /// The claiming worker.
+        worker: String,
+    },
+    /// One event of the agent (or of its own subagents), as the worker's
+    /// log wrote it.
+    Event {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// Its place among the agent's events (0 is the first): an event
+        /// the coordinator's log already holds is not written again.
+        position: u64,
+        /// The event.
+        event: Box<ThreadEvent>,
+    },
+    /// The worktree as of the events published so far.
+    Checkpoint {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// The object holding it.
+        object: String,
+    },
+    /// The agent ended.
+    Finished {
+        /// The delivery's incarnation.
+        incarnation: u64,
+        /// Its handoff's id.
+        handoff_id: String,
+        /// How its thread ended.
+        completed: Box<ThreadCompletedEvent>,
+        /// Its handoff.
+        handoff: Box<HandoffRequest>,
+        /// The object holding its result commit as a bundle.
+        result_bundle: Option<String>,
+    },
+}
+
+impl WorkerMessage {
+    /// The incarnation that sent it.
+    pub fn incarnation(&self) -> u64 {
+        match self {
+            WorkerMessage::Grant { incarnation, .. }
+            | WorkerMessage::Event { incarnation, .. }
+            | WorkerMessage::Checkpoint { incarnation, .. }
+            | WorkerMessage::Finished { incarnation, .. } => *incarnation,
+        }
+    }
+}
