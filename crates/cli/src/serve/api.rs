@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::runs::{AbortRequest, Runs, StartRequest, SteerRequest, store_error};
-use crate::Failure;
+use crate::failure::Failure;
 
 /// An error answer: a status and one line saying what is wrong.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl ApiError {
     /// A CLI failure: bad input is 400, anything else 500.
     pub fn from_failure(f: Failure) -> ApiError {
         let message = crate::errors::message(&f.error);
-        if f.code == crate::exit::BAD_INPUT {
+        if f.code == crate::failure::exit::BAD_INPUT {
             ApiError::bad(message)
         } else {
             ApiError::internal(message)

@@ -21,7 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{MethodRouter, get, post};
 use clap::Args;
 
-use crate::{Failure, exit};
+use crate::failure::{Failure, exit};
 use runs::Runs;
 
 /// Largest request body accepted.
@@ -55,12 +55,12 @@ pub struct ServeArgs {
     /// Every session's subagents to workers through NATS JetStream
     /// (docs/scale-out.md): one connection, made before listening.
     #[command(flatten)]
-    pub nats: crate::worker::NatsArgs,
+    pub nats: crate::coordinator::NatsArgs,
 }
 
 /// Runs `troupe serve` until SIGTERM or Ctrl-C.
 pub fn run(args: ServeArgs) -> Result<u8, Failure> {
-    let workspace = crate::exec::canonical_workspace(&args.workspace)?;
+    let workspace = crate::launch::canonical_workspace(&args.workspace)?;
     let listen = resolve(&args.listen)?;
     let token = auth::load(args.token_file.as_deref())?;
     if token.is_none() && !listen.ip().is_loopback() {

@@ -22,7 +22,8 @@ use troupe_runtime::store::{SessionStatus, SessionStore, StoreError};
 
 use super::api::ApiError;
 use super::feed::Feed;
-use crate::exec::{Launch, SessionSettings, Target};
+use crate::launch::{Launch, Target};
+use troupe::SessionSettings;
 
 /// The body of `POST /v1/sessions`.
 #[derive(Debug, Deserialize)]
@@ -280,14 +281,14 @@ impl Runs {
             )));
         }
         let slot = self.reserve()?;
-        crate::resume::claim(&dir, id).map_err(ApiError::conflict_failure)?;
-        let settings = crate::resume::load_settings(&dir, id, manifest.event_count)
+        crate::exec::stored::claim(&dir, id).map_err(ApiError::conflict_failure)?;
+        let settings = crate::exec::stored::load_settings(&dir, id, manifest.event_count)
             .map_err(ApiError::from_failure)?;
         let fix = "restart troupe serve with --nats URL to resume it";
         if let Some(why) = crate::coordinator::missing(id, &settings, self.remote.is_some(), fix) {
             return Err(ApiError::conflict(why));
         }
-        crate::destination::verify(&self.workspace, id, &settings, None)
+        crate::exec::destination::verify(&self.workspace, id, &settings, None)
             .map_err(ApiError::from_failure)?;
         let mut updated = settings.clone();
         let changed = self.nats.is_some() && updated.nats != self.nats;
@@ -296,7 +297,7 @@ impl Runs {
             .await
             .map_err(ApiError::from_failure)?
             .remote(self.remote.clone());
-        let task = crate::resume::first_task(&store, id).unwrap_or(settings.task.clone());
+        let task = crate::exec::stored::first_task(&store, id).unwrap_or(settings.task.clone());
         let target = Target::Resume {
             id: id.to_string(),
             mode: ResumeMode::Interrupted,
@@ -308,7 +309,7 @@ impl Runs {
     }
 
     /// The live feed's exporter, made once the session id is known.
-    fn feed_exporter(&self, feed: &Arc<Feed>) -> crate::exec::ExporterFn {
+    fn feed_exporter(&self, feed: &Arc<Feed>) -> crate::launch::ExporterFn {
         let store = self.store();
         let feed = Arc::clone(feed);
         Box::new(move |id: &str| {
@@ -433,7 +434,7 @@ impl Runs {
         let path = dir.join(format!("{}.{ext}", uuid::Uuid::new_v4()));
         std::fs::write(&path, text)
             .map_err(|e| ApiError::internal(format!("cannot write {}: {e}", path.display())))?;
-        if let Err(f) = crate::exec::load_script(&path) {
+        if let Err(f) = crate::launch::load_script(&path) {
             let _ = std::fs::remove_file(&path);
             let why = crate::errors::message(&f.error);
             let why = why.replace(&path.display().to_string(), "the script");
@@ -676,7 +677,7 @@ fn script_line(text: &str) -> String {
 /// A session that cannot start: a missing API key is named with the fix
 /// in HTTP terms (the server's environment, or a `script`), not the
 /// command line's.
-fn launch_error(f: crate::Failure) -> ApiError {
+fn launch_error(f: crate::failure::Failure) -> ApiError {
     let why = crate::errors::message(&f.error);
     if let Some((var, _)) = why.split_once(" is not set: export it")
         && var
