@@ -3,12 +3,24 @@
 //!
 //! The first line of stdout is `listening on http://ADDR`, so a script or
 //! a test that passes `--listen 127.0.0.1:0` reads the bound port from it.
+//!
+//! # Layout
+//! - `mod.rs`: the arguments, the router, the listener and shutdown.
+//! - `routes.rs`: the route table, path matching, the body cap.
+//! - `api.rs`: the JSON handlers; `events.rs`: the SSE event stream.
+//! - `error.rs`: `ApiError`, the one-line error answers.
+//! - `runs.rs`: the sessions the server runs (abort, steer, status,
+//!   shutdown); `start.rs`: starting and resuming them.
+//! - `feed.rs`: a session's live events; `auth.rs`: the bearer token.
 
 mod api;
 mod auth;
+mod error;
 mod events;
 mod feed;
+mod routes;
 mod runs;
+mod start;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -22,10 +34,8 @@ use axum::routing::{MethodRouter, get, post};
 use clap::Args;
 
 use crate::failure::{Failure, exit};
+use routes::{MAX_BODY, PAGE, ROUTES};
 use runs::Runs;
-
-/// Largest request body accepted.
-pub const MAX_BODY: usize = 1024 * 1024;
 
 /// Arguments of `troupe serve`.
 #[derive(Debug, Args)]
@@ -84,22 +94,6 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
     rt.block_on(serve(runs, listen, token))?;
     Ok(exit::OK)
 }
-
-/// The routes (method, path), exactly those of docs/openapi.json (a test
-/// checks it).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/v1/sessions"),
-    ("get", "/v1/sessions"),
-    ("get", "/v1/sessions/{id}"),
-    ("get", "/v1/sessions/{id}/events"),
-    ("post", "/v1/sessions/{id}/abort"),
-    ("post", "/v1/sessions/{id}/steer"),
-    ("post", "/v1/sessions/{id}/resume"),
-    ("get", "/v1/sessions/{id}/agents/{*agent_id}"),
-];
-
-/// The live page: public (it holds no data; its requests carry the token).
-pub const PAGE: (&str, &str) = ("get", "/");
 
 /// The page's one file, embedded (no build step).
 const PAGE_HTML: &str = include_str!("page.html");
