@@ -18,8 +18,12 @@
 //! - `destination.rs`: a resume never sends a key to a base URL the user
 //!   did not choose.
 //!
-//! Dispatch goes one way: `mod.rs` → `plan.rs` / `resume.rs`, the resumes
-//! → `stored.rs` / `destination.rs`, everything → `crate::launch`.
+//! Imports go one way: `mod.rs` → `resume.rs`, `plan.rs`;
+//! `sessions_resume.rs` → `resume_blocked.rs`; the resumes → `plan.rs` (a
+//! session's mode); each as it needs → `args.rs`, `stored.rs`,
+//! `destination.rs`, `crate::launch` and the shared helpers, which import
+//! none of them. `sessions` and `serve` use `sessions_resume`, `stored` and
+//! `destination`; nothing here imports them.
 
 mod args;
 pub mod destination;
