@@ -16,8 +16,8 @@ use troupe::{AgentHandle, Session, SessionError, SessionSettings};
 use troupe_actors::{AgentMsg, AgentSpec};
 use troupe_protocol::{CompletionSubtype, Usage};
 
-use crate::exec::{Launch, Target, canonical_workspace};
-use crate::{Failure, exit};
+use crate::failure::{Failure, exit};
+use crate::launch::{Launch, Target, canonical_workspace};
 
 /// Arguments of `troupe batch`.
 #[derive(Debug, Args)]
@@ -167,7 +167,7 @@ pub fn run(args: BatchArgs) -> Result<u8, Failure> {
     let script = args
         .script
         .as_deref()
-        .map(crate::exec::script_file)
+        .map(crate::launch::script_file)
         .transpose()?;
     let mut settings = SessionSettings::new(
         troupe::builder::SessionKind::Batch,

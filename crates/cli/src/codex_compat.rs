@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use troupe_protocol::Usage;
 use troupe_runtime::store::Exporter;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// The Codex flags `troupe exec` accepts.
 #[derive(Debug, Default, Args)]
@@ -413,7 +413,7 @@ mod tests {
             "sandbox_workspace_write.network_access=\"yes\"",
         ] {
             let e = resolve(&args(&[bad])).unwrap_err();
-            assert_eq!(e.code, crate::exit::BAD_INPUT, "{bad}");
+            assert_eq!(e.code, crate::failure::exit::BAD_INPUT, "{bad}");
         }
         let s = resolve(&args(&["sandbox_mode=\"read-only\""])).unwrap();
         assert_eq!(

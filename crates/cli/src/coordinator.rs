@@ -1,17 +1,59 @@
 //! A coordinator's `--nats` (docs/scale-out.md) across the commands that
 //! start or resume sessions (`exec`, `run`, `serve`, `sessions resume`,
-//! `exec resume`): the placement handed to the session builder, what a
+//! `exec resume`): the flags ([`NatsArgs`], which `troupe worker` fills
+//! from its own), the placement handed to the session builder, what a
 //! session records of it (`settings.json`'s `nats`, a URL without its
 //! credentials), and the resume rule: a session that placed its subagents
 //! on workers resumes only with `--nats URL` again, never silently here.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use clap::Args;
 use troupe::SessionSettings;
 use troupe_actors::placement::RemoteSpawner;
+use troupe_remote::{NatsConfig, RemotePlacement};
 
-use crate::Failure;
-use crate::worker::NatsArgs;
+use crate::failure::Failure;
+
+/// The NATS connection flags (coordinators and workers).
+#[derive(Debug, Args, Clone, Default)]
+pub struct NatsArgs {
+    /// Send subagents to workers through this NATS JetStream server
+    /// (`nats://HOST:PORT`; a token as `nats://TOKEN@HOST:PORT`).
+    #[arg(global = true, long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// A NATS credentials (.creds) file.
+    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
+    pub nats_creds: Option<PathBuf>,
+    /// A file holding a NATS nkey seed.
+    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
+    pub nats_nkey: Option<PathBuf>,
+}
+
+impl NatsArgs {
+    pub(crate) fn config(&self, url: &str, ack_wait: Option<Duration>) -> NatsConfig {
+        NatsConfig {
+            url: url.to_string(),
+            creds: self.nats_creds.clone(),
+            nkey: self.nats_nkey.clone(),
+            ack_wait,
+        }
+    }
+
+    /// The coordinator's placement, when `--nats` is given; a connection
+    /// problem is bad input (exit 2) naming its fix.
+    pub async fn placement(&self) -> Result<Option<Arc<RemotePlacement>>, Failure> {
+        let Some(url) = &self.nats else {
+            return Ok(None);
+        };
+        RemotePlacement::connect(&self.config(url, None))
+            .await
+            .map(Some)
+            .map_err(Failure::bad_input)
+    }
+}
 
 /// Where a session's subagents go: `Some` sends them to workers.
 pub type Remote = Option<Arc<dyn RemoteSpawner>>;
@@ -93,7 +135,7 @@ mod tests {
         assert!(require("abc", &s, &args(None)).is_ok());
         s.nats = Some("nats://10.0.0.1:4222".into());
         let e = require("abc", &s, &args(None)).unwrap_err();
-        assert_eq!(e.code, crate::exit::BAD_INPUT);
+        assert_eq!(e.code, crate::failure::exit::BAD_INPUT);
         let m = e.error.to_string();
         assert!(m.contains("session abc") && m.contains("--nats URL"), "{m}");
         assert!(m.contains("nats://10.0.0.1:4222"), "{m}");

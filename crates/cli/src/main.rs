@@ -1,28 +1,40 @@
 //! The `troupe` command: thin glue that parses arguments and calls the
 //! library crates. See docs/cli.md for every command and exit code.
+//!
+//! # Layout
+//! Dispatch goes one way: this file → the command modules → the shared
+//! helpers, which never import a command module.
+//! - Commands: `exec/` (`troupe exec`, `exec resume`, `--plan` /
+//!   `--implement`, and `sessions resume`: running and continuing an exec
+//!   session), `sessions/` (`troupe sessions ...`: list, show, events,
+//!   transcript, prune, compact, fork; `resume` goes to `exec/`),
+//!   `pipeline_cmd.rs` (`run`, `demo`), `batch.rs`, `serve/`, `worker.rs`,
+//!   `mcp_cmd.rs`, `mock_llm.rs`.
+//! - Running agents: `launch/` (`Launch`, `Target`, `Started`: the
+//!   configuration, the output and the session of every command that runs
+//!   agents), `coordinator.rs` (`--nats`: `NatsArgs` and the placement).
+//! - Shared helpers: `failure.rs` (exit codes, `Failure`), `errors.rs`
+//!   (one-line messages), `safe_text.rs`, `render.rs` (human output),
+//!   `codex_compat.rs` (Codex flags and stream), `sandbox_mode.rs`,
+//!   `keys.rs`, `telemetry.rs`, `test_tools.rs`.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod batch;
 mod codex_compat;
 mod coordinator;
-mod destination;
 mod errors;
 mod exec;
-mod exec_resume;
+mod failure;
 mod keys;
+mod launch;
 mod mcp_cmd;
 mod mock_llm;
 mod pipeline_cmd;
-mod plan;
 mod render;
-mod resume;
-mod resume_blocked;
 mod safe_text;
 mod sandbox_mode;
 mod serve;
-mod session_worktrees;
 mod sessions;
-mod sessions_view;
 mod telemetry;
 mod test_tools;
 mod worker;
@@ -33,19 +45,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Exit codes (docs/cli.md).
-pub mod exit {
-    /// Success.
-    pub const OK: u8 = 0;
-    /// An execution error.
-    pub const ERROR: u8 = 1;
-    /// Bad input: usage, configuration, an unknown session.
-    pub const BAD_INPUT: u8 = 2;
-    /// A limit was reached (turns or budget).
-    pub const LIMIT: u8 = 3;
-    /// Cancelled (Ctrl-C).
-    pub const CANCELLED: u8 = 130;
-}
+use failure::{Failure, exit};
 
 /// troupe: supervised teams of LLM agents.
 #[derive(Debug, Parser)]
@@ -91,32 +91,6 @@ enum Command {
     },
     /// Print the JSON Schema of one events.jsonl line.
     Schema,
-}
-
-/// An error that knows its exit code.
-#[derive(Debug)]
-pub struct Failure {
-    code: u8,
-    error: anyhow::Error,
-}
-
-impl Failure {
-    /// Bad input (exit 2).
-    pub fn bad_input(error: impl Into<anyhow::Error>) -> Self {
-        Failure {
-            code: exit::BAD_INPUT,
-            error: error.into(),
-        }
-    }
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Failure {
-    fn from(error: E) -> Self {
-        Failure {
-            code: exit::ERROR,
-            error: error.into(),
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -190,7 +164,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Command::MockLlm { script, listen } => {
-            let script = exec::script_file(&script)?;
+            let script = launch::script_file(&script)?;
             let listen = loopback(&listen)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;

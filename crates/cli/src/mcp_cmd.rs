@@ -10,7 +10,7 @@ use serde_json::json;
 use troupe_mcp::{McpHub, ServerState};
 use troupe_runtime::config::Config;
 
-use crate::{Failure, exit};
+use crate::failure::{Failure, exit};
 
 /// `troupe mcp`.
 #[derive(Debug, Args)]

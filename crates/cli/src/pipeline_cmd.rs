@@ -12,8 +12,9 @@ use troupe_protocol::{
 use troupe_runtime::store::{AgentRow, EventReader, agent_tree};
 use troupe_runtime::verifier::VerifierSettings;
 
-use crate::exec::{Launch, SessionSettings, Target, canonical_workspace};
-use crate::{Failure, exit};
+use crate::failure::{Failure, exit};
+use crate::launch::{Launch, Target, canonical_workspace};
+use troupe::SessionSettings;
 
 /// Arguments of `troupe run`.
 #[derive(Debug, Args)]
@@ -49,7 +50,7 @@ pub struct RunArgs {
     /// The proposers' subagents to workers through NATS JetStream
     /// (docs/scale-out.md).
     #[command(flatten)]
-    nats: crate::worker::NatsArgs,
+    nats: crate::coordinator::NatsArgs,
 }
 
 /// Arguments of `troupe demo`.
@@ -84,7 +85,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
     let script = args
         .script
         .as_deref()
-        .map(crate::exec::script_file)
+        .map(crate::launch::script_file)
         .transpose()?;
     let settings = SessionSettings {
         kind: troupe::builder::SessionKind::Pipeline,
@@ -195,7 +196,7 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
         )?;
     }
     let temporary = args.dir.is_none();
-    let local = crate::worker::NatsArgs::default();
+    let local = crate::coordinator::NatsArgs::default();
     let result = execute(&workspace, &settings, &spec, args.json, temporary, &local);
     if temporary {
         clean_up_demo(&workspace, &result, args.json)?;
@@ -247,7 +248,7 @@ fn execute(
     spec: &PipelineSpec,
     json: bool,
     temporary: bool,
-    nats: &crate::worker::NatsArgs,
+    nats: &crate::coordinator::NatsArgs,
 ) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -4,7 +4,7 @@
 
 use troupe_runtime::tools::{Sandbox, SandboxMode, SandboxStatus};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// The mode the agents run in, and the one warning line to print, given
 /// the mode asked for, the opt-out and what the kernel enforces.
@@ -50,7 +50,7 @@ mod tests {
         let missing = SandboxStatus::NotEnforced("Landlock is not supported".into());
         for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
             let e = decide(mode, false, &missing).unwrap_err();
-            assert_eq!(e.code, crate::exit::BAD_INPUT);
+            assert_eq!(e.code, crate::failure::exit::BAD_INPUT);
             let text = format!("{:#}", e.error);
             assert!(
                 text.contains("allow_unsandboxed") && text.contains(mode.as_str()),

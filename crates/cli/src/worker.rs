@@ -1,5 +1,5 @@
 //! `troupe worker --nats URL`: runs subagents that coordinators queue
-//! (docs/scale-out.md), and the `--nats` flags every coordinator shares.
+//! (docs/scale-out.md).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,48 +7,11 @@ use std::time::Duration;
 
 use clap::Args;
 use troupe::SessionSettings;
-use troupe_remote::{NatsConfig, RemotePlacement, SessionRequest, WorkerConfig};
+use troupe_remote::{SessionRequest, WorkerConfig};
 
-use crate::Failure;
-use crate::exec::{Launch, Target};
-
-/// The NATS connection flags (coordinators and workers).
-#[derive(Debug, Args, Clone, Default)]
-pub struct NatsArgs {
-    /// Send subagents to workers through this NATS JetStream server
-    /// (`nats://HOST:PORT`; a token as `nats://TOKEN@HOST:PORT`).
-    #[arg(global = true, long, value_name = "URL")]
-    pub nats: Option<String>,
-    /// A NATS credentials (.creds) file.
-    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
-    pub nats_creds: Option<PathBuf>,
-    /// A file holding a NATS nkey seed.
-    #[arg(global = true, long, value_name = "FILE", requires = "nats")]
-    pub nats_nkey: Option<PathBuf>,
-}
-
-impl NatsArgs {
-    fn config(&self, url: &str, ack_wait: Option<Duration>) -> NatsConfig {
-        NatsConfig {
-            url: url.to_string(),
-            creds: self.nats_creds.clone(),
-            nkey: self.nats_nkey.clone(),
-            ack_wait,
-        }
-    }
-
-    /// The coordinator's placement, when `--nats` is given; a connection
-    /// problem is bad input (exit 2) naming its fix.
-    pub async fn placement(&self) -> Result<Option<Arc<RemotePlacement>>, Failure> {
-        let Some(url) = &self.nats else {
-            return Ok(None);
-        };
-        RemotePlacement::connect(&self.config(url, None))
-            .await
-            .map(Some)
-            .map_err(Failure::bad_input)
-    }
-}
+use crate::coordinator::NatsArgs;
+use crate::failure::{Failure, exit};
+use crate::launch::{Launch, Target};
 
 /// Arguments of `troupe worker`.
 #[derive(Debug, Args)]
@@ -152,7 +115,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(troupe_remote::run_worker(cfg, factory))
         .map_err(Failure::bad_input)?;
-    Ok(crate::exit::OK)
+    Ok(exit::OK)
 }
 
 struct Discard;

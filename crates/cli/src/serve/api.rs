@@ -10,81 +10,10 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::runs::{AbortRequest, Runs, StartRequest, SteerRequest, store_error};
-use crate::Failure;
-
-/// An error answer: a status and one line saying what is wrong.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-        }
-    }
-
-    /// Any status.
-    pub fn with_status(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError::new(status, message)
-    }
-
-    /// 400.
-    pub fn bad(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    /// 404.
-    pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, message)
-    }
-
-    /// 409.
-    pub fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::CONFLICT, message)
-    }
-
-    /// 429.
-    pub fn too_many(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
-    }
-
-    /// 503.
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
-    }
-
-    /// 500.
-    pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
-    }
-
-    /// A CLI failure: bad input is 400, anything else 500.
-    pub fn from_failure(f: Failure) -> ApiError {
-        let message = crate::errors::message(&f.error);
-        if f.code == crate::exit::BAD_INPUT {
-            ApiError::bad(message)
-        } else {
-            ApiError::internal(message)
-        }
-    }
-
-    /// A refused claim (another process writes the session): 409.
-    pub fn conflict_failure(f: Failure) -> ApiError {
-        ApiError::conflict(crate::errors::message(&f.error))
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let message = crate::safe_text::escape(&self.message);
-        (self.status, Json(json!({ "error": message }))).into_response()
-    }
-}
+use super::error::{ApiError, store_error};
+use super::routes::{MAX_BODY, allowed_methods};
+use super::runs::{AbortRequest, Runs, SteerRequest};
+use super::start::StartRequest;
 
 /// Parses a JSON body; a malformed body or an unknown field is a 400
 /// naming it (with the closest field for an unknown one).
@@ -247,7 +176,7 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
     let message = match status {
         StatusCode::PAYLOAD_TOO_LARGE => format!(
             "request body too large: at most {} bytes (1 MiB) are accepted; send a smaller body (a shorter prompt, script or pipeline)",
-            super::MAX_BODY
+            MAX_BODY
         ),
         StatusCode::METHOD_NOT_ALLOWED => {
             let allowed = allowed_methods(&path);
@@ -281,59 +210,4 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
         out.headers_mut().insert(header::ALLOW, allow);
     }
     out
-}
-
-/// The methods the routes have for `path` (upper case, sorted).
-fn allowed_methods(path: &str) -> Vec<String> {
-    let mut out: Vec<String> = super::ROUTES
-        .iter()
-        .chain([&super::PAGE])
-        .filter(|(_, route)| route_matches(route, path))
-        .map(|(m, _)| m.to_uppercase())
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// Whether `path` matches the route template `route` (`{x}` one
-/// segment, `{*x}` the rest).
-fn route_matches(route: &str, path: &str) -> bool {
-    let mut want = route.trim_matches('/').split('/');
-    let mut got = path.trim_matches('/').split('/');
-    loop {
-        match (want.next(), got.next()) {
-            (None, None) => return true,
-            (Some(w), Some(g)) if w.starts_with("{*") => return !g.is_empty(),
-            (Some(w), Some(g)) if w.starts_with('{') => {
-                if g.is_empty() {
-                    return false;
-                }
-            }
-            (Some(w), Some(g)) if w == g => {}
-            _ => return false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{allowed_methods, route_matches};
-
-    #[test]
-    fn routes_match_their_templates() {
-        assert!(route_matches("/v1/sessions", "/v1/sessions"));
-        assert!(route_matches("/v1/sessions/{id}", "/v1/sessions/abc"));
-        assert!(!route_matches(
-            "/v1/sessions/{id}",
-            "/v1/sessions/abc/steer"
-        ));
-        assert!(route_matches(
-            "/v1/sessions/{id}/agents/{*agent_id}",
-            "/v1/sessions/s/agents/session/root/a"
-        ));
-        assert!(route_matches("/", "/"));
-        assert_eq!(allowed_methods("/v1/sessions"), vec!["GET", "POST"]);
-        assert_eq!(allowed_methods("/v1/sessions/x/steer"), vec!["POST"]);
-    }
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// The variable holding the token when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "TROUPE_SERVE_TOKEN";

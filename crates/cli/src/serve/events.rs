@@ -22,9 +22,9 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use troupe_runtime::store::EventReader;
 
-use super::api::ApiError;
+use super::error::{ApiError, store_error};
 use super::feed::{LiveEvent, Subscription};
-use super::runs::{Run, Runs, store_error};
+use super::runs::{Run, Runs};
 
 /// How often an idle stream gets a comment line.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);

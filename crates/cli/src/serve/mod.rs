@@ -3,12 +3,24 @@
 //!
 //! The first line of stdout is `listening on http://ADDR`, so a script or
 //! a test that passes `--listen 127.0.0.1:0` reads the bound port from it.
+//!
+//! # Layout
+//! - `mod.rs`: the arguments, the router, the listener and shutdown.
+//! - `routes.rs`: the route table, path matching, the body cap.
+//! - `api.rs`: the JSON handlers; `events.rs`: the SSE event stream.
+//! - `error.rs`: `ApiError`, the one-line error answers.
+//! - `runs.rs`: the sessions the server runs (abort, steer, status,
+//!   shutdown); `start.rs`: starting and resuming them.
+//! - `feed.rs`: a session's live events; `auth.rs`: the bearer token.
 
 mod api;
 mod auth;
+mod error;
 mod events;
 mod feed;
+mod routes;
 mod runs;
+mod start;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -21,11 +33,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{MethodRouter, get, post};
 use clap::Args;
 
-use crate::{Failure, exit};
+use crate::failure::{Failure, exit};
+use routes::{MAX_BODY, PAGE, ROUTES};
 use runs::Runs;
-
-/// Largest request body accepted.
-pub const MAX_BODY: usize = 1024 * 1024;
 
 /// Arguments of `troupe serve`.
 #[derive(Debug, Args)]
@@ -55,12 +65,12 @@ pub struct ServeArgs {
     /// Every session's subagents to workers through NATS JetStream
     /// (docs/scale-out.md): one connection, made before listening.
     #[command(flatten)]
-    pub nats: crate::worker::NatsArgs,
+    pub nats: crate::coordinator::NatsArgs,
 }
 
 /// Runs `troupe serve` until SIGTERM or Ctrl-C.
 pub fn run(args: ServeArgs) -> Result<u8, Failure> {
-    let workspace = crate::exec::canonical_workspace(&args.workspace)?;
+    let workspace = crate::launch::canonical_workspace(&args.workspace)?;
     let listen = resolve(&args.listen)?;
     let token = auth::load(args.token_file.as_deref())?;
     if token.is_none() && !listen.ip().is_loopback() {
@@ -84,22 +94,6 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
     rt.block_on(serve(runs, listen, token))?;
     Ok(exit::OK)
 }
-
-/// The routes (method, path), exactly those of docs/openapi.json (a test
-/// checks it).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/v1/sessions"),
-    ("get", "/v1/sessions"),
-    ("get", "/v1/sessions/{id}"),
-    ("get", "/v1/sessions/{id}/events"),
-    ("post", "/v1/sessions/{id}/abort"),
-    ("post", "/v1/sessions/{id}/steer"),
-    ("post", "/v1/sessions/{id}/resume"),
-    ("get", "/v1/sessions/{id}/agents/{*agent_id}"),
-];
-
-/// The live page: public (it holds no data; its requests carry the token).
-pub const PAGE: (&str, &str) = ("get", "/");
 
 /// The page's one file, embedded (no build step).
 const PAGE_HTML: &str = include_str!("page.html");

@@ -1,79 +1,22 @@
-//! `troupe sessions resume ID`: continue a session whose process died.
+//! A stored exec session as the commands that continue it read and write
+//! it (`exec resume`, `exec --implement`, `sessions resume`, `sessions
+//! list`/`show`, `serve`): the claim check, its settings.json, its log (the
+//! first task, the root's turns, whether it ended blocked), the root's
+//! queued messages, and the one-clause hint for what continues it.
 
 use std::path::Path;
 
-use troupe_protocol::ThreadEvent;
-use troupe_runtime::store::{Manifest, SessionLock, SessionStatus, SessionStore, StoreError};
-
-use crate::Failure;
-use troupe::ResumeMode;
+use troupe::SessionSettings;
 use troupe::builder::SessionKind;
+use troupe_actors::agent::loop_id;
+use troupe_protocol::{HandoffRequest, ThreadEvent};
+use troupe_runtime::state::{LoopState, LoopStateStore};
+use troupe_runtime::store::{
+    Manifest, SETTINGS_FILE, SessionLock, SessionStatus, SessionStore, StoreError,
+};
 
-use crate::exec::{Launch, SETTINGS_FILE, SessionSettings, Target, canonical_workspace};
-use crate::worker::NatsArgs;
-
-pub fn run(
-    workspace: &Path,
-    id: &str,
-    base_url: Option<&str>,
-    nats: &NatsArgs,
-    json: bool,
-) -> Result<u8, Failure> {
-    let workspace = canonical_workspace(workspace)?;
-    let store = SessionStore::for_workspace(&workspace);
-    let dir = store.session_dir(id).map_err(Failure::bad_input)?;
-    let manifest = store.manifest(id).map_err(Failure::bad_input)?;
-    // A live writer first: its manifest may say anything.
-    claim(&dir, id)?;
-    if manifest.status == SessionStatus::Completed {
-        if let Some(handoff) = crate::resume_blocked::blocked_handoff(&store, id, &manifest)? {
-            return crate::resume_blocked::run(workspace, id, base_url, nats, json, handoff);
-        }
-        return Err(Failure::bad_input(anyhow::anyhow!(
-            "session {id} already completed ({}); nothing to resume: {}",
-            manifest.subtype.map(|s| s.to_string()).unwrap_or_default(),
-            next_step(&store, id, &manifest)
-        )));
-    }
-    let mut settings = load_settings(&dir, id, manifest.event_count)?;
-    let rewrite = nats_settings(id, &settings, nats)?;
-    if let Some(url) = base_url {
-        settings.script = None;
-        settings.base_url = Some(url.to_owned());
-    }
-    crate::destination::verify(&workspace, id, &settings, base_url)?;
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
-        // Reopening claims the session (an OS lock held while this process
-        // writes it): of any number of resumes started at once, one gets
-        // it and the others are refused, naming the holder. Whether the
-        // session had completed is decided only under the claim, from the
-        // log (a manifest can lag behind it after a crash).
-        let target = Target::Resume {
-            id: id.to_string(),
-            mode: ResumeMode::Interrupted,
-            settings: rewrite,
-        };
-        let remote = crate::coordinator::connect(nats).await?;
-        let started = Launch::prepare(&workspace, &settings, None)
-            .await?
-            .plan_mode(crate::plan::mode(&dir) == Some(crate::plan::Mode::Plan))
-            .remote(remote)
-            .start(json, Some("root"), target)
-            .await?;
-        if let Some(report) = started.session.recovery()
-            && report.torn_bytes > 0
-        {
-            eprintln!(
-                "troupe: cut a torn last line ({} bytes) from {}",
-                report.torn_bytes,
-                started.session.log().events_path().display()
-            );
-        }
-        let task = first_task(&store, id).unwrap_or(settings.task.clone());
-        started.run_root(task, true, None, json).await
-    })
-}
+use crate::coordinator::NatsArgs;
+use crate::failure::Failure;
 
 /// Refuses to resume session `id` without `--nats` when it placed its
 /// subagents on workers; with `--nats`, the settings to record when they
@@ -182,7 +125,7 @@ pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> 
             "it has no {SETTINGS_FILE}: it was not started by `troupe exec` and cannot be resumed"
         ),
         (SessionStatus::Completed, Some(_)) => {
-            let blocked = crate::resume_blocked::blocked_handoff(store, id, manifest)
+            let blocked = blocked_handoff(store, id, manifest)
                 .ok()
                 .flatten()
                 .is_some();
@@ -196,4 +139,86 @@ pub(crate) fn next_step(store: &SessionStore, id: &str, manifest: &Manifest) -> 
         }
         (_, Some(_)) => format!("resume it with `troupe sessions resume {id}{nats}`"),
     }
+}
+
+/// The handoff of session `id`'s root when its last run ended blocked.
+pub(crate) fn blocked_handoff(
+    store: &SessionStore,
+    id: &str,
+    manifest: &Manifest,
+) -> Result<Option<HandoffRequest>, Failure> {
+    let root = &manifest.root_thread_id;
+    let mut blocked = false;
+    let mut handoff = None;
+    let mut root_agent: Option<String> = None;
+    for (_, ev) in store.events(id).map_err(Failure::from)?.flatten() {
+        match ev.event {
+            ThreadEvent::ThreadStarted(t) if &t.thread_id == root && root_agent.is_none() => {
+                root_agent = t.agent_id;
+            }
+            ThreadEvent::ThreadCompleted(c) if &c.thread_id == root => {
+                blocked = c.outcome_code == "blocked";
+            }
+            ThreadEvent::Handoff(h) if Some(&h.from_agent) == root_agent.as_ref() => {
+                handoff = Some(h.handoff);
+            }
+            // A later run of the thread replaces an earlier handoff.
+            ThreadEvent::UserMessage(m) if m.agent_id == root_agent && m.intent_id.is_some() => {
+                handoff = None;
+            }
+            _ => {}
+        }
+    }
+    Ok(if blocked { handoff } else { None })
+}
+
+/// The root agent of the session and the turns it has run.
+pub(crate) fn root_turns(
+    store: &SessionStore,
+    id: &str,
+    root_thread: &str,
+) -> Result<(String, u32), Failure> {
+    let events: Vec<ThreadEvent> = store
+        .events(id)
+        .map_err(Failure::from)?
+        .flatten()
+        .map(|(_, ev)| ev.event)
+        .collect();
+    let agent = events
+        .iter()
+        .find_map(|ev| match ev {
+            ThreadEvent::ThreadStarted(t) if t.thread_id == root_thread => t.agent_id.clone(),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            Failure::from(anyhow::anyhow!(
+                "session {id}'s log has no thread.started of its root thread {root_thread}; it cannot be continued"
+            ))
+        })?;
+    let turns = events
+        .iter()
+        .filter(|ev| matches!(ev, ThreadEvent::TurnStarted(t) if t.agent_id.as_deref() == Some(agent.as_str())))
+        .count();
+    Ok((agent, u32::try_from(turns).unwrap_or(u32::MAX)))
+}
+
+/// Queues the new user message as a durable steering intent of the root.
+pub(crate) fn queue_message(
+    workspace: &std::path::Path,
+    id: &str,
+    agent: &str,
+    prompt: String,
+) -> Result<(), Failure> {
+    let store = LoopStateStore::new(workspace);
+    let lid = loop_id(id, agent);
+    let mut state = store
+        .load(&lid)
+        .map_err(Failure::from)?
+        .unwrap_or_else(|| LoopState::new(lid.clone()));
+    state
+        .steering
+        .push(prompt)
+        .map_err(|e| Failure::from(anyhow::anyhow!("session {id}: {e}")))?;
+    store.save(&state).map_err(Failure::from)?;
+    Ok(())
 }

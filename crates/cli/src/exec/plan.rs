@@ -15,11 +15,13 @@ use troupe_runtime::state::TrackedTask;
 use troupe_runtime::state::progress::write_tasks;
 use troupe_runtime::store::{SessionStatus, SessionStore};
 
-use crate::Failure;
-use crate::exec::{ExecArgs, Launch, Target, canonical_workspace};
-use crate::exec_resume::{merged, queue_message, root_turns};
-use crate::resume::{claim, load_settings};
 use troupe::ResumeMode;
+
+use super::args::{ExecArgs, merged};
+use super::destination;
+use super::stored::{claim, load_settings, next_step, queue_message, root_turns};
+use crate::failure::{Failure, exit};
+use crate::launch::{Launch, Target, canonical_workspace};
 
 /// The session file holding the mode.
 pub const MODE_FILE: &str = "mode";
@@ -31,11 +33,6 @@ pub const PLAN_ARTIFACT: &str = ".vtcode/tasks/plan.md";
 const DIRECTIVE_PLAN_LIMIT: usize = 8 * 1024;
 /// Characters of one tracked item.
 const ITEM_CHARS: usize = 200;
-
-const PLAN_PROMPT: &str = "\n\nYou are in PLAN MODE: read-only. Read and search the code; \
-write_file, edit_file and exec_command are refused. When you understand the task, answer with \
-the plan and call no tool: a short summary, then the steps as a list (`- ` or `1. ` items), \
-each one change or check the build agent can do.";
 
 /// A session's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,11 +50,6 @@ impl Mode {
             Mode::Build => "build",
         }
     }
-}
-
-/// The system prompt, with the plan-mode instructions when planning.
-pub fn system_prompt(base: String, plan: bool) -> String {
-    if plan { base + PLAN_PROMPT } else { base }
 }
 
 /// Records the mode of the session in `dir`.
@@ -88,7 +80,7 @@ pub fn after_plan(
     code: u8,
     json: bool,
 ) -> Result<u8, Failure> {
-    if code != crate::exit::OK {
+    if code != exit::OK {
         return Ok(code);
     }
     let store = SessionStore::for_workspace(workspace);
@@ -205,7 +197,7 @@ pub fn implement(args: &ExecArgs, workspace: &Path, id: &str, json: bool) -> Res
             let manifest = store.manifest(id).map_err(Failure::bad_input)?;
             return Err(bad(format!(
                 "session {id}'s plan was already approved; {}",
-                crate::resume::next_step(&store, id, &manifest)
+                next_step(&store, id, &manifest)
             )));
         }
         None => {
@@ -225,13 +217,13 @@ pub fn implement(args: &ExecArgs, workspace: &Path, id: &str, json: bool) -> Res
     if manifest.status != SessionStatus::Completed {
         return Err(bad(format!(
             "session {id}'s planning run stopped midway; finish it first: {}",
-            crate::resume::next_step(&store, id, &manifest)
+            next_step(&store, id, &manifest)
         )));
     }
     // This command line's provider, script and limits win (then saved).
     let settings = merged(load_settings(&dir, id, manifest.event_count)?, args)?;
     crate::coordinator::require(id, &settings, &args.nats)?;
-    crate::destination::verify(workspace, id, &settings, args.base_url.as_deref())?;
+    destination::verify(workspace, id, &settings, args.base_url.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (agent, turns) = root_turns(&store, id, &manifest.root_thread_id)?;

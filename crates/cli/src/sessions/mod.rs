@@ -1,4 +1,17 @@
 //! `troupe sessions ...`: list, show, events, transcript, prune.
+//!
+//! # Layout
+//! - `mod.rs`: the arguments and the read commands (list, show, events,
+//!   transcript, prune), and the entries `troupe serve` answers with.
+//! - `view.rs`: what list, show and transcript print.
+//! - `worktrees.rs`: the worktrees a session's subagents left unmerged.
+//! - `context.rs`: `compact` and `fork`.
+//!
+//! `sessions resume` runs in `crate::exec` (it continues an exec session).
+
+mod context;
+mod view;
+mod worktrees;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,10 +23,9 @@ use troupe_runtime::store::{
     AgentRow, Manifest, RetentionPolicy, SessionStore, StoreError, agent_tree,
 };
 
-use crate::Failure;
+use crate::failure::Failure;
+use crate::failure::store_err;
 use crate::safe_text::Escaping;
-use crate::session_worktrees;
-use crate::sessions_view as view;
 
 /// Arguments of `troupe sessions`.
 #[derive(Debug, Args)]
@@ -56,7 +68,7 @@ enum SessionsCommand {
         /// server (docs/scale-out.md); required when the session was
         /// started with --nats.
         #[command(flatten)]
-        nats: crate::worker::NatsArgs,
+        nats: crate::coordinator::NatsArgs,
     },
     /// Compact a stored session: archive its full history under
     /// `derived/`, write the compacted history beside it (summary envelope,
@@ -97,26 +109,21 @@ enum SessionsCommand {
     },
 }
 
-/// A store error as a failure: bad input (exit 2) for an unknown or
-/// invalid id and a session another process writes.
-pub(crate) fn store_err(e: StoreError) -> Failure {
-    match e {
-        StoreError::NotFound { .. } | StoreError::InvalidId(_) | StoreError::Claimed { .. } => {
-            Failure::bad_input(e)
-        }
-        other => other.into(),
-    }
-}
-
 pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
     if let SessionsCommand::Resume { id, base_url, nats } = &args.command {
-        return crate::resume::run(&args.workspace, id, base_url.as_deref(), nats, args.json);
+        return crate::exec::sessions_resume::run(
+            &args.workspace,
+            id,
+            base_url.as_deref(),
+            nats,
+            args.json,
+        );
     }
     if let SessionsCommand::Compact { id, tail_tokens } = &args.command {
-        return context_cmd::compact(&args.workspace, id, *tail_tokens, args.json);
+        return context::compact(&args.workspace, id, *tail_tokens, args.json);
     }
     if let SessionsCommand::Fork { id } = &args.command {
-        return context_cmd::fork(&args.workspace, id, args.json);
+        return context::fork(&args.workspace, id, args.json);
     }
     if !args.workspace.is_dir() {
         return Err(Failure::bad_input(anyhow::anyhow!(
@@ -174,7 +181,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 .filter_map(Result::ok)
                 .map(|(_, ev)| ev.event)
                 .collect();
-            let worktrees = session_worktrees::leftover(&args.workspace, &id);
+            let worktrees = worktrees::leftover(&args.workspace, &id);
             if args.json {
                 writeln!(out, "{}", show_entry(&args.workspace, &m, &events)?)?;
             } else {
@@ -186,7 +193,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 writeln!(out, "session  {}", m.session_id)?;
                 writeln!(out, "status   {}", view::status(&m, live))?;
                 if live == view::Liveness::Crashed {
-                    let step = crate::resume::next_step(&store, &id, &m);
+                    let step = crate::exec::stored::next_step(&store, &id, &m);
                     writeln!(out, "resume   its process died; {step}")?;
                 }
                 if let Some(error) = &m.persistence_failed {
@@ -282,7 +289,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             };
             let report = store.apply_retention(policy, None).map_err(store_err)?;
             let removed = if worktrees {
-                session_worktrees::prune(&args.workspace, &store)?
+                worktrees::prune(&args.workspace, &store)?
             } else {
                 Vec::new()
             };
@@ -300,7 +307,7 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
             }
         }
     }
-    Ok(crate::exit::OK)
+    Ok(crate::failure::exit::OK)
 }
 
 /// The session's task: the one its settings recorded, else its first user
@@ -309,8 +316,8 @@ fn task_of(store: &SessionStore, id: &str, events: &[ThreadEvent]) -> String {
     let recorded = store
         .session_dir(id)
         .ok()
-        .and_then(|d| std::fs::read(d.join(crate::exec::SETTINGS_FILE)).ok())
-        .and_then(|b| serde_json::from_slice::<crate::exec::SessionSettings>(&b).ok())
+        .and_then(|d| std::fs::read(d.join(troupe_runtime::store::SETTINGS_FILE)).ok())
+        .and_then(|b| serde_json::from_slice::<troupe::SessionSettings>(&b).ok())
         .map(|s| s.task);
     recorded
         .or_else(|| {
@@ -364,11 +371,11 @@ pub(crate) fn show_entry(
     let mut v = session_json(&store, m, events)?;
     v["task"] = serde_json::Value::String(task_of(&store, &m.session_id, events));
     if v["state"] == "crashed" {
-        v["resume"] = crate::resume::next_step(&store, &m.session_id, m).into();
+        v["resume"] = crate::exec::stored::next_step(&store, &m.session_id, m).into();
     }
-    v["worktrees"] = session_worktrees::leftover(workspace, &m.session_id)
+    v["worktrees"] = worktrees::leftover(workspace, &m.session_id)
         .iter()
-        .map(session_worktrees::json)
+        .map(worktrees::json)
         .collect();
     v["last_event"] = serde_json::to_value(events.last())?;
     Ok(v)
@@ -402,145 +409,6 @@ pub(crate) fn read_events(store: &SessionStore, id: &str) -> Result<Vec<ThreadEv
 
 fn manifest_json(m: &Manifest) -> serde_json::Value {
     serde_json::to_value(m).unwrap_or_default()
-}
-
-/// `troupe sessions compact` and `troupe sessions fork` (docs/context.md).
-mod context_cmd {
-    use std::io::Write;
-    use std::path::Path;
-
-    use troupe_protocol::{ThreadEvent, ThreadStartedEvent, UserMessageEvent};
-    use troupe_runtime::config::Config;
-    use troupe_runtime::context::ContextSettings;
-    use troupe_runtime::context::history::{ForkArtifact, compact_stored, stored_messages};
-    use troupe_runtime::context::summary::read_memory;
-    use troupe_runtime::hooks::{HookEvent, HookRunner};
-    use troupe_runtime::store::{SessionLog, SessionStatus, SessionStore};
-
-    use super::store_err;
-    use crate::{Failure, exit};
-
-    /// The agent `troupe sessions resume` runs as the root.
-    const FORK_ROOT_AGENT: &str = "session/root";
-
-    /// Emits `events` into `log` with a writer of its own, then drains it.
-    fn append(log: &SessionLog, events: &[ThreadEvent]) -> Result<(), Failure> {
-        let writer = log.start_writer(|_| {})?;
-        for e in events {
-            log.sender().emit(e)?;
-        }
-        log.close();
-        writer.join()?;
-        Ok(())
-    }
-
-    pub fn compact(ws: &Path, id: &str, tail_tokens: u64, json: bool) -> Result<u8, Failure> {
-        let store = SessionStore::for_workspace(ws);
-        let manifest = store.manifest(id).map_err(store_err)?;
-        if manifest.status == SessionStatus::Active {
-            return Err(Failure::bad_input(anyhow::anyhow!(
-                "session {id} is still active; compact it once it has ended (or resume it first)"
-            )));
-        }
-        let config = Config::load(ws).map_err(Failure::bad_input)?;
-        let dir = store.session_dir(id).map_err(store_err)?;
-        let settings = ContextSettings {
-            continuity_tail_tokens: tail_tokens,
-            ..ContextSettings::from_config(&config, ws, Some(dir.join("derived")))
-        };
-        let window = config
-            .model_catalog()
-            .get(&config.model())
-            .and_then(|i| i.context_window);
-        let mut out = crate::safe_text::Escaping::unless_json(std::io::stdout().lock(), json);
-        // Claim the session before anything is written for it.
-        let (log, _) = store.reopen(id, config.log_config()).map_err(store_err)?;
-        let Some(c) = compact_stored(&dir, &manifest.root_thread_id, &settings, window)? else {
-            writeln!(out, "nothing to compact in session {id}")?;
-            return Ok(exit::OK);
-        };
-        let hooks =
-            HookRunner::new(config.hooks(), ws).with_session(id, Some(dir.join("events.jsonl")));
-        tokio::runtime::Runtime::new()?.block_on(hooks.run(HookEvent::PreCompact {
-            trigger: "manual".into(),
-            mode: "local".into(),
-            original_message_count: c.event.original_message_count,
-            compacted_message_count: c.event.compacted_message_count,
-            history_artifact_path: c.event.history_artifact_path.clone(),
-        }));
-        let event = ThreadEvent::CompactBoundary(c.event.clone());
-        append(&log, std::slice::from_ref(&event))?;
-        if json {
-            writeln!(out, "{}", serde_json::to_string(&event)?)?;
-        } else {
-            writeln!(
-                out,
-                "compacted session {id}: {} messages -> {}",
-                c.event.original_message_count, c.event.compacted_message_count
-            )?;
-            if let Some(p) = &c.event.history_artifact_path {
-                writeln!(out, "archive    {p}")?;
-            }
-            writeln!(out, "compacted  {}", c.compacted_path)?;
-        }
-        Ok(exit::OK)
-    }
-
-    pub fn fork(ws: &Path, id: &str, json: bool) -> Result<u8, Failure> {
-        let store = SessionStore::for_workspace(ws);
-        store.manifest(id).map_err(store_err)?;
-        let config = Config::load(ws).map_err(Failure::bad_input)?;
-        let source = store.session_dir(id).map_err(store_err)?;
-        let messages = stored_messages(&source)?;
-        let artifact = ForkArtifact::build(id, &messages, read_memory(ws).as_deref());
-        let new_id = SessionStore::new_session_id();
-        let log = store
-            .create(&new_id, config.log_config())
-            .map_err(store_err)?;
-        let artifact_path = log.dir().join("derived").join("fork.json");
-        troupe_runtime::fsutil::write_atomic(
-            &artifact_path,
-            &serde_json::to_vec_pretty(&artifact)?,
-        )?;
-        // The forked session resumes with the settings of its source.
-        let settings = source.join("settings.json");
-        if settings.is_file() {
-            std::fs::copy(&settings, log.dir().join("settings.json"))?;
-        }
-        // The fork is owned by the root agent that `sessions resume` starts,
-        // so its resume rebuilds these messages.
-        let root = Some(FORK_ROOT_AGENT.to_string());
-        let mut events = vec![ThreadEvent::ThreadStarted(ThreadStartedEvent {
-            thread_id: new_id.clone(),
-            session_id: Some(new_id.clone()),
-            agent_id: root.clone(),
-        })];
-        for (i, m) in artifact.messages().into_iter().enumerate() {
-            if let troupe_runtime::provider::Message::User { content } = m {
-                events.push(ThreadEvent::UserMessage(UserMessageEvent {
-                    id: format!("item_{}", i + 1),
-                    text: content,
-                    intent_id: None,
-                    agent_id: root.clone(),
-                }));
-            }
-        }
-        append(&log, &events)?;
-        let mut out = crate::safe_text::Escaping::unless_json(std::io::stdout().lock(), json);
-        let shown = artifact_path
-            .strip_prefix(ws)
-            .unwrap_or(&artifact_path)
-            .display()
-            .to_string();
-        if json {
-            let v = serde_json::json!({"source": id, "session_id": new_id, "artifact": shown});
-            writeln!(out, "{v}")?;
-        } else {
-            writeln!(out, "forked session {id} into {new_id}")?;
-            writeln!(out, "artifact {shown}")?;
-        }
-        Ok(exit::OK)
-    }
 }
 
 /// The tree's cost: the sum over agents with a thread, `None` when any of

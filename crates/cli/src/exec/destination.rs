@@ -11,11 +11,11 @@
 
 use std::path::Path;
 
+use troupe::SessionSettings;
 use troupe_runtime::config::{Config, ConfigOverrides};
 use troupe_runtime::provider::{KeySource, ProviderConfig};
 
-use crate::Failure;
-use crate::exec::SessionSettings;
+use crate::failure::Failure;
 
 /// Refuses to resume `id` with `settings` when they would send a secret
 /// to a base URL the user did not choose. `confirmed` is the
@@ -58,7 +58,7 @@ pub(crate) fn verify(
     };
     Err(Failure::bad_input(anyhow::anyhow!(
         "session {id}'s {} sends requests to {}, which is not {}'s official URL nor the one troupe.toml or TROUPE_BASE_URL give; troupe will not send {secret} there unconfirmed: check the host, then confirm it with `--base-url URL` (the same URL) on the resume command line",
-        crate::exec::SETTINGS_FILE,
+        troupe_runtime::store::SETTINGS_FILE,
         host(recorded),
         config.agent.provider,
     )))
