@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
+
+/// The workspace: one file, fixes merged unverified.
+const FILES: [(&str, &str); 2] = [("README.md", "parts\n"), ALLOW_UNVERIFIED];
 
 const PARTS: usize = 6;
 
@@ -22,17 +26,6 @@ const PARTS: usize = 6;
 fn worker(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
     let extra = ["--sandbox", "danger-full-access"];
     Worker::start(bin(), nats, model, dir, &format!("w{n}"), 3, &extra)
-}
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("README.md"), "parts\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(
-        dir.join("troupe.toml"),
-        "[verifier]\nallow_unverified_merge = true\n",
-    )
-    .unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
 }
 
 /// Each part's subagent writes its file, runs a command that appends to
@@ -157,7 +150,7 @@ const PROMPT: &str = "Split the work into six parts.";
 
 fn local_tree(side: &Path) -> BTreeSet<String> {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let server = Server::with_script(script(side, 0));
     let (code, out, err) = run_within(
         exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
@@ -255,7 +248,7 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
         .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let (code, out, err) = run_within(
         exec_cmd(
             ws.path(),
@@ -313,7 +306,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
             .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
             .collect();
         let ws = tempfile::tempdir().unwrap();
-        repo(ws.path());
+        repo_at(ws.path(), "initial", &FILES);
         let mut coordinator = exec_cmd(
             ws.path(),
             &server.url(),
@@ -369,7 +362,7 @@ fn a_nats_server_restart_mid_run_completes() {
         .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut coordinator = exec_cmd(
         ws.path(),
         &server.url(),
@@ -394,7 +387,7 @@ fn a_nats_server_restart_mid_run_completes() {
 #[test]
 fn exec_with_an_unreachable_nats_fails_before_any_session() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -435,7 +428,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
             .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
             .collect();
         let ws = tempfile::tempdir().unwrap();
-        repo(ws.path());
+        repo_at(ws.path(), "initial", &FILES);
         let mut coordinator = exec_cmd(
             ws.path(),
             &server.url(),
@@ -529,7 +522,7 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let coordinator = exec_cmd(ws.path(), &server.url(), &["--nats", &nats.url()], PROMPT)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -625,7 +618,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut coordinator = exec_cmd(
         ws.path(),
         &server.url(),

@@ -9,26 +9,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use troupe_protocol::ThreadEvent;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server as Model, bin, exec_cmd, session_events};
 
+/// The workspace: one file, fixes merged unverified.
+const FILES: [(&str, &str); 2] = [("README.md", "greetings\n"), ALLOW_UNVERIFIED];
+
 /// The test's one worker, `w0` (ack wait 10 s).
 fn worker(nats: &str, model: &str, dir: &Path) -> Worker {
     Worker::start(bin(), nats, model, dir, "w0", 10, &[])
-}
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("README.md"), "greetings\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(
-        dir.join("troupe.toml"),
-        "[verifier]\nallow_unverified_merge = true\n",
-    )
-    .unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
 }
 
 /// The replies of a subagent (task marker `marker`) that writes `file`
@@ -130,7 +123,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     let model = Model::with_script(script);
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     std::fs::write(
         ws.path().join("pipeline.toml"),
         "[pipeline]\nname = \"greet\"\n\n[[proposers]]\nname = \"greeter\"\ntask = \"Add the greeting (G-1).\"\n",
@@ -172,7 +165,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
     let model = Model::with_script(child(Script::replies(vec![]), "W-8", "hello.txt"));
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut root = spawn_and_merge("g2", "Write the hello file (W-8).");
     root.push(Reply::text("hello merged"));
     let root = serde_json::to_string(&Script::replies(root)).unwrap();
@@ -251,7 +244,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     let model = Model::with_script(script);
     let worker = worker(&url, &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let limit = Duration::from_secs(180);
     let first = exec_cmd(
         ws.path(),
@@ -305,7 +298,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
 fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     let nats = NatsServer::start();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut root = spawn_and_merge("q1", "Write the queued file (W-9).");
     root.push(Reply::text("merged"));
     let model = Model::with_script(Script::replies(vec![]).with_route("Queue it (G-4)", root));
@@ -397,7 +390,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
     ));
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let root = Script::replies(vec![
         Reply::tool_call(
             "r1",

@@ -345,9 +345,7 @@ fn a_worktree_subagent_defaults_to_workspace_write_and_cannot_loosen_it() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap().join("repo");
     std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(ws.join("README"), "hello\n").unwrap();
-    troupe_worktree::init_repo_with_commit(&ws, "initial").unwrap();
+    troupe_test_support::git::repo_at(&ws, "initial", &[("README", "hello\n")]);
     let config_before = std::fs::read_to_string(ws.join(".git/config")).unwrap();
     let main_git = ws.join(".git/config");
     let child = vec![
@@ -457,9 +455,11 @@ fn pipeline(
 ) -> (Option<i32>, String, Vec<ThreadEvent>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("calc.sh"), "echo 5\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n/.vtcode-*\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    let files = [
+        ("calc.sh", "echo 5\n"),
+        (".gitignore", "/.vtcode/\n/.vtcode-*\n"),
+    ];
+    troupe_test_support::git::repo_at(dir, "initial", &files);
     let verifier = vec![
         Reply::tool_call(
             "v1",

@@ -107,10 +107,8 @@ const DEMO_PIPELINE: &str = "[pipeline]\nname = \"demo\"\nmax_rounds = 2\n\n[[pr
 fn a_pipeline_runs_through_serve_and_merges_the_verified_fix() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
-    std::fs::write(ws.join("calc.sh"), DEMO_CALC).unwrap();
-    std::fs::write(ws.join("test.sh"), DEMO_TEST).unwrap();
-    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(ws, "calc: add(), with a test").unwrap();
+    let files = [("calc.sh", DEMO_CALC), ("test.sh", DEMO_TEST)];
+    troupe_test_support::git::repo_at(ws, "calc: add(), with a test", &files);
     let script = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/demo-script.toml"),
     )

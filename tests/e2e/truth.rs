@@ -170,9 +170,7 @@ fn demo_output_labels_agents_names_the_merge_and_marks_the_failing_test() {
 fn a_proposer_that_never_hands_off_is_not_reported_done() {
     let ws = tempfile::tempdir().unwrap();
     let dir = ws.path();
-    std::fs::write(dir.join("a.txt"), "one\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[("a.txt", "one\n")]);
     let script = Script::replies(vec![])
         // The verifier's first message carries the proposal's summary.
         .with_route(
