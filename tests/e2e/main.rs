@@ -57,6 +57,17 @@ pub fn troupe(args: &[&str], cwd: &Path) -> Output {
     out
 }
 
+/// `troupe ARGS --workspace WS` (`TROUPE_LOG=warn`), its output as it is.
+pub fn troupe_ws(args: &[&str], ws: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(args)
+        .arg("--workspace")
+        .arg(ws)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -9,7 +9,8 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
-use super::exec::session_events;
+use super::exec::{bin, session_events};
+use troupe_test_support::e2e::pipeline_run;
 use troupe_test_support::git::{CALC_SH, calc_repo, repo_at};
 
 fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
@@ -44,27 +45,9 @@ fn handoffs(events: &[ThreadEvent]) -> usize {
 }
 
 fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Output {
-    std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).unwrap();
-    std::fs::write(
-        ws.join(".vtcode-script.json"),
-        serde_json::to_string(script).unwrap(),
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
-        .arg(ws)
-        .current_dir(ws)
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .unwrap();
-    super::vtcode::check_output(&out, "troupe run");
-    out
+    let text = serde_json::to_string(script).unwrap();
+    std::fs::write(ws.join(".vtcode-script.json"), text).unwrap();
+    pipeline_run(bin(), ws, pipeline, &["--script", ".vtcode-script.json"])
 }
 
 #[test]
