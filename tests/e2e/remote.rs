@@ -13,6 +13,7 @@ use troupe_protocol::ThreadEvent;
 use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
+use troupe_test_support::wait::{until_with, wait_until_blocking};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
@@ -266,10 +267,9 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
             .map(|w| w.log().matches("handoff committed").count())
             .sum::<usize>()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while acked_now() < PARTS && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _ = wait_until_blocking("every handoff acked", Duration::from_secs(10), || {
+        acked_now() >= PARTS
+    });
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
     let events = assert_complete(ws.path(), side.path(), &expected, &logs);
     // The children ran on the workers, not here: every task was acked
@@ -318,10 +318,9 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         });
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !workers[victim].log().contains("running") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
+            workers[victim].log().contains("running")
+        });
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..1500)));
         let before = workers[victim].log();
         workers[victim].kill();
@@ -372,10 +371,9 @@ fn a_nats_server_restart_mid_run_completes() {
     let handle = std::thread::spawn(move || {
         run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !workers.iter().any(|w| w.log().contains("running")) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = wait_until_blocking("a worker running", Duration::from_secs(60), || {
+        workers.iter().any(|w| w.log().contains("running"))
+    });
     std::thread::sleep(Duration::from_millis(500));
     nats.restart();
     let (code, out, err) = handle.join().unwrap();
@@ -439,10 +437,9 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
             run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
         });
         let victim = &workers[fastrand::usize(0..3)];
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !victim.log().contains("running") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
+            victim.log().contains("running")
+        });
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
         let pid = victim.pid().unwrap().to_string();
         let signal = |sig: &str| {
@@ -459,13 +456,9 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         let in_flight = before.matches("running").count() > before.matches(FINISHING).count();
         // Past the ack wait (3 s) its task is redelivered; the zombie wakes
         // once another worker has claimed it as incarnation 2.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while in_flight
-            && !workers.iter().any(|w| w.log().contains("incarnation=2"))
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = wait_until_blocking("the task redelivered", Duration::from_secs(30), || {
+            !in_flight || workers.iter().any(|w| w.log().contains("incarnation=2"))
+        });
         signal("-CONT");
         let (code, out, err) = handle.join().unwrap();
         let logs: Vec<String> = workers.iter().map(Worker::log).collect();
@@ -528,10 +521,9 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !worker.log().contains("running") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = wait_until_blocking("the worker running", Duration::from_secs(60), || {
+        worker.log().contains("running")
+    });
     assert!(worker.log().contains("running"), "{}", worker.log());
     let sent = Instant::now();
     let pid = coordinator.id().to_string();
@@ -550,10 +542,9 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
         "cancel took {:?}",
         sent.elapsed()
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !worker.log().contains("cancelled by the coordinator") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _ = wait_until_blocking("the worker's cancel", Duration::from_secs(20), || {
+        worker.log().contains("cancelled by the coordinator")
+    });
     assert!(
         worker.log().contains("cancelled by the coordinator"),
         "{}",
@@ -631,18 +622,19 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     .unwrap();
     // Kill it once the child's write is in its log (the worker is then
     // waiting 3 s for the model's next reply).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let dir = loop {
+    let logged = || {
         let dirs = troupe_test_support::e2e::session_dirs(ws.path());
-        if let Some(d) = dirs.iter().find(|d| {
+        dirs.into_iter().find(|d| {
             std::fs::read_to_string(d.join("events.jsonl"))
                 .is_ok_and(|l| l.contains("\"call_id\":\"w1\""))
-        }) {
-            break d.clone();
-        }
-        assert!(Instant::now() < deadline, "{}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
+        })
     };
+    let dir = until_with(
+        Duration::from_secs(60),
+        "the child's write",
+        || worker.log(),
+        logged,
+    );
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();
     let id = dir.file_name().unwrap().to_string_lossy().into_owned();
@@ -665,10 +657,9 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     assert_eq!(runs(side.path(), 1), 1, "{log}");
     // Reattached: the worker ran it once and acked it once (its ack
     // follows the committed mark by a poll).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !worker.log().contains("handoff committed") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _ = wait_until_blocking("the worker's ack", Duration::from_secs(10), || {
+        worker.log().contains("handoff committed")
+    });
     let log = worker.log();
     assert_eq!(log.matches("running").count(), 1, "{log}");
     assert_eq!(log.matches("handoff committed").count(), 1, "{log}");

@@ -5,13 +5,14 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_protocol::ThreadEvent;
 use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
+use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server as Model, bin, exec_cmd, session_events};
@@ -314,21 +315,15 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     .unwrap();
     // Once the spawn is in the log the task is on the queue, and no
     // worker takes it: kill the coordinator there.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let dir = loop {
+    let dir = until(Duration::from_secs(60), "the subagent spawned", || {
         let sessions = ws.path().join(".vtcode/sessions");
-        let found = std::fs::read_dir(&sessions).ok().and_then(|d| {
+        std::fs::read_dir(&sessions).ok().and_then(|d| {
             d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
                 std::fs::read_to_string(p.join("events.jsonl"))
                     .is_ok_and(|l| l.contains("spawn_subagent"))
             })
-        });
-        if let Some(dir) = found {
-            break dir;
-        }
-        assert!(Instant::now() < deadline, "the subagent was never spawned");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        })
+    });
     std::thread::sleep(Duration::from_millis(300));
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();

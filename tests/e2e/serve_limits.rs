@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use troupe_test_support::wait::wait_until_async;
 
 use super::serve::{
     Server, Sse, client, is_root_done, logged_types, post, read_sse, rt, rule_script, start,
@@ -269,11 +270,13 @@ fn sessions_and_streams_beyond_their_caps_get_429() {
         .await;
         assert_eq!(status, 200);
         // The slot and the stream are free again.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.get(&url).send().await.unwrap().status() != 200 {
-            assert!(Instant::now() < deadline, "the closed stream still counts");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until_async(
+            "the closed stream's slot free",
+            Duration::from_secs(10),
+            || async { c.get(&url).send().await.unwrap().status() == 200 },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         let next = start(&c, &server, slow).await;
         let (status, _) = post(
             &c,

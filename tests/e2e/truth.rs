@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::{BoundaryStatus, CompletionSubtype, ThreadEvent, Usage};
+use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
@@ -382,11 +383,9 @@ fn ctrl_c_while_the_model_stalls_cancels_within_a_second() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.server.request_count() == 0 {
-        assert!(Instant::now() < deadline, "the model was never called");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until(Duration::from_secs(20), "the model called", || {
+        (s.server.request_count() > 0).then_some(())
+    });
     let sent = Instant::now();
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -105,6 +105,17 @@ pub fn until<T>(limit: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T 
     poll_for_blocking(what, limit, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// [`until`], the panic message followed by `detail()` (say, a process's
+/// log at the time).
+pub fn until_with<T>(
+    limit: Duration,
+    what: &str,
+    detail: impl FnOnce() -> String,
+    f: impl FnMut() -> Option<T>,
+) -> T {
+    poll_for_blocking(what, limit, f).unwrap_or_else(|e| panic!("{e}\n{}", detail()))
+}
+
 /// [`wait_until`] for blocking tests.
 pub fn wait_until_blocking(
     what: &str,
