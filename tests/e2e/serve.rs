@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use troupe_test_support::git::GitRepo;
+use troupe_test_support::sse::Splitter;
 use troupe_test_support::wait::{until, wait_until};
 
 /// A running `troupe serve`.
@@ -134,27 +135,15 @@ pub(crate) async fn read_sse(
         "text/event-stream"
     );
     let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut blocks = Splitter::default();
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let (mut id, mut event, mut data) = (None, String::new(), String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.parse().unwrap());
-                } else if let Some(v) = line.strip_prefix("event: ") {
-                    event = v.to_string();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data.push_str(v);
-                }
-            }
-            let Some(id) = id else { continue }; // a heartbeat comment
+        for block in blocks.push(&chunk.unwrap()) {
+            let Some(id) = block.id else { continue }; // a heartbeat comment
             let ev = Sse {
                 id,
-                event,
-                data: serde_json::from_str(&data).unwrap(),
+                event: block.event,
+                data: serde_json::from_str(&block.data).unwrap(),
             };
             let done = stop(&ev);
             out.push(ev);
