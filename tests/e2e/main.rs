@@ -26,6 +26,7 @@ mod pipeline_plan;
 mod reasoning;
 mod remote;
 mod remote_cli;
+mod remote_faults;
 mod remote_partition;
 mod responses;
 mod resume;
