@@ -264,14 +264,7 @@ fn ctrl_c_aborts_the_running_tasks_and_starts_no_more() {
         (turns >= 2).then_some(())
     });
     let sent = Instant::now();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(child.id(), "-INT");
     let out = child.wait_with_output().unwrap();
     assert!(
         sent.elapsed() < Duration::from_secs(15),

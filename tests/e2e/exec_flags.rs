@@ -75,14 +75,7 @@ fn ctrl_c_cancels_a_run_stalled_on_the_model() {
     })
     .unwrap();
     let sent = Instant::now();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(child.id(), "-INT");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     assert!(

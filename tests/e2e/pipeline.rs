@@ -366,14 +366,7 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
         || !s.server.requests().is_empty(),
     )
     .unwrap();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(child.id(), "-INT");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let events = session_events(ws.path());

@@ -49,16 +49,8 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
             victim.log().contains("running")
         });
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
-        let pid = victim.pid().unwrap().to_string();
-        let signal = |sig: &str| {
-            assert!(
-                Command::new("kill")
-                    .args([sig, &pid])
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-        };
+        let pid = victim.pid().unwrap();
+        let signal = |sig: &str| troupe_test_support::process::signal(pid, sig);
         signal("-STOP");
         let before = victim.log();
         let in_flight = before.matches("running").count() > before.matches(FINISHING).count();
@@ -134,14 +126,7 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
     });
     assert!(worker.log().contains("running"), "{}", worker.log());
     let sent = Instant::now();
-    let pid = coordinator.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(coordinator.id(), "-INT");
     let out = coordinator.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");

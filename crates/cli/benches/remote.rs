@@ -110,7 +110,7 @@ fn main() {
     ];
     let mut throughput = Vec::new();
     for place in places {
-        let r = run(place, &steps);
+        let r = measure(place, &steps);
         eprintln!("throughput, {}: {:?} wall", place.label(), r.wall);
         throughput.push((place, r));
     }
@@ -121,7 +121,7 @@ fn main() {
     };
     let mut lat = Vec::new();
     for place in [Place::Local, one] {
-        let r = run(place, &chain);
+        let r = measure(place, &chain);
         eprintln!("latency, {}: {:?} wall", place.label(), r.wall);
         lat.push((place, r));
     }
@@ -271,7 +271,7 @@ impl Outcome {
 /// Runs the script of `steps` with its children placed at `place`, to its
 /// end; asserts it completed, every call did, and (remote) that the
 /// workers committed one handoff per task.
-fn run(place: Place, steps: &[usize]) -> Outcome {
+fn measure(place: Place, steps: &[usize]) -> Outcome {
     let total: usize = steps.iter().sum();
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");

@@ -53,6 +53,16 @@ pub fn run_within(mut cmd: Command, limit: Duration) -> (Option<i32>, String, St
     )
 }
 
+/// Sends `signal` (as `kill` spells it: `-INT`, `-STOP`) to process
+/// `pid`; panics when `kill` fails.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+    assert!(status.success(), "kill {signal} {pid}: {status}");
+}
+
 /// A process killed (SIGKILL) on drop, its stdout and stderr in files
 /// `dir/NAME.out` and `dir/NAME.log`.
 pub struct Proc {
