@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value;
+use troupe_test_support::wait::until;
 
 use super::{stderr, stdout, troupe};
 
@@ -255,27 +256,15 @@ fn ctrl_c_aborts_the_running_tasks_and_starts_no_more() {
         .spawn()
         .unwrap();
     // Both running tasks are waiting on the model.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until(Duration::from_secs(30), "the tasks started", || {
         let turns = sessions(tmp.path())
             .first()
             .and_then(|d| std::fs::read_to_string(d.join("events.jsonl")).ok())
             .map_or(0, |t| t.matches("\"turn.started\"").count());
-        if turns >= 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the tasks never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        (turns >= 2).then_some(())
+    });
     let sent = Instant::now();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(child.id(), "-INT");
     let out = child.wait_with_output().unwrap();
     assert!(
         sent.elapsed() < Duration::from_secs(15),

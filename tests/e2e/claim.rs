@@ -5,9 +5,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use troupe_protocol::{ThreadEvent, VersionedThreadEvent};
+use troupe_test_support::wait::until;
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
 use super::exec::{exec_cmd, session_dir};
@@ -33,11 +34,9 @@ fn crashed_session(server: &ScriptedServer) -> (tempfile::TempDir, String) {
         .spawn()
         .unwrap();
         let steps = ws.path().join("steps.txt");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::read_to_string(&steps).map_or(0, |s| s.lines().count()) < 2 {
-            assert!(Instant::now() < deadline, "the run made no progress");
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        until(Duration::from_secs(30), "the run's progress", || {
+            (std::fs::read_to_string(&steps).map_or(0, |s| s.lines().count()) >= 2).then_some(())
+        });
         child.kill().unwrap(); // SIGKILL
         if child.wait().unwrap().success() {
             continue;

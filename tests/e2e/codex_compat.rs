@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 use troupe_protocol::{ThreadEvent, Usage};
+use troupe_test_support::wait::until;
 use troupe_testkit::Reply;
 
 use crate::exec::{Server, session_dir, session_events};
@@ -391,14 +392,11 @@ fn a_new_run_killed_midway_is_continued_by_sessions_resume() {
         .spawn()
         .unwrap();
     // Wait for the stalled third request: the tool ran, its output is logged.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while s.server.requests().len() < 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never stalled"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    until(
+        std::time::Duration::from_secs(20),
+        "the run stalled",
+        || (s.server.requests().len() >= 3).then_some(()),
+    );
     std::thread::sleep(std::time::Duration::from_millis(200));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();

@@ -228,9 +228,7 @@ fn a_tool_of_an_ordinary_user_cannot_read_troupes_key() {
 fn the_verifier_cannot_read_troupes_key_either() {
     let canary = format!("sk-canary-{:016x}", fastrand::u64(..));
     let ws = tempfile::tempdir().unwrap();
-    std::fs::write(ws.path().join("calc.sh"), "echo 5\n").unwrap();
-    std::fs::write(ws.path().join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(ws.path(), "initial").unwrap();
+    troupe_test_support::git::repo_at(ws.path(), "initial", &[("calc.sh", "echo 5\n")]);
     std::fs::write(
         ws.path().join("p.toml"),
         "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",

@@ -11,6 +11,9 @@ mod context;
 mod contract;
 mod disk;
 mod exec;
+mod exec_flags;
+mod exec_model;
+mod exec_policy;
 mod first_hour;
 mod help;
 mod key_reach;
@@ -23,6 +26,7 @@ mod pipeline_plan;
 mod reasoning;
 mod remote;
 mod remote_cli;
+mod remote_faults;
 mod remote_partition;
 mod responses;
 mod resume;
@@ -55,6 +59,17 @@ pub fn troupe(args: &[&str], cwd: &Path) -> Output {
         .unwrap();
     vtcode::check_output(&out, &format!("troupe {}", args.join(" ")));
     out
+}
+
+/// `troupe ARGS --workspace WS` (`TROUPE_LOG=warn`), its output as it is.
+pub fn troupe_ws(args: &[&str], ws: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .args(args)
+        .arg("--workspace")
+        .arg(ws)
+        .env("TROUPE_LOG", "warn")
+        .output()
+        .unwrap()
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use troupe_protocol::{ItemDetails, ItemStatus, McpToolCallItem, McpToolCallStatus, ThreadEvent};
+use troupe_test_support::wait::{until, wait_until_blocking};
 use troupe_testkit::Reply;
 
 use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
@@ -163,14 +164,11 @@ fn http_server(port: u16) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server-everything did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until(
+        Duration::from_secs(20),
+        "server-everything listening",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+    );
     child
 }
 
@@ -388,16 +386,10 @@ fn malformed_results_and_a_crash_mid_call_are_tool_errors() {
 /// Whether no live process whose command line mentions `needle` runs
 /// with its working directory in `ws`.
 fn no_process_with(ws: &Path, needle: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if live_processes(ws, needle).is_empty() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_blocking("the processes gone", Duration::from_secs(10), || {
+        live_processes(ws, needle).is_empty()
+    })
+    .is_ok()
 }
 
 /// Live (not zombie) processes whose cwd is `ws` and whose command line
@@ -444,24 +436,18 @@ fn no_server_outlives_a_sigkilled_troupe() {
         .spawn()
         .unwrap();
     // Wait until the call is at the server.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until(Duration::from_secs(30), "the MCP call started", || {
         assert!(troupe.try_wait().unwrap().is_none(), "troupe ended early");
         let log = std::fs::read_dir(ws.path().join(".vtcode/sessions"))
             .ok()
             .and_then(|mut d| d.next())
             .and_then(|d| std::fs::read_to_string(d.ok()?.path().join("events.jsonl")).ok())
             .unwrap_or_default();
-        let calling = log
-            .lines()
+        log.lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .any(|v| v["event"]["item"]["type"] == "mcp_tool_call");
-        if calling {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the MCP call never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            .any(|v| v["event"]["item"]["type"] == "mcp_tool_call")
+            .then_some(())
+    });
     let servers = live_processes(ws.path(), "faulty-server");
     assert_eq!(servers.len(), 1, "one server runs: {servers:?}");
     troupe.kill().unwrap();

@@ -13,16 +13,7 @@ use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, exec};
 use super::pipeline::task_checking_verifier;
-
-const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
-const TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
-
-pub fn calc_repo(dir: &Path) {
-    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
-    std::fs::write(dir.join("test.sh"), TEST).unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
-}
+use troupe_test_support::git::calc_repo;
 
 pub fn tests_pass(dir: &Path) -> bool {
     Command::new("sh")
@@ -78,7 +69,7 @@ pub fn spawn_fixer(id: &str, task: &str) -> Reply {
 #[test]
 fn verify_change_tells_the_verifier_the_task_and_merge_needs_an_approval() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let task = "Fix calc.sh so add 2 2 prints 4 (task marker T-55aa).";
     let script = task_checking_verifier(Script::replies(vec![]), "T-55aa")
         .with_route(
@@ -158,7 +149,7 @@ fn verdict(id: &str, approved: bool, finding: Option<&str>) -> Vec<Reply> {
 #[test]
 fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let task = "Fix calc.sh so add 2 2 prints 4.";
     let script = Script::replies(vec![])
         .with_route_all(
@@ -291,7 +282,7 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
 #[test]
 fn a_conflicting_merge_is_reported_and_changes_nothing() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     std::fs::write(
         ws.path().join("troupe.toml"),
         "[verifier]\nallow_unverified_merge = true\n",
@@ -354,7 +345,7 @@ fn a_conflicting_merge_is_reported_and_changes_nothing() {
 #[test]
 fn unmerged_worktrees_are_listed_by_show_and_removed_by_prune() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let script = Script::replies(vec![])
         .with_route(
             "Fix calc.sh",

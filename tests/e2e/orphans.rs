@@ -5,11 +5,12 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent};
 use troupe_test_support::e2e::Server;
+use troupe_test_support::wait::until;
 use troupe_testkit::Reply;
 
 use super::exec::{exec_cmd, session_dir, session_events};
@@ -37,28 +38,26 @@ fn live_members(pgid: i32) -> Vec<i32> {
 /// Polls the session's journal until a `command_execution` records its
 /// process group; returns the group id.
 fn recorded_pgid(ws: &Path, child: &mut Child) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "troupe ended before the command started"
-        );
-        let log = ws.join(".vtcode/sessions");
-        let text = std::fs::read_dir(&log)
-            .ok()
-            .and_then(|mut d| d.next())
-            .and_then(|d| std::fs::read_to_string(d.ok()?.path().join("events.jsonl")).ok())
-            .unwrap_or_default();
-        let found = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find_map(|v| v["event"]["item"]["process_group"]["pgid"].as_i64());
-        if let Some(pgid) = found {
-            return i32::try_from(pgid).unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the journal never recorded the command's process group");
+    let pgid = until(
+        Duration::from_secs(30),
+        "the command's process group",
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "troupe ended before the command started"
+            );
+            let log = ws.join(".vtcode/sessions");
+            let text = std::fs::read_dir(&log)
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|d| std::fs::read_to_string(d.ok()?.path().join("events.jsonl")).ok())
+                .unwrap_or_default();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find_map(|v| v["event"]["item"]["process_group"]["pgid"].as_i64())
+        },
+    );
+    i32::try_from(pgid).unwrap()
 }
 
 fn script(dir: &Path, command: &str) -> std::path::PathBuf {

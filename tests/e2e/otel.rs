@@ -371,7 +371,7 @@ fn a_dead_collector_never_affects_the_session() {
 fn a_verifier_span_is_under_the_verify_change_call() {
     let receiver = Receiver::start();
     let ws = workspace(Some(&format!("http://{}", receiver.addr)));
-    super::multi_agent::calc_repo(ws.path());
+    troupe_test_support::git::calc_repo(ws.path(), &[]);
     let task = "Fix calc.sh so add 2 2 prints 4 (task marker T-0e1f).";
     let script = super::pipeline::task_checking_verifier(Script::replies(vec![]), "T-0e1f")
         .with_route(

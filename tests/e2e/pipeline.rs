@@ -9,18 +9,9 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
-use super::exec::session_events;
-
-const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
-const TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
-    std::fs::write(dir.join("test.sh"), TEST).unwrap();
-    std::fs::write(dir.join("shared.txt"), "original\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
-}
+use super::exec::{bin, session_events};
+use troupe_test_support::e2e::pipeline_run;
+use troupe_test_support::git::{CALC_SH, calc_repo, repo_at};
 
 fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
     events
@@ -54,27 +45,9 @@ fn handoffs(events: &[ThreadEvent]) -> usize {
 }
 
 fn troupe_run(ws: &Path, pipeline: &str, script: &Script) -> std::process::Output {
-    std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).unwrap();
-    std::fs::write(
-        ws.join(".vtcode-script.json"),
-        serde_json::to_string(script).unwrap(),
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
-        .arg(ws)
-        .current_dir(ws)
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .unwrap();
-    super::vtcode::check_output(&out, "troupe run");
-    out
+    let text = serde_json::to_string(script).unwrap();
+    std::fs::write(ws.join(".vtcode-script.json"), text).unwrap();
+    pipeline_run(bin(), ws, pipeline, &["--script", ".vtcode-script.json"])
 }
 
 #[test]
@@ -161,7 +134,7 @@ fn handoff(summary: &str) -> serde_json::Value {
 #[test]
 fn rejected_then_fixed_then_approved() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[("shared.txt", "original\n")]);
     // Round 2's proposer sees its round-1 handoff ("first attempt") in its
     // orientation, so the verifier routes also need the verifier's prompt.
     let script = Script::replies(vec![])
@@ -226,7 +199,7 @@ fn rejected_then_fixed_then_approved() {
 #[test]
 fn parallel_proposers_with_a_conflicting_merge() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[("shared.txt", "original\n")]);
     let write = |id: &str, text: &str, who: &str| {
         vec![
             Reply::tool_calls(vec![ToolCallSpec::new(
@@ -363,7 +336,7 @@ fn pipeline_sessions_are_not_resumed_as_exec() {
 fn ctrl_c_cancels_a_pipeline_cleanly() {
     use std::time::Duration;
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[("shared.txt", "original\n")]);
     std::fs::write(
         ws.path().join("p.toml"),
         "[[proposers]]\nname = \"slow\"\ntask = \"wait\"\n",
@@ -393,14 +366,7 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
         || !s.server.requests().is_empty(),
     )
     .unwrap();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    troupe_test_support::process::signal(child.id(), "-INT");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let events = session_events(ws.path());
@@ -414,7 +380,7 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
     );
     assert_eq!(
         std::fs::read_to_string(ws.path().join("calc.sh")).unwrap(),
-        CALC,
+        CALC_SH,
         "nothing merged"
     );
 }
@@ -447,7 +413,7 @@ pub fn task_checking_verifier(script: Script, task: &str) -> Script {
 #[test]
 fn the_pipeline_verifier_is_told_the_task() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[("shared.txt", "original\n")]);
     let task = "Fix calc.sh so that add 2 2 prints 4 (task marker T-91c2).";
     // The proposer hands off with the `handoff` tool, which has no task
     // field: troupe fills it in.
@@ -497,7 +463,7 @@ fn the_pipeline_verifier_is_told_the_task() {
 #[test]
 fn a_dirty_workspace_is_refused_before_any_model_call() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[("shared.txt", "original\n")]);
     std::fs::write(ws.path().join("shared.txt"), "changed, not committed\n").unwrap();
     std::fs::write(ws.path().join("scratch.txt"), "untracked\n").unwrap();
     let script = Script::replies(vec![
@@ -539,9 +505,7 @@ fn the_example_pipeline_runs_offline() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("repo");
     std::fs::create_dir(&ws).unwrap();
-    std::fs::write(ws.join("README.md"), "# scratch\n").unwrap();
-    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(&ws, "initial").unwrap();
+    repo_at(&ws, "initial", &[("README.md", "# scratch\n")]);
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples");
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .arg("run")

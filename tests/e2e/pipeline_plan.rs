@@ -2,42 +2,17 @@
 //! rejected round leaves for the next one: what reaches the model, read
 //! from the scripted server's recorded requests.
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
-use troupe_test_support::e2e::Server;
+use troupe_test_support::e2e::{Server, pipeline_run};
 use troupe_testkit::{RecordedRequest, Reply, Script};
 
-use super::exec::session_events;
+use super::exec::{bin, session_events};
+use troupe_test_support::git::calc_repo;
 
-const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
-const TEST: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
 const TASK: &str = "Fix calc.sh so that sh test.sh passes.";
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
-    std::fs::write(dir.join("test.sh"), TEST).unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
-}
-
-fn run(ws: &Path, pipeline: &str, server: &Server) -> std::process::Output {
-    std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args(["run", ".vtcode-pipeline.toml", "--base-url", &server.url()])
-        .arg("--workspace")
-        .arg(ws)
-        .current_dir(ws)
-        .env("TROUPE_LOG", "warn")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("TROUPE_MODEL")
-        .output()
-        .unwrap();
-    super::vtcode::check_output(&out, "troupe run");
-    out
-}
 
 fn fix() -> Reply {
     Reply::tool_call(
@@ -81,7 +56,7 @@ fn assert_ok(out: &std::process::Output) {
 #[test]
 fn a_plan_stage_is_read_only_and_its_plan_opens_the_build() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let plan =
         "Plan P-7f3a: the add case adds 1 too many.\n- drop the + 1 in calc.sh\n- run sh test.sh";
     let script = Script::replies(vec![])
@@ -108,10 +83,11 @@ fn a_plan_stage_is_read_only_and_its_plan_opens_the_build() {
             ],
         );
     let server = Server::with_script(script);
-    let out = run(
+    let out = pipeline_run(
+        bin(),
         ws.path(),
         &format!("[[proposers]]\nname = \"fixer\"\nmode = \"plan\"\ntask = \"{TASK}\"\n"),
-        &server,
+        &["--base-url", &server.url()],
     );
     assert_ok(&out);
     let reqs = server.server.requests();
@@ -153,7 +129,7 @@ fn a_plan_stage_is_read_only_and_its_plan_opens_the_build() {
 #[test]
 fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let script = Script::replies(vec![])
         // Each verifier is a new conversation: round 1's sees H-55e0.
         .with_route_all(
@@ -180,12 +156,13 @@ fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
             ],
         );
     let server = Server::with_script(script);
-    let out = run(
+    let out = pipeline_run(
+        bin(),
         ws.path(),
         &format!(
             "[pipeline]\nmax_rounds = 2\n[[proposers]]\nname = \"fixer\"\ntask = \"{TASK}\"\n"
         ),
-        &server,
+        &["--base-url", &server.url()],
     );
     assert_ok(&out);
     let reqs = server.server.requests();

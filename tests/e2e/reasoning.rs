@@ -5,11 +5,12 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
 use troupe_test_support::e2e::{log_events, session_dir};
+use troupe_test_support::wait::until;
 use troupe_testkit::{RecordedRequest, Reply, Script, ScriptedServer};
 
 use super::{stderr, troupe};
@@ -101,11 +102,9 @@ fn anthropic_thinking_goes_back_on_the_next_turn_and_after_a_crash_resume() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.request_count() < 2 {
-        assert!(Instant::now() < deadline, "the second request never came");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until(Duration::from_secs(60), "the second request", || {
+        (server.request_count() >= 2).then_some(())
+    });
     child.kill().unwrap(); // SIGKILL, with the second call in flight
     assert!(!child.wait().unwrap().success());
     let reqs = server.requests();

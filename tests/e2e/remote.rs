@@ -5,40 +5,34 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
+use troupe_test_support::wait::wait_until_blocking;
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
 
-const PARTS: usize = 6;
+/// The workspace: one file, fixes merged unverified.
+pub(crate) const FILES: [(&str, &str); 2] = [("README.md", "parts\n"), ALLOW_UNVERIFIED];
+
+pub(crate) const PARTS: usize = 6;
 
 /// Worker `w{n}` of a test (ack wait 3 s, commands unsandboxed).
-fn worker(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
+pub(crate) fn worker(nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
     let extra = ["--sandbox", "danger-full-access"];
     Worker::start(bin(), nats, model, dir, &format!("w{n}"), 3, &extra)
-}
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("README.md"), "parts\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(
-        dir.join("troupe.toml"),
-        "[verifier]\nallow_unverified_merge = true\n",
-    )
-    .unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
 }
 
 /// Each part's subagent writes its file, runs a command that appends to
 /// a side-effect file outside the repository (so a re-run shows), and
 /// hands off; the root spawns them three at a time and merges all six.
-fn script(side: &Path, delay_ms: u64) -> Script {
+pub(crate) fn script(side: &Path, delay_ms: u64) -> Script {
     let mut script = Script::replies(vec![]);
     for i in 1..=PARTS {
         let side_file = side.join(format!("p{i}.count"));
@@ -96,7 +90,7 @@ fn script(side: &Path, delay_ms: u64) -> Script {
 /// in one step (then only final texts), so two incarnations sharing a
 /// conversation's scripted cursor (a zombie and its successor) both end
 /// with the same tree whatever replies each takes.
-fn shared_cursor_script(side: &Path) -> Script {
+pub(crate) fn shared_cursor_script(side: &Path) -> Script {
     let mut script = script(side, 0);
     script.routes.retain(|r| !r.when.starts_with("Write part"));
     for i in 1..=PARTS {
@@ -128,7 +122,7 @@ fn shared_cursor_script(side: &Path) -> Script {
 }
 
 /// The tracked files at HEAD with their blob ids (content-addressed).
-fn tree(dir: &Path) -> BTreeSet<String> {
+pub(crate) fn tree(dir: &Path) -> BTreeSet<String> {
     let out = Command::new("git")
         .args(["ls-tree", "-r", "HEAD"])
         .current_dir(dir)
@@ -140,7 +134,7 @@ fn tree(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
+pub(crate) fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -151,13 +145,13 @@ fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
 }
 
 /// The side-effect files live outside the repositories.
-const FULL: &[&str] = &["--sandbox", "danger-full-access"];
+pub(crate) const FULL: &[&str] = &["--sandbox", "danger-full-access"];
 
-const PROMPT: &str = "Split the work into six parts.";
+pub(crate) const PROMPT: &str = "Split the work into six parts.";
 
-fn local_tree(side: &Path) -> BTreeSet<String> {
+pub(crate) fn local_tree(side: &Path) -> BTreeSet<String> {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let server = Server::with_script(script(side, 0));
     let (code, out, err) = run_within(
         exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
@@ -168,7 +162,7 @@ fn local_tree(side: &Path) -> BTreeSet<String> {
 }
 
 /// Whether the log reports call `call_id` as interrupted by a restart.
-fn interrupted(events: &[ThreadEvent], call_id: &str) -> bool {
+pub(crate) fn interrupted(events: &[ThreadEvent], call_id: &str) -> bool {
     events.iter().any(|e| match e {
         ThreadEvent::ItemCompleted(i) => matches!(
             &i.item.details,
@@ -185,7 +179,7 @@ fn interrupted(events: &[ThreadEvent], call_id: &str) -> bool {
 pub const FINISHING: &str = "finished; sending the handoff";
 
 /// How many times part `i`'s exec ran.
-fn runs(side: &Path, i: usize) -> usize {
+pub(crate) fn runs(side: &Path, i: usize) -> usize {
     std::fs::read_to_string(side.join(format!("p{i}.count")))
         .map(|c| c.lines().count())
         .unwrap_or(0)
@@ -194,7 +188,7 @@ fn runs(side: &Path, i: usize) -> usize {
 /// The merged tree is the local run's, every exec ran exactly once (a
 /// side-effect file outside the repositories), each handoff is in the log
 /// once.
-fn assert_complete(
+pub(crate) fn assert_complete(
     ws: &Path,
     side: &Path,
     expected: &BTreeSet<String>,
@@ -244,7 +238,7 @@ fn assert_complete(
 }
 
 #[test]
-fn three_workers_run_six_worktree_subagents_with_the_local_result() {
+pub(crate) fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let side_local = tempfile::tempdir().unwrap();
     let expected = local_tree(side_local.path());
     let nats = NatsServer::start();
@@ -255,7 +249,7 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
         .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let (code, out, err) = run_within(
         exec_cmd(
             ws.path(),
@@ -273,10 +267,9 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
             .map(|w| w.log().matches("handoff committed").count())
             .sum::<usize>()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while acked_now() < PARTS && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _ = wait_until_blocking("every handoff acked", Duration::from_secs(10), || {
+        acked_now() >= PARTS
+    });
     let logs: Vec<String> = workers.iter().map(Worker::log).collect();
     let events = assert_complete(ws.path(), side.path(), &expected, &logs);
     // The children ran on the workers, not here: every task was acked
@@ -300,7 +293,7 @@ fn three_workers_run_six_worktree_subagents_with_the_local_result() {
 }
 
 #[test]
-fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
+pub(crate) fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
     let side_local = tempfile::tempdir().unwrap();
     let expected = local_tree(side_local.path());
     for round in 0..10u64 {
@@ -313,7 +306,7 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
             .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
             .collect();
         let ws = tempfile::tempdir().unwrap();
-        repo(ws.path());
+        repo_at(ws.path(), "initial", &FILES);
         let mut coordinator = exec_cmd(
             ws.path(),
             &server.url(),
@@ -325,10 +318,9 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         });
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !workers[victim].log().contains("running") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
+            workers[victim].log().contains("running")
+        });
         std::thread::sleep(Duration::from_millis(fastrand::u64(0..1500)));
         let before = workers[victim].log();
         workers[victim].kill();
@@ -353,12 +345,12 @@ fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
     }
 }
 
-fn coordinator_take(cmd: &mut Command) -> Command {
+pub(crate) fn coordinator_take(cmd: &mut Command) -> Command {
     std::mem::replace(cmd, Command::new("true"))
 }
 
 #[test]
-fn a_nats_server_restart_mid_run_completes() {
+pub(crate) fn a_nats_server_restart_mid_run_completes() {
     let side_local = tempfile::tempdir().unwrap();
     let expected = local_tree(side_local.path());
     let mut nats = NatsServer::start();
@@ -369,7 +361,7 @@ fn a_nats_server_restart_mid_run_completes() {
         .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
         .collect();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut coordinator = exec_cmd(
         ws.path(),
         &server.url(),
@@ -379,10 +371,9 @@ fn a_nats_server_restart_mid_run_completes() {
     let handle = std::thread::spawn(move || {
         run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !workers.iter().any(|w| w.log().contains("running")) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = wait_until_blocking("a worker running", Duration::from_secs(60), || {
+        workers.iter().any(|w| w.log().contains("running"))
+    });
     std::thread::sleep(Duration::from_millis(500));
     nats.restart();
     let (code, out, err) = handle.join().unwrap();
@@ -392,9 +383,9 @@ fn a_nats_server_restart_mid_run_completes() {
 }
 
 #[test]
-fn exec_with_an_unreachable_nats_fails_before_any_session() {
+pub(crate) fn exec_with_an_unreachable_nats_fails_before_any_session() {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -415,275 +406,4 @@ fn exec_with_an_unreachable_nats_fails_before_any_session() {
     assert!(err.contains("nats-server -js"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!ws.path().join(".vtcode/sessions").exists());
-}
-
-/// A partition stand-in: one worker is frozen (SIGSTOP) mid-task past the
-/// ack wait, its task is redelivered and completed by another worker, then
-/// the zombie wakes (SIGCONT) and sends its late events and result: they
-/// are fenced off (recorded, never merged) and the result is the local
-/// run's.
-#[test]
-fn a_frozen_worker_that_comes_back_is_fenced_off() {
-    let side_local = tempfile::tempdir().unwrap();
-    let expected = local_tree(side_local.path());
-    for attempt in 0..3 {
-        let nats = NatsServer::start();
-        let tmp = tempfile::tempdir().unwrap();
-        let side = tempfile::tempdir().unwrap();
-        let server = Server::with_script(shared_cursor_script(side.path()));
-        let workers: Vec<Worker> = (0..3)
-            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-            .collect();
-        let ws = tempfile::tempdir().unwrap();
-        repo(ws.path());
-        let mut coordinator = exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        );
-        let handle = std::thread::spawn(move || {
-            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-        });
-        let victim = &workers[fastrand::usize(0..3)];
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !victim.log().contains("running") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(fastrand::u64(0..600)));
-        let pid = victim.pid().unwrap().to_string();
-        let signal = |sig: &str| {
-            assert!(
-                Command::new("kill")
-                    .args([sig, &pid])
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-        };
-        signal("-STOP");
-        let before = victim.log();
-        let in_flight = before.matches("running").count() > before.matches(FINISHING).count();
-        // Past the ack wait (3 s) its task is redelivered; the zombie wakes
-        // once another worker has claimed it as incarnation 2.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while in_flight
-            && !workers.iter().any(|w| w.log().contains("incarnation=2"))
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        signal("-CONT");
-        let (code, out, err) = handle.join().unwrap();
-        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
-        assert_eq!(code, Some(0), "{out}\n{err}\n{logs:#?}");
-        if !in_flight {
-            eprintln!("attempt {attempt}: the frozen worker held no task; again");
-            continue;
-        }
-        assert_eq!(tree(ws.path()), expected, "{logs:#?}");
-        let events = session_events(ws.path());
-        let mut from = handoffs(&events);
-        from.sort();
-        let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
-        assert_eq!(from, want, "each handoff once");
-        let fenced: Vec<&String> = events
-            .iter()
-            .filter_map(|e| match e {
-                ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
-                _ => None,
-            })
-            .collect();
-        assert!(
-            fenced.iter().any(|m| m.contains("stale incarnation 1")),
-            "no fenced record: {fenced:?}\n{logs:#?}"
-        );
-        return;
-    }
-    panic!("the frozen worker never held a task in three attempts");
-}
-
-/// Ctrl-C on the coordinator while a remote child runs: the session ends
-/// cancelled at once, the worker stops the child and drops the task, and
-/// the task is not run again.
-#[test]
-fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
-    let nats = NatsServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let script = Script::replies(vec![])
-        .with_route(
-            "Write part P1 of six",
-            vec![Reply::stall_ms(60_000), Reply::text("never")],
-        )
-        .with_route(
-            "Split the work into six parts",
-            vec![
-                Reply::tool_call(
-                    "s1",
-                    "spawn_subagent",
-                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "placement": "remote"}),
-                ),
-                Reply::text("done"),
-            ],
-        );
-    let server = Server::with_script(script);
-    let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
-    let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
-    let coordinator = exec_cmd(ws.path(), &server.url(), &["--nats", &nats.url()], PROMPT)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !worker.log().contains("running") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(worker.log().contains("running"), "{}", worker.log());
-    let sent = Instant::now();
-    let pid = coordinator.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let out = coordinator.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(
-        sent.elapsed() < Duration::from_secs(15),
-        "cancel took {:?}",
-        sent.elapsed()
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !worker.log().contains("cancelled by the coordinator") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(
-        worker.log().contains("cancelled by the coordinator"),
-        "{}",
-        worker.log()
-    );
-    // Past twice the ack wait (3 s) nothing has taken the task again.
-    std::thread::sleep(Duration::from_secs(7));
-    assert_eq!(
-        worker.log().matches("running").count(),
-        1,
-        "{}",
-        worker.log()
-    );
-}
-
-/// The coordinator SIGKILLed while its remote child runs, then `troupe
-/// sessions resume ID --nats URL`: the resumed root asks for the child
-/// again, its proxy replays the task's stream and reattaches to the task
-/// the worker kept running (no redelivery), and the session completes with
-/// the child's work merged, its exec run once and its handoff once.
-#[test]
-fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
-    let nats = NatsServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let side = tempfile::tempdir().unwrap();
-    let count = side.path().join("p1.count");
-    let script = Script::replies(vec![])
-        .with_history_route(
-            "Write part P1 of six",
-            vec![
-                Reply::tool_call(
-                    "w1",
-                    "write_file",
-                    json!({"path": "parts/p1.txt", "content": "part 1\n"}),
-                ),
-                Reply::tool_call(
-                    "x1",
-                    "exec_command",
-                    json!({"command": format!("echo ran >> {}", count.display())}),
-                )
-                .with_delay_ms(3000),
-                Reply::tool_call(
-                    "h1",
-                    "handoff",
-                    json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
-                ),
-                Reply::text("part 1 written"),
-            ],
-        )
-        .with_history_route(
-            "Split the work into six parts",
-            vec![
-                Reply::tool_call(
-                    "s1",
-                    "spawn_subagent",
-                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
-                ),
-                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
-                Reply::text("merged"),
-            ],
-        );
-    let server = Server::with_script(script);
-    let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
-    let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
-    let mut coordinator = exec_cmd(
-        ws.path(),
-        &server.url(),
-        &[FULL, &["--nats", &nats.url()]].concat(),
-        PROMPT,
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    // Kill it once the child's write is in its log (the worker is then
-    // waiting 3 s for the model's next reply).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let dir = loop {
-        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
-        if let Some(d) = dirs.iter().find(|d| {
-            std::fs::read_to_string(d.join("events.jsonl"))
-                .is_ok_and(|l| l.contains("\"call_id\":\"w1\""))
-        }) {
-            break d.clone();
-        }
-        assert!(Instant::now() < deadline, "{}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    coordinator.kill().unwrap();
-    coordinator.wait().unwrap();
-    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
-    let mut resume = Command::new(bin());
-    resume
-        .args(["sessions", "resume", &id, "--nats", &nats.url()])
-        .arg("--workspace")
-        .arg(ws.path())
-        .env("TROUPE_LOG", "info")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("TROUPE_MODEL");
-    let (code, out, err) = run_within(resume, Duration::from_secs(120));
-    let log = worker.log();
-    assert_eq!(code, Some(0), "{out}\n{err}\n{log}");
-    assert_eq!(
-        std::fs::read_to_string(ws.path().join("parts/p1.txt")).unwrap(),
-        "part 1\n",
-        "{err}"
-    );
-    assert_eq!(runs(side.path(), 1), 1, "{log}");
-    // Reattached: the worker ran it once and acked it once (its ack
-    // follows the committed mark by a poll).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !worker.log().contains("handoff committed") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let log = worker.log();
-    assert_eq!(log.matches("running").count(), 1, "{log}");
-    assert_eq!(log.matches("handoff committed").count(), 1, "{log}");
-    let events = session_events(ws.path());
-    assert_eq!(
-        handoffs(&events),
-        vec!["session/root/p1".to_string()],
-        "{err}"
-    );
-    assert!(err.contains("remote task replayed; live"), "{err}");
 }

@@ -5,30 +5,24 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_protocol::ThreadEvent;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
+use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server as Model, bin, exec_cmd, session_events};
 
+/// The workspace: one file, fixes merged unverified.
+const FILES: [(&str, &str); 2] = [("README.md", "greetings\n"), ALLOW_UNVERIFIED];
+
 /// The test's one worker, `w0` (ack wait 10 s).
 fn worker(nats: &str, model: &str, dir: &Path) -> Worker {
     Worker::start(bin(), nats, model, dir, "w0", 10, &[])
-}
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("README.md"), "greetings\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(
-        dir.join("troupe.toml"),
-        "[verifier]\nallow_unverified_merge = true\n",
-    )
-    .unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
 }
 
 /// The replies of a subagent (task marker `marker`) that writes `file`
@@ -130,7 +124,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     let model = Model::with_script(script);
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     std::fs::write(
         ws.path().join("pipeline.toml"),
         "[pipeline]\nname = \"greet\"\n\n[[proposers]]\nname = \"greeter\"\ntask = \"Add the greeting (G-1).\"\n",
@@ -172,7 +166,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
     let model = Model::with_script(child(Script::replies(vec![]), "W-8", "hello.txt"));
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut root = spawn_and_merge("g2", "Write the hello file (W-8).");
     root.push(Reply::text("hello merged"));
     let root = serde_json::to_string(&Script::replies(root)).unwrap();
@@ -251,7 +245,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
     let model = Model::with_script(script);
     let worker = worker(&url, &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let limit = Duration::from_secs(180);
     let first = exec_cmd(
         ws.path(),
@@ -305,7 +299,7 @@ fn exec_resume_of_a_nats_session_needs_nats_and_places_on_workers() {
 fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     let nats = NatsServer::start();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let mut root = spawn_and_merge("q1", "Write the queued file (W-9).");
     root.push(Reply::text("merged"));
     let model = Model::with_script(Script::replies(vec![]).with_route("Queue it (G-4)", root));
@@ -321,21 +315,15 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     .unwrap();
     // Once the spawn is in the log the task is on the queue, and no
     // worker takes it: kill the coordinator there.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let dir = loop {
+    let dir = until(Duration::from_secs(60), "the subagent spawned", || {
         let sessions = ws.path().join(".vtcode/sessions");
-        let found = std::fs::read_dir(&sessions).ok().and_then(|d| {
+        std::fs::read_dir(&sessions).ok().and_then(|d| {
             d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
                 std::fs::read_to_string(p.join("events.jsonl"))
                     .is_ok_and(|l| l.contains("spawn_subagent"))
             })
-        });
-        if let Some(dir) = found {
-            break dir;
-        }
-        assert!(Instant::now() < deadline, "the subagent was never spawned");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        })
+    });
     std::thread::sleep(Duration::from_millis(300));
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();
@@ -397,7 +385,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
     ));
     let worker = worker(&nats.url(), &model.url(), tmp.path());
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(ws.path(), "initial", &FILES);
     let root = Script::replies(vec![
         Reply::tool_call(
             "r1",

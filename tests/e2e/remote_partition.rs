@@ -11,16 +11,18 @@
 #![allow(clippy::print_stderr)]
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::json;
 use troupe_protocol::ThreadEvent;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::netns::NetNs;
+use troupe_test_support::process::{Proc, Worker, worker_args};
+use troupe_test_support::wait::{poll_for_blocking, wait_until_blocking};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
@@ -35,98 +37,14 @@ const FULL: &[&str] = &["--sandbox", "danger-full-access"];
 
 const EVERYWHERE: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
-/// A process killed on drop; its stdout and stderr go to files.
-struct Proc {
-    child: Option<Child>,
-    name: String,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
-        let out = dir.join(format!("{name}.out"));
-        let err = dir.join(format!("{name}.log"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).unwrap())
-            .stderr(File::create(&err).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc {
-            child: Some(child),
-            name: name.to_string(),
-            out,
-            err,
-        }
-    }
-
-    /// Its stderr so far (a worker's tracing log).
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.err).unwrap_or_default()
-    }
-
-    /// Waits for its exit within `limit` (then kills it): the exit code
-    /// (`None`: killed), stdout, stderr.
-    fn finish(&mut self, limit: Duration) -> (Option<i32>, String, String) {
-        let deadline = Instant::now() + limit;
-        let mut code = None;
-        if let Some(child) = self.child.as_mut() {
-            loop {
-                if let Some(status) = child.try_wait().unwrap() {
-                    code = status.code();
-                    break;
-                }
-                if Instant::now() > deadline {
-                    eprintln!("{} still running after {limit:?}: killed", self.name);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        self.kill();
-        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
-        (code, out, self.log())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// `troupe worker` inside `ns`, reaching NATS and the model through the
 /// namespace's link.
-fn worker(ns: &NetNs, nats: &str, model: &str, dir: &Path, n: usize) -> Proc {
+fn worker(ns: &NetNs, nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
     let mut cmd = ns.command(bin());
-    cmd.args(["worker", "--nats", nats, "--base-url", model])
-        .args(["--ack-wait-secs", "3", "--name", &format!("w{n}")])
-        .args(["--sandbox", "danger-full-access"])
-        .arg("--workdir")
-        .arg(dir.join(format!("worker-{n}")))
-        .env("TROUPE_LOG", "info")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("TROUPE_MODEL");
-    Proc::spawn(cmd, dir, &format!("worker-{n}"))
-}
-
-fn repo(dir: &Path) {
-    std::fs::write(dir.join("README.md"), "parts\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(
-        dir.join("troupe.toml"),
-        "[verifier]\nallow_unverified_merge = true\n",
-    )
-    .unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    let extra = ["--ack-wait-secs", "3", "--sandbox", "danger-full-access"];
+    let workdir = dir.join(format!("worker-{n}"));
+    worker_args(&mut cmd, nats, model, &format!("w{n}"), &workdir, &extra);
+    Worker::spawn(cmd, dir, &format!("worker-{n}"))
 }
 
 /// The root spawns six worktree children three at a time and merges them
@@ -200,7 +118,11 @@ fn tree(dir: &Path) -> BTreeSet<String> {
 
 fn local_tree() -> BTreeSet<String> {
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(
+        ws.path(),
+        "initial",
+        &[("README.md", "parts\n"), ALLOW_UNVERIFIED],
+    );
     let server = Server::with_script(script(0));
     let mut run = Proc::spawn(
         exec_cmd(ws.path(), &server.url(), FULL, PROMPT),
@@ -219,10 +141,10 @@ fn busy(log: &str) -> bool {
 }
 
 /// Every worker's log, for failure messages.
-fn logs(workers: &[Proc]) -> String {
+fn logs(workers: &[Worker]) -> String {
     workers
         .iter()
-        .map(|w| format!("--- {} ---\n{}", w.name, w.log()))
+        .map(|w| format!("--- {} ---\n{}", w.name(), w.log()))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -241,24 +163,12 @@ fn fenced_so_far(ws: &Path) -> usize {
         .sum()
 }
 
-/// Polls `done` every 20 ms until it holds or `limit` passes.
-fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
-}
-
 /// Three workers, each in a namespace of its own, and the servers they
 /// reach on the host through their links.
 struct Cluster {
     // Fields drop in order: the workers before their namespaces (a
     // namespace is deleted once no process is left inside it).
-    workers: Vec<Proc>,
+    workers: Vec<Worker>,
     nets: Vec<NetNs>,
     server: Server,
     nats: NatsServer,
@@ -317,12 +227,10 @@ struct Cut {
 /// Cuts the link of the first worker seen running a task; once another
 /// worker runs it as incarnation 2 (past the 3 s ack wait), restores it.
 fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
-    let mut victim = None;
-    wait(Duration::from_secs(90), || {
-        victim = c.workers.iter().position(|w| busy(&w.log()));
-        victim.is_some()
+    let victim = poll_for_blocking("a worker running a task", Duration::from_secs(90), || {
+        c.workers.iter().position(|w| busy(&w.log()))
     });
-    let Some(v) = victim else {
+    let Ok(v) = victim else {
         panic!("no worker ran a task within 90 s\n{}", c.logs());
     };
     let ns = &c.nets[v];
@@ -334,12 +242,13 @@ fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
         ns.name(),
         c.logs()
     );
-    let redelivered = wait(Duration::from_secs(45), || {
+    let redelivered = wait_until_blocking("the task redelivered", Duration::from_secs(45), || {
         c.workers
             .iter()
             .enumerate()
             .any(|(k, w)| k != v && w.log().contains("incarnation=2"))
-    });
+    })
+    .is_ok();
     let fenced_before_restore = fenced_so_far(ws);
     ns.restore();
     assert!(
@@ -361,7 +270,11 @@ fn cut_and_restore(c: &Cluster, ws: &Path) -> Cut {
 fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
     let c = Cluster::start();
     let ws = tempfile::tempdir().unwrap();
-    repo(ws.path());
+    repo_at(
+        ws.path(),
+        "initial",
+        &[("README.md", "parts\n"), ALLOW_UNVERIFIED],
+    );
     let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let nats_url = c.nats.url();
     let nats_arg = [FULL, &["--nats", &nats_url]].concat();

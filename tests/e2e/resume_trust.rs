@@ -5,8 +5,9 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use troupe_test_support::wait::until;
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
 use super::exec::session_dir;
@@ -69,15 +70,10 @@ fn crashed_session(ws: &Path, user_url: &str) -> String {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    until(Duration::from_secs(60), "the session's two steps", || {
         let steps = std::fs::read_to_string(ws.join("steps.txt")).unwrap_or_default();
-        if steps.lines().count() >= 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the session never ran two steps");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        (steps.lines().count() >= 2).then_some(())
+    });
     child.kill().unwrap(); // SIGKILL
     assert!(!child.wait().unwrap().success(), "finished before the kill");
     let dir = session_dir(ws);

@@ -99,18 +99,18 @@ impl Case {
     /// `troupe exec` with `args`, the model running `commands` then
     /// `extra` calls, then answering; the exit code and every command's
     /// item by name.
-    fn run(
+    fn exec(
         &self,
         args: &[&str],
         commands: &[(&'static str, String)],
         extra: Vec<Reply>,
     ) -> (Option<i32>, String, Vec<(String, CommandExecutionItem)>) {
-        self.run_as(None, args, commands, extra)
+        self.exec_as(None, args, commands, extra)
     }
 
-    /// [`Case::run`], troupe started as `uid` (through `setpriv`) when
+    /// [`Case::exec`], troupe started as `uid` (through `setpriv`) when
     /// given, the whole case directory handed to that user first.
-    fn run_as(
+    fn exec_as(
         &self,
         uid: Option<u32>,
         args: &[&str],
@@ -205,7 +205,7 @@ fn workspace_write_is_exec_s_default_and_refuses_every_escape() {
     let case = Case::new();
     let mut commands = case.attacks();
     commands.extend(Case::benign());
-    let (code, stdout, items) = case.run(&[], &commands, vec![]);
+    let (code, stdout, items) = case.exec(&[], &commands, vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     for (name, _) in case.attacks() {
         assert_ne!(
@@ -244,7 +244,7 @@ fn workspace_write_holds_for_an_ordinary_user_too() {
     let case = Case::new();
     let mut commands = case.attacks();
     commands.extend(Case::benign());
-    let (code, stdout, items) = case.run_as(Some(65534), &[], &commands, vec![]);
+    let (code, stdout, items) = case.exec_as(Some(65534), &[], &commands, vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     for (name, _) in case.attacks() {
         assert_ne!(
@@ -267,7 +267,7 @@ fn workspace_write_holds_for_an_ordinary_user_too() {
 #[test]
 fn danger_full_access_lets_the_same_commands_through() {
     let case = Case::new();
-    let (code, stdout, items) = case.run(
+    let (code, stdout, items) = case.exec(
         &["--sandbox", "danger-full-access"],
         &case.attacks(),
         vec![],
@@ -295,7 +295,7 @@ fn network_access_opens_tcp_in_workspace_write() {
         .into_iter()
         .filter(|(n, _)| *n == "connect")
         .collect();
-    let (code, stdout, items) = case.run(
+    let (code, stdout, items) = case.exec(
         &["--config", "sandbox_workspace_write.network_access=true"],
         &connect,
         vec![],
@@ -323,7 +323,7 @@ fn read_only_refuses_every_write_write_file_included() {
         "write_file",
         json!({"path": "written.txt", "content": "x"}),
     );
-    let (code, stdout, items) = case.run(&["-s", "read-only"], &commands, vec![write]);
+    let (code, stdout, items) = case.exec(&["-s", "read-only"], &commands, vec![write]);
     assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(exit_of(&items, "read"), Some(0), "{items:?}");
     assert_eq!(exit_of(&items, "tmpdir"), Some(0), "{items:?}");
@@ -345,9 +345,7 @@ fn a_worktree_subagent_defaults_to_workspace_write_and_cannot_loosen_it() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap().join("repo");
     std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
-    std::fs::write(ws.join("README"), "hello\n").unwrap();
-    troupe_worktree::init_repo_with_commit(&ws, "initial").unwrap();
+    troupe_test_support::git::repo_at(&ws, "initial", &[("README", "hello\n")]);
     let config_before = std::fs::read_to_string(ws.join(".git/config")).unwrap();
     let main_git = ws.join(".git/config");
     let child = vec![
@@ -457,9 +455,11 @@ fn pipeline(
 ) -> (Option<i32>, String, Vec<ThreadEvent>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("calc.sh"), "echo 5\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n/.vtcode-*\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    let files = [
+        ("calc.sh", "echo 5\n"),
+        (".gitignore", "/.vtcode/\n/.vtcode-*\n"),
+    ];
+    troupe_test_support::git::repo_at(dir, "initial", &files);
     let verifier = vec![
         Reply::tool_call(
             "v1",
@@ -546,7 +546,7 @@ fn a_pipeline_stage_can_be_stricter_but_never_looser() {
 fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
     let case = Case::new();
     let commands = [("write", "echo x > a.txt".to_string())];
-    let (code, stdout, items) = case.run(&["--sandbox", "read-only"], &commands, vec![]);
+    let (code, stdout, items) = case.exec(&["--sandbox", "read-only"], &commands, vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
     assert_eq!(settings(&case.ws)["sandbox"], "read-only");

@@ -16,7 +16,8 @@ use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::session_events;
-use super::multi_agent::{calc_repo, tests_pass, verdicts};
+use super::multi_agent::{tests_pass, verdicts};
+use troupe_test_support::git::calc_repo;
 
 const ADD: &str = "Task ADD: fix add in calc.sh so sh test.sh passes.";
 const MUL: &str = "Task MUL: add mul.sh that multiplies its two arguments.";
@@ -166,7 +167,7 @@ fn started_parents(events: &[ThreadEvent]) -> HashMap<String, Option<String>> {
 #[test]
 fn the_long_horizon_scenario_ends_success_with_the_real_tree() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let out = run_scenario(ws.path());
     assert_eq!(
         out.status.code(),
@@ -382,7 +383,7 @@ fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
     // machine stretches past the run's end).
     let whole = {
         let ws = tempfile::tempdir().unwrap();
-        calc_repo(ws.path());
+        calc_repo(ws.path(), &[]);
         let side_dir = tempfile::tempdir().unwrap();
         let server =
             super::exec::Server::with_script(killable_scenario(&side_dir.path().join("side.txt")));
@@ -394,7 +395,7 @@ fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
     let (mut resumed, mut finished, mut completed) = (0, 0, 0);
     for round in 0..20 {
         let ws = tempfile::tempdir().unwrap();
-        calc_repo(ws.path());
+        calc_repo(ws.path(), &[]);
         let side_dir = tempfile::tempdir().unwrap();
         let side = side_dir.path().join("side.txt");
         let server = super::exec::Server::with_script(killable_scenario(&side));
@@ -433,7 +434,7 @@ fn sigkill_at_random_points_of_the_scenario_then_resume_completes() {
 #[test]
 fn a_subagent_crashing_past_its_intensity_is_reported_to_its_parent() {
     let ws = tempfile::tempdir().unwrap();
-    calc_repo(ws.path());
+    calc_repo(ws.path(), &[]);
     let crash = || Reply::tool_call("c", "test_panic", json!({}));
     let script = Script::replies(vec![])
         .with_route("Task CRASH", vec![crash(), crash(), crash(), crash()])

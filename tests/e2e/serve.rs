@@ -4,11 +4,13 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 use troupe_test_support::git::GitRepo;
+use troupe_test_support::sse::Splitter;
+use troupe_test_support::wait::{until, wait_until};
 
 /// A running `troupe serve`.
 pub(crate) struct Server {
@@ -55,17 +57,11 @@ impl Server {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: signalling the child we spawned.
         unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = until(
+            Duration::from_secs(60),
+            "serve's exit after SIGTERM",
+            || self.child.try_wait().unwrap(),
+        );
         let mut err = String::new();
         std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut err).unwrap();
         (status.code(), err)
@@ -139,27 +135,15 @@ pub(crate) async fn read_sse(
         "text/event-stream"
     );
     let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut blocks = Splitter::default();
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let (mut id, mut event, mut data) = (None, String::new(), String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.parse().unwrap());
-                } else if let Some(v) = line.strip_prefix("event: ") {
-                    event = v.to_string();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data.push_str(v);
-                }
-            }
-            let Some(id) = id else { continue }; // a heartbeat comment
+        for block in blocks.push(&chunk.unwrap()) {
+            let Some(id) = block.id else { continue }; // a heartbeat comment
             let ev = Sse {
                 id,
-                event,
-                data: serde_json::from_str(&data).unwrap(),
+                event: block.event,
+                data: serde_json::from_str(&block.data).unwrap(),
             };
             let done = stop(&ev);
             out.push(ev);
@@ -381,14 +365,13 @@ async fn steer_cap_then_abort(c: &reqwest::Client, server: &Server, ws: &Path) {
     )
     .await;
     // Its first turn is in flight (the model answers after 4 s).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(events_file(ws, &slow))
-        .unwrap_or_default()
-        .contains("\"turn.started\"")
-    {
-        assert!(Instant::now() < deadline, "the first turn never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the first turn started", Duration::from_secs(30), || {
+        std::fs::read_to_string(events_file(ws, &slow))
+            .unwrap_or_default()
+            .contains("\"turn.started\"")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let steer_url = server.url(&format!("/v1/sessions/{slow}/steer"));
     let mut codes = Vec::new();
     for i in 0..17 {

@@ -5,6 +5,7 @@
 
 use futures::StreamExt;
 use serde_json::json;
+use troupe_test_support::sse::Splitter;
 
 use super::serve::{Server, client, logged_types, rt, start, workspace};
 
@@ -15,17 +16,15 @@ async fn read_some(resp: reqwest::Response, n: usize, id: &str) -> (Vec<u64>, bo
     assert_eq!(resp.status(), 200);
     let end = format!("\"type\":\"thread.completed\",\"thread_id\":\"{id}\"");
     let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut blocks = Splitter::default();
     let mut ids = Vec::new();
     while let Some(chunk) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(at) = buf.find("\n\n") {
-            let block: String = buf.drain(..at + 2).collect();
-            let Some(seq) = block.lines().find_map(|l| l.strip_prefix("id: ")) else {
+        for block in blocks.push(&chunk.unwrap()) {
+            let Some(seq) = block.id else {
                 continue; // a heartbeat
             };
-            ids.push(seq.parse().unwrap());
-            if block.contains(&end) {
+            ids.push(seq);
+            if block.text().contains(&end) {
                 return (ids, true);
             }
             if ids.len() >= n {

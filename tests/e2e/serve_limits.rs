@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use troupe_test_support::wait::wait_until_async;
 
 use super::serve::{
     Server, Sse, client, is_root_done, logged_types, post, read_sse, rt, rule_script, start,
@@ -107,10 +108,8 @@ const DEMO_PIPELINE: &str = "[pipeline]\nname = \"demo\"\nmax_rounds = 2\n\n[[pr
 fn a_pipeline_runs_through_serve_and_merges_the_verified_fix() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
-    std::fs::write(ws.join("calc.sh"), DEMO_CALC).unwrap();
-    std::fs::write(ws.join("test.sh"), DEMO_TEST).unwrap();
-    std::fs::write(ws.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(ws, "calc: add(), with a test").unwrap();
+    let files = [("calc.sh", DEMO_CALC), ("test.sh", DEMO_TEST)];
+    troupe_test_support::git::repo_at(ws, "calc: add(), with a test", &files);
     let script = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/demo-script.toml"),
     )
@@ -271,11 +270,13 @@ fn sessions_and_streams_beyond_their_caps_get_429() {
         .await;
         assert_eq!(status, 200);
         // The slot and the stream are free again.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.get(&url).send().await.unwrap().status() != 200 {
-            assert!(Instant::now() < deadline, "the closed stream still counts");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until_async(
+            "the closed stream's slot free",
+            Duration::from_secs(10),
+            || async { c.get(&url).send().await.unwrap().status() == 200 },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         let next = start(&c, &server, slow).await;
         let (status, _) = post(
             &c,

@@ -5,7 +5,8 @@
 //! but newline and tab reaches the terminal.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
+use super::troupe_ws;
 
 const EVIL_PATH: &str = "evil\u{1b}]0;pwned\u{7}.txt";
 
@@ -36,16 +37,6 @@ text = "done \u009b31m red \u007f\ttab\nbye\u001b]52;c;cHduZWQ=\u0007"
     path
 }
 
-fn run(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args(args)
-        .arg("--workspace")
-        .arg(ws)
-        .env("TROUPE_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
 /// No C0 control but `\n` and `\t`, no DEL, no C1 control.
 fn assert_inert(what: &str, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
@@ -63,9 +54,9 @@ fn model_text_and_file_names_cannot_drive_the_terminal() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let script = script(tmp.path());
-    let out = run(
-        &ws,
+    let out = troupe_ws(
         &["exec", "--script", script.to_str().unwrap(), "say hi"],
+        &ws,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -97,11 +88,11 @@ fn model_text_and_file_names_cannot_drive_the_terminal() {
         vec!["sessions", "show", sessions.as_str()],
         vec!["sessions", "list"],
     ] {
-        let out = run(&ws, &args);
+        let out = troupe_ws(&args, &ws);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         assert_inert(&args.join(" "), &out.stdout);
     }
-    let transcript = run(&ws, &["sessions", "transcript", sessions.as_str()]);
+    let transcript = troupe_ws(&["sessions", "transcript", sessions.as_str()], &ws);
     assert!(
         String::from_utf8_lossy(&transcript.stdout).contains("\\x1b]0;owned title\\x07"),
         "{}",
@@ -109,8 +100,7 @@ fn model_text_and_file_names_cannot_drive_the_terminal() {
     );
 
     // --json is JSON, escaped the JSON way, and unchanged otherwise.
-    let json = run(
-        &ws,
+    let json = troupe_ws(
         &[
             "exec",
             "--json",
@@ -118,6 +108,7 @@ fn model_text_and_file_names_cannot_drive_the_terminal() {
             script.to_str().unwrap(),
             "say hi",
         ],
+        &ws,
     );
     assert_eq!(json.status.code(), Some(0));
     assert!(!json.stdout.contains(&0x1b));

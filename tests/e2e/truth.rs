@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_protocol::{BoundaryStatus, CompletionSubtype, ThreadEvent, Usage};
+use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
@@ -170,9 +171,7 @@ fn demo_output_labels_agents_names_the_merge_and_marks_the_failing_test() {
 fn a_proposer_that_never_hands_off_is_not_reported_done() {
     let ws = tempfile::tempdir().unwrap();
     let dir = ws.path();
-    std::fs::write(dir.join("a.txt"), "one\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[("a.txt", "one\n")]);
     let script = Script::replies(vec![])
         // The verifier's first message carries the proposal's summary.
         .with_route(
@@ -384,11 +383,9 @@ fn ctrl_c_while_the_model_stalls_cancels_within_a_second() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while s.server.request_count() == 0 {
-        assert!(Instant::now() < deadline, "the model was never called");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until(Duration::from_secs(20), "the model called", || {
+        (s.server.request_count() > 0).then_some(())
+    });
     let sent = Instant::now();
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -60,8 +60,7 @@ fn usage_errors_are_one_line_and_help_still_prints() {
 fn parse_errors_name_the_file_line_column_and_the_closest_key() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[]);
     std::fs::write(
         dir.join("p.toml"),
         "[pipeline]\nname = \"x\"\nmax_round = 2\n[[proposers]]\nname = \"a\"\ntask = \"t\"\n",
@@ -90,8 +89,7 @@ fn parse_errors_name_the_file_line_column_and_the_closest_key() {
 fn an_empty_script_is_refused_at_once_by_every_command() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[]);
     std::fs::write(
         dir.join("p.toml"),
         "[[proposers]]\nname = \"a\"\ntask = \"t\"\n",
@@ -125,8 +123,7 @@ fn an_empty_script_is_refused_at_once_by_every_command() {
 fn a_missing_script_gets_the_same_message_from_every_command() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[]);
     std::fs::write(
         dir.join("p.toml"),
         "[[proposers]]\nname = \"a\"\ntask = \"t\"\n",

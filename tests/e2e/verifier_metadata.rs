@@ -12,8 +12,7 @@ use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
 use super::exec::session_events;
-
-const CALC: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
+use troupe_test_support::git::CALC_SH;
 
 const ATTACKS: [&str; 5] = [
     "chmod 4755 calc.sh",
@@ -32,9 +31,7 @@ fn stat(path: &Path) -> (u32, u32, i64, i64) {
 fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
     let ws = tempfile::tempdir().unwrap();
     let dir = ws.path();
-    std::fs::write(dir.join("calc.sh"), CALC).unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
+    troupe_test_support::git::repo_at(dir, "initial", &[("calc.sh", CALC_SH)]);
     let config_before = stat(&dir.join(".git/config"));
 
     let mut verifier: Vec<Reply> = ATTACKS

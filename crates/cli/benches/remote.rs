@@ -34,14 +34,17 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use troupe_test_support::e2e::Server;
+use troupe_test_support::git::repo_at;
 use troupe_test_support::nats::NatsServer;
+use troupe_test_support::process::{Worker, worker_args};
+use troupe_test_support::wait::{poll_for_blocking, until};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 const PROMPT: &str = "Run the bench tasks.";
@@ -107,7 +110,7 @@ fn main() {
     ];
     let mut throughput = Vec::new();
     for place in places {
-        let r = run(place, &steps);
+        let r = measure(place, &steps);
         eprintln!("throughput, {}: {:?} wall", place.label(), r.wall);
         throughput.push((place, r));
     }
@@ -118,7 +121,7 @@ fn main() {
     };
     let mut lat = Vec::new();
     for place in [Place::Local, one] {
-        let r = run(place, &chain);
+        let r = measure(place, &chain);
         eprintln!("latency, {}: {:?} wall", place.label(), r.wall);
         lat.push((place, r));
     }
@@ -140,42 +143,14 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// A `troupe worker` process, killed on drop; its log (stderr, `info`)
-/// goes to a file.
-struct Worker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn start(nats: &str, model: &str, dir: &Path, n: usize, concurrency: usize) -> Worker {
-        let log = dir.join(format!("worker-{n}.log"));
-        let child = Command::new(bin())
-            .args(["worker", "--nats", nats, "--base-url", model])
-            .args(["--name", &format!("w{n}")])
-            .args(["--concurrency", &concurrency.to_string()])
-            .arg("--workdir")
-            .arg(dir.join(format!("worker-{n}")))
-            .env("TROUPE_LOG", "info")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("TROUPE_MODEL")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Worker { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `troupe worker` named `w{n}`, working in `dir/worker-{n}` and
+/// logging to `dir/worker-{n}.log`.
+fn worker(nats: &str, model: &str, dir: &Path, n: usize, concurrency: usize) -> Worker {
+    let mut cmd = Command::new(bin());
+    let workdir = dir.join(format!("worker-{n}"));
+    let extra = ["--concurrency", &concurrency.to_string()];
+    worker_args(&mut cmd, nats, model, &format!("w{n}"), &workdir, &extra);
+    Worker::spawn(cmd, dir, &format!("worker-{n}"))
 }
 
 /// Waits until every worker has its consumer (`worker ready`), so that
@@ -183,21 +158,14 @@ impl Drop for Worker {
 fn wait_ready(workers: &mut [Worker]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     for w in workers.iter_mut() {
-        while !w.log().contains("worker ready") {
-            if let Some(status) = w.child.try_wait().unwrap() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        until(left, "every worker ready", || {
+            if let Some(status) = w.exited() {
                 panic!("a worker exited ({status}): {}", w.log());
             }
-            assert!(Instant::now() < deadline, "worker not ready: {}", w.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            w.log().contains("worker ready").then_some(())
+        });
     }
-}
-
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("README.md"), "bench\n").unwrap();
-    std::fs::write(dir.join(".gitignore"), "/.vtcode/\n").unwrap();
-    troupe_worktree::init_repo_with_commit(dir, "initial").unwrap();
 }
 
 /// Child `i`'s task; ` of the bench` keeps `T1` from matching `T10`.
@@ -303,11 +271,11 @@ impl Outcome {
 /// Runs the script of `steps` with its children placed at `place`, to its
 /// end; asserts it completed, every call did, and (remote) that the
 /// workers committed one handoff per task.
-fn run(place: Place, steps: &[usize]) -> Outcome {
+fn measure(place: Place, steps: &[usize]) -> Outcome {
     let total: usize = steps.iter().sum();
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
-    repo(&ws);
+    repo_at(&ws, "initial", &[("README.md", "bench\n")]);
     let server = Server::with_script(script(steps));
     let mut extra = vec!["--json".to_string(), "--max-turns".into(), "1000".into()];
     let (_nats, workers) = match place {
@@ -318,7 +286,7 @@ fn run(place: Place, steps: &[usize]) -> Outcome {
         } => {
             let nats = NatsServer::start();
             let mut ws: Vec<Worker> = (0..workers)
-                .map(|n| Worker::start(&nats.url(), &server.url(), tmp.path(), n, concurrency))
+                .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n, concurrency))
                 .collect();
             wait_ready(&mut ws);
             extra.extend(["--nats".into(), nats.url()]);
@@ -367,18 +335,18 @@ fn run(place: Place, steps: &[usize]) -> Outcome {
 /// acks a few polls after the coordinator committed, so maybe after the
 /// coordinator ended), or after 10 s.
 fn committed_logs(workers: &[Worker], total: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let logs: Vec<String> = workers.iter().map(Worker::log).collect();
+    let logs = || workers.iter().map(Worker::log).collect::<Vec<_>>();
+    let done = |logs: &[String]| {
         let committed: usize = logs
             .iter()
             .map(|l| l.matches("handoff committed").count())
             .sum();
-        if workers.is_empty() || committed >= total || Instant::now() > deadline {
-            return logs;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        workers.is_empty() || committed >= total
+    };
+    poll_for_blocking("the committed handoffs", Duration::from_secs(10), || {
+        Some(logs()).filter(|l| done(l))
+    })
+    .unwrap_or_else(|_| logs())
 }
 
 /// Reads the coordinator's `--json` events as they come (each line

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use troupe_test_support::sse::{Splitter, find};
 
 /// What one subscriber saw: (seq, when) per event, and the raw body.
 struct Seen {
@@ -230,25 +231,20 @@ async fn read_stream(s: &mut TcpStream, pending: &mut Vec<u8>) -> Seen {
         body: Vec::new(),
     };
     let mut chunk = vec![0u8; 16384];
+    let mut blocks = Splitter::with_pending(std::mem::take(pending));
+    let mut n = 0;
     loop {
-        while let Some(at) = find(pending, b"\n\n") {
-            let block: Vec<u8> = pending.drain(..at + 2).collect();
-            let text = String::from_utf8_lossy(&block);
-            if let Some(id) = text.lines().find_map(|l| l.strip_prefix("id: ")) {
-                seen.events.push((id.parse().unwrap(), Instant::now()));
+        for block in blocks.push(&chunk[..n]) {
+            if let Some(id) = block.id {
+                seen.events.push((id, Instant::now()));
             }
-            seen.body.extend_from_slice(&block);
+            seen.body.extend_from_slice(&block.raw);
         }
-        let n = s.read(&mut chunk).await.unwrap_or(0);
+        n = s.read(&mut chunk).await.unwrap_or(0);
         if n == 0 {
             return seen;
         }
-        pending.extend_from_slice(&chunk[..n]);
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn check_all(all: &[Seen], n: usize, what: &str) {

@@ -6,7 +6,7 @@
 #![allow(clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::time::Duration;
 
 use troupe_protocol::{ItemStatus, ThreadCompletedEvent, ThreadEvent, ToolOutcome};
@@ -157,6 +157,27 @@ pub fn exec_command(bin: &Path, ws: &Path, url: &str, args: &[&str], prompt: &st
         .env_remove("TROUPE_MODEL")
         .env_remove("AGENT_MAX_TURNS_PER_REQUEST");
     cmd
+}
+
+/// `troupe run .vtcode-pipeline.toml ARGS --workspace WS` in `ws`, the
+/// pipeline file `pipeline` written there first, with `TROUPE_LOG=warn`
+/// and no key or model from the caller's environment; its output, whose
+/// events the VT Code consumer read.
+pub fn pipeline_run(bin: &Path, ws: &Path, pipeline: &str, args: &[&str]) -> Output {
+    std::fs::write(ws.join(".vtcode-pipeline.toml"), pipeline).expect("the pipeline is written");
+    let out = Command::new(bin)
+        .args(["run", ".vtcode-pipeline.toml"])
+        .args(args)
+        .arg("--workspace")
+        .arg(ws)
+        .current_dir(ws)
+        .env("TROUPE_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL")
+        .output()
+        .expect("troupe run runs");
+    crate::vtcode::check_output(&out, "troupe run");
+    out
 }
 
 /// Runs [`exec_command`] against `server` to its end.

@@ -1,11 +1,52 @@
 //! A git repository in a temp dir, built with git2 (no git CLI): files,
-//! commits, branches.
+//! commits, branches; and [`repo_at`], a workspace made a repository the
+//! way `troupe` itself makes one (`troupe_worktree::init_repo_with_commit`).
 
 use std::path::Path;
 
 use git2::{IndexAddOption, Oid, Repository, Signature};
 
 use crate::SupportError;
+
+/// The `troupe.toml` of a workspace whose fixes merge without a verifier.
+pub const ALLOW_UNVERIFIED: (&str, &str) =
+    ("troupe.toml", "[verifier]\nallow_unverified_merge = true\n");
+
+/// Makes `dir` (created if missing) a repository whose first commit,
+/// `message`, holds `files` and a `.gitignore` keeping `/.vtcode/` out
+/// (unless `files` brings its own `.gitignore`). Panics when it cannot.
+pub fn repo_at(dir: &Path, message: &str, files: &[(&str, &str)]) {
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+        }
+        std::fs::write(&path, text)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    };
+    for (rel, text) in files {
+        write(rel, text);
+    }
+    if !files.iter().any(|(rel, _)| *rel == ".gitignore") {
+        write(".gitignore", "/.vtcode/\n");
+    }
+    troupe_worktree::init_repo_with_commit(dir, message)
+        .unwrap_or_else(|e| panic!("cannot make {} a repository: {e}", dir.display()));
+}
+
+/// A calculator script whose `add` is off by one ...
+pub const CALC_SH: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(($2 + $3 + 1)) ;;\nesac\n";
+
+/// ... and the test that catches it (`sh test.sh`).
+pub const TEST_SH: &str = "#!/bin/sh\nout=$(sh calc.sh add 2 2)\nif [ \"$out\" = 4 ]; then echo ok; else echo \"FAIL: add 2 2 = $out\"; exit 1; fi\n";
+
+/// Makes `dir` a repository holding [`CALC_SH`] as `calc.sh` and
+/// [`TEST_SH`] as `test.sh` (and `more` files), committed `initial`.
+pub fn calc_repo(dir: &Path, more: &[(&str, &str)]) {
+    let files = [&[("calc.sh", CALC_SH), ("test.sh", TEST_SH)], more].concat();
+    repo_at(dir, "initial", &files);
+}
 
 /// A repository in its own temp dir (removed on drop).
 pub struct GitRepo {

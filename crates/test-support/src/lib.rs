@@ -18,6 +18,7 @@
 //! - [`nats`]: a real `nats-server` per test;
 //! - [`netns`]: a network namespace joined by a veth pair, to cut a
 //!   process's link (partition tests);
+//! - [`sse`]: server-sent event blocks cut from a stream's bytes;
 //! - [`process`]: a command run under a time limit with its output read
 //!   as it comes, and a `troupe worker` killed on drop;
 //! - [`vtcode`]: a consumer typed on VT Code's published `ThreadEvent`,
@@ -33,6 +34,7 @@ pub mod netns;
 pub mod process;
 pub mod scripts;
 pub mod session;
+pub mod sse;
 pub mod tools;
 pub mod vtcode;
 pub mod wait;

@@ -1,10 +1,11 @@
 //! Processes of e2e tests: [`run_within`], a command run to its end under
-//! a time limit with its output read as it comes, and [`Worker`], a
-//! `troupe worker` killed on drop.
+//! a time limit with its output read as it comes, [`Proc`], a process
+//! killed on drop with its output in files, and [`Worker`], a `troupe
+//! worker` killed on drop.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs `cmd` to its end within `limit` (killed then): its exit code (none
@@ -52,18 +53,143 @@ pub fn run_within(mut cmd: Command, limit: Duration) -> (Option<i32>, String, St
     )
 }
 
-/// A `troupe worker` process (binary `bin`) named `name`, working in
-/// `dir/NAME` and logging (`TROUPE_LOG=info`) to `dir/NAME.log`; killed
-/// (SIGKILL) on drop.
-pub struct Worker {
+/// Sends `signal` (as `kill` spells it: `-INT`, `-STOP`) to process
+/// `pid`; panics when `kill` fails.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+    assert!(status.success(), "kill {signal} {pid}: {status}");
+}
+
+/// A process killed (SIGKILL) on drop, its stdout and stderr in files
+/// `dir/NAME.out` and `dir/NAME.log`.
+pub struct Proc {
     child: Option<Child>,
-    log: PathBuf,
+    name: String,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd` (stdin closed) as `name`.
+    pub fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
+        let file = |path: &Path| {
+            std::fs::File::create(path)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()))
+        };
+        let out = dir.join(format!("{name}.out"));
+        let err = dir.join(format!("{name}.log"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file(&out))
+            .stderr(file(&err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child: Some(child),
+            name: name.to_string(),
+            out,
+            err,
+        }
+    }
+
+    /// The name it was started as.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its stderr so far (a worker's tracing log).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Its pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Its exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits for its exit within `limit` (then kills it): the exit code
+    /// (`None`: killed), stdout, stderr. Says on stderr when it killed it
+    /// (shown when the test fails).
+    #[allow(clippy::print_stderr)]
+    pub fn finish(&mut self, limit: Duration) -> (Option<i32>, String, String) {
+        let deadline = Instant::now() + limit;
+        let mut code = None;
+        if let Some(child) = self.child.as_mut() {
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    code = status.code();
+                    break;
+                }
+                if Instant::now() > deadline {
+                    eprintln!("{} still running after {limit:?}: killed", self.name);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.kill();
+        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+        (code, out, self.log())
+    }
+
+    /// SIGKILLs it and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Adds `troupe worker`'s arguments to `cmd` (the binary, or a command
+/// that runs it, e.g. in a network namespace): NATS server `nats`, the
+/// OpenAI-compatible model at `model`, its name, its work dir and `extra`
+/// arguments; it logs at `info` and gets no API key or model from the
+/// environment.
+pub fn worker_args(
+    cmd: &mut Command,
+    nats: &str,
+    model: &str,
+    name: &str,
+    workdir: &Path,
+    extra: &[&str],
+) {
+    cmd.args(["worker", "--nats", nats, "--base-url", model])
+        .args(["--name", name])
+        .args(extra)
+        .arg("--workdir")
+        .arg(workdir)
+        .env("TROUPE_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL");
+}
+
+/// A `troupe worker` process; killed (SIGKILL) on drop.
+pub struct Worker {
+    proc: Proc,
 }
 
 impl Worker {
-    /// Starts it against NATS server `nats` and the OpenAI-compatible
-    /// model at `model`, with JetStream ack wait `ack_wait_secs` and
-    /// `extra` arguments.
+    /// Starts the worker of binary `bin` named `name`, working in
+    /// `dir/NAME` and logging to `dir/NAME.log`, against NATS server
+    /// `nats` and the OpenAI-compatible model at `model`, with JetStream
+    /// ack wait `ack_wait_secs` and `extra` arguments.
     pub fn start(
         bin: &Path,
         nats: &str,
@@ -73,49 +199,44 @@ impl Worker {
         ack_wait_secs: u64,
         extra: &[&str],
     ) -> Worker {
-        let log = dir.join(format!("{name}.log"));
-        let stderr = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
-        let child = Command::new(bin)
-            .args(["worker", "--nats", nats, "--base-url", model])
-            .args([
-                "--ack-wait-secs",
-                &ack_wait_secs.to_string(),
-                "--name",
-                name,
-            ])
-            .args(extra)
-            .arg("--workdir")
-            .arg(dir.join(name))
-            .env("TROUPE_LOG", "info")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("TROUPE_MODEL")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start worker {name}: {e}"));
+        let ack = ack_wait_secs.to_string();
+        let mut cmd = Command::new(bin);
+        let args = [&["--ack-wait-secs", ack.as_str()], extra].concat();
+        worker_args(&mut cmd, nats, model, name, &dir.join(name), &args);
+        Worker::spawn(cmd, dir, name)
+    }
+
+    /// Starts `cmd`, a worker command built with [`worker_args`], logging
+    /// to `dir/LABEL.log`.
+    pub fn spawn(cmd: Command, dir: &Path, label: &str) -> Worker {
         Worker {
-            child: Some(child),
-            log,
+            proc: Proc::spawn(cmd, dir, label),
         }
+    }
+
+    /// The label its files are named by.
+    pub fn name(&self) -> &str {
+        self.proc.name()
     }
 
     /// Its log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.proc.log()
     }
 
     /// Its pid, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.proc.pid()
+    }
+
+    /// Its exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.proc.exited()
     }
 
     /// SIGKILLs it and waits for it.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.proc.kill();
     }
 
     /// Tasks it ran to a committed handoff, once it logged at least `n` of
@@ -129,11 +250,5 @@ impl Worker {
             || count() >= n,
         );
         count()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -1,6 +1,7 @@
 //! Waiting with a deadline: poll a condition until it holds or time runs
 //! out, in async tests (`wait_until`, `poll_for`) and blocking ones
-//! (`wait_until_blocking`, `poll_for_blocking`).
+//! (`wait_until_blocking`, `poll_for_blocking`), and [`until`], the
+//! blocking poll of e2e tests that panics naming what it awaited.
 //!
 //! The deadline is wall-clock time (`std::time::Instant`), so a test with
 //! paused tokio time still fails instead of hanging.
@@ -98,6 +99,23 @@ pub fn poll_for_blocking<T>(
     }
 }
 
+/// Polls `f` (sleeping the thread between polls) until it returns
+/// `Some`, for at most `limit`; panics naming `what` when time runs out.
+pub fn until<T>(limit: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    poll_for_blocking(what, limit, f).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`until`], the panic message followed by `detail()` (say, a process's
+/// log at the time).
+pub fn until_with<T>(
+    limit: Duration,
+    what: &str,
+    detail: impl FnOnce() -> String,
+    f: impl FnMut() -> Option<T>,
+) -> T {
+    poll_for_blocking(what, limit, f).unwrap_or_else(|e| panic!("{e}\n{}", detail()))
+}
+
 /// [`wait_until`] for blocking tests.
 pub fn wait_until_blocking(
     what: &str,
@@ -143,5 +161,11 @@ mod tests {
         assert_eq!(v, Ok(3));
         let err = wait_until_blocking("never", Duration::from_millis(20), || false);
         assert!(err.is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "timed out after 20ms waiting for the sky to fall")]
+    fn until_panics_naming_what_it_awaited() {
+        until(Duration::from_millis(20), "the sky to fall", || None::<()>);
     }
 }
