@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use troupe::SessionSettings;
-use troupe_remote::{SessionRequest, WorkerConfig};
+use troupe_remote::{FactoryError, SessionRequest, WorkerConfig};
 
 use crate::coordinator::NatsArgs;
 use crate::failure::{Failure, exit};
@@ -95,7 +95,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
             let exporter = std::sync::Mutex::new(Some(req.exporter));
             let launch = Launch::prepare(&req.home, &settings, None)
                 .await
-                .map_err(|e| format!("{e:?}"))?
+                .map_err(|e| FactoryError::from(format!("{e:?}")))?
                 .quiet_stdout()
                 .session_id(req.session_id)
                 .exporter_for(Box::new(move |_| {
@@ -108,7 +108,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
             let started = launch
                 .start(false, None, Target::New(settings))
                 .await
-                .map_err(|e| format!("{e:?}"))?;
+                .map_err(|e| FactoryError::from(format!("{e:?}")))?;
             Ok(started.into_parts().0)
         })
     });

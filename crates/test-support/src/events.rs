@@ -90,7 +90,7 @@ impl EventSink for Recorder {
         Ok(n as u64)
     }
 
-    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), troupe_runtime::store::StoreError>> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -184,7 +184,7 @@ impl EventSink for EndingSink {
         self.log.emit(event)
     }
 
-    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), troupe_runtime::store::StoreError>> {
         self.log.durable(seq)
     }
 }

@@ -196,7 +196,7 @@ struct ProxyActor;
 
 /// The proxy's one message: its task ended.
 enum ProxyMsg {
-    Ended(Result<(), String>),
+    Ended(Result<(), RemoteError>),
 }
 
 struct ProxyState {
@@ -229,7 +229,7 @@ impl Actor for ProxyActor {
             .register_remote(&p.args.agent_id, Arc::new(steer));
         let q = p.clone();
         let drive = Owned::spawn(async move {
-            let r = drive::drive(&q).await.map_err(|e| e.to_string());
+            let r = drive::drive(&q).await;
             // Not steerable from here on (a restart registers again).
             q.args.env.agents.remove_remote(&q.args.agent_id);
             if let Err(e) = &r {
@@ -257,7 +257,7 @@ impl Actor for ProxyActor {
                 myself.stop(Some("completed".into()));
                 Ok(())
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(Box::new(e)),
         }
     }
 

@@ -50,9 +50,13 @@ pub struct SessionRequest {
     pub exporter: Box<dyn Exporter>,
 }
 
+/// Why a [`SessionFactory`] could not open a session (the CLI's own error,
+/// its chain kept).
+pub type FactoryError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Opens a worker session (the CLI maps its provider flags here).
 pub type SessionFactory =
-    Arc<dyn Fn(SessionRequest) -> BoxFuture<'static, Result<Session, String>> + Send + Sync>;
+    Arc<dyn Fn(SessionRequest) -> BoxFuture<'static, Result<Session, FactoryError>> + Send + Sync>;
 
 /// A worker's settings.
 #[derive(Clone)]

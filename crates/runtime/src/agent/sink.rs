@@ -7,15 +7,16 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use troupe_protocol::ThreadEvent;
 
-use crate::store::{EmitError, SessionLog};
+use crate::store::{EmitError, SessionLog, StoreError};
 
 /// A destination for the loop's events, in order.
 pub trait EventSink: Send + Sync {
     /// Hands one event over; `Ok(seq)` means it will be recorded.
     fn emit(&self, event: &ThreadEvent) -> Result<u64, EmitError>;
     /// Resolves once event `seq` is durable. The loop waits on it before a
-    /// write or exec tool runs, so its journal entry survives a crash.
-    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), String>>;
+    /// write or exec tool runs, so its journal entry survives a crash;
+    /// the store's error when it is not (the loop then fails closed).
+    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), StoreError>>;
 }
 
 /// The canonical session log as a sink.
@@ -37,13 +38,8 @@ impl EventSink for LogSink {
         self.log.sender().emit(event)
     }
 
-    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            self.log
-                .wait_committed(seq, self.timeout)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move { self.log.wait_committed(seq, self.timeout).await })
     }
 }
 
@@ -67,7 +63,7 @@ impl EventSink for MemorySink {
         Ok(events.len() as u64)
     }
 
-    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -81,7 +77,7 @@ impl EventSink for NullSink {
         Ok(0)
     }
 
-    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 }

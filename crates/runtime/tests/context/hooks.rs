@@ -34,7 +34,7 @@ impl EventSink for Watch {
         e.push(event.clone());
         Ok(e.len() as u64)
     }
-    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'_, Result<(), troupe_runtime::store::StoreError>> {
         Box::pin(async { Ok(()) })
     }
 }
