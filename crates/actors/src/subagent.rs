@@ -350,8 +350,11 @@ pub fn tree_tools(args: &AgentArgs, tools: &mut ToolRegistry) {
     }
 }
 
-/// Starts an agent under the session's root supervisor (transient: a
-/// crash restarts it and it resumes from the log).
+/// The child spec of an agent, for the supervisor it runs under (the
+/// session's for the root, a library session's agents and a pipeline's
+/// proposers; its parent agent's node for a subagent). Transient unless
+/// its spec says otherwise: a crash restarts it and it resumes from the
+/// log. The actor gets the tree's tools ([`agent_actor`]).
 pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
     // The last segment: its supervisor's id is the rest (the session's
     // for the root and proposers, the parent agent's for a subagent).
