@@ -37,6 +37,7 @@ mod manifest;
 mod reader;
 mod recovery;
 mod retention;
+mod writer;
 
 use std::path::{Path, PathBuf};
 

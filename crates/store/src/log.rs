@@ -1,21 +1,21 @@
-//! One session's canonical log: the gate, the blocking group-commit writer,
+//! One session's canonical log: the gate, the group-commit writer thread
+//! (started here, its loop in `writer.rs`),
 //! exporters and the manifest.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use troupe_protocol::ThreadEvent;
 
-use super::config::{FsyncPolicy, LogConfig};
+use super::config::LogConfig;
 use super::error::{EmitError, StoreError};
 use super::export::Exporter;
-use super::gate::{Gate, Meta, Record};
+use super::gate::{Gate, Record};
 use super::lock::SessionLock;
 use super::manifest::{Manifest, SessionStatus};
 use super::recovery::{RecoveryReport, recover};
@@ -84,20 +84,20 @@ pub type FaultHook = Arc<dyn Fn(u64) -> Option<Fault> + Send + Sync>;
 
 pub(crate) struct LogInner {
     pub(crate) gate: Gate,
-    dir: PathBuf,
-    events_path: PathBuf,
-    manifest_path: PathBuf,
-    progress: watch::Sender<Progress>,
+    pub(crate) dir: PathBuf,
+    pub(crate) events_path: PathBuf,
+    pub(crate) manifest_path: PathBuf,
+    pub(crate) progress: watch::Sender<Progress>,
     /// Length of events.jsonl after the last commit; a restarted writer
     /// truncates to it, cutting whatever a failed write left.
-    committed_len: Mutex<u64>,
-    manifest: Mutex<Manifest>,
-    exporters: Mutex<Vec<Box<dyn Exporter>>>,
-    stats: Mutex<LogStats>,
-    record_batch_sizes: bool,
+    pub(crate) committed_len: Mutex<u64>,
+    pub(crate) manifest: Mutex<Manifest>,
+    pub(crate) exporters: Mutex<Vec<Box<dyn Exporter>>>,
+    pub(crate) stats: Mutex<LogStats>,
+    pub(crate) record_batch_sizes: bool,
     #[cfg(feature = "test-hooks")]
-    fault: Mutex<Option<FaultHook>>,
-    writer_running: Mutex<bool>,
+    pub(crate) fault: Mutex<Option<FaultHook>>,
+    pub(crate) writer_running: Mutex<bool>,
     /// This process's claim on the session, held while any handle lives.
     _lock: SessionLock,
 }
@@ -447,7 +447,7 @@ impl SessionLog {
             .spawn(move || {
                 let guard = RunningGuard(Arc::clone(&inner));
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    writer_loop(&inner, file)
+                    super::writer::writer_loop(&inner, file)
                 }))
                 .unwrap_or_else(|p| Err(StoreError::Writer(panic_message(&p))));
                 if let Err(e) = &result {
@@ -526,184 +526,4 @@ impl Drop for RunningGuard {
     fn drop(&mut self) {
         *self.0.writer_running.lock() = false;
     }
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |e| StoreError::io(op, path, e)
-}
-
-fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
-    let path = inner.events_path.as_path();
-    let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes);
-    let mut last_manifest = Instant::now();
-    // What the manifest on disk says, and whether it was synced.
-    let mut written = (inner.manifest.lock().counts(), true);
-    while let Some(batch) = inner.gate.next_batch() {
-        buf.clear();
-        for r in batch.iter() {
-            buf.extend_from_slice(&r.line);
-        }
-        #[cfg(feature = "test-hooks")]
-        {
-            let batch_no = inner.stats.lock().batches;
-            let fault = inner.fault.lock().as_ref().and_then(|h| h(batch_no));
-            apply_fault(fault, &mut file, &buf).map_err(io_err("write", path))?;
-        }
-        let syncs = write_batch(&mut file, &batch, &buf, inner.gate.config.fsync)
-            .map_err(io_err("write", path))?;
-        *inner.committed_len.lock() += buf.len() as u64;
-        inner.gate.commit(batch.len(), buf.len());
-        {
-            let mut stats = inner.stats.lock();
-            stats.batches += 1;
-            stats.bytes += buf.len() as u64;
-            stats.syncs += syncs;
-            if inner.record_batch_sizes {
-                stats.batch_sizes.push(buf.len());
-            }
-        }
-        // A status change is on disk before anyone hears the batch is
-        // durable; counters are refreshed at most every manifest_interval.
-        // Counters alone are written without fsync: reopen recounts them
-        // from the log.
-        let status_changed = update_manifest(inner, &batch);
-        if status_changed || last_manifest.elapsed() >= inner.gate.config.manifest_interval {
-            // The log is canonical and the manifest is rebuilt from it on
-            // reopen, so a failed refresh is retried, not fatal.
-            let mut m = inner.manifest.lock();
-            match m.write_with(&inner.manifest_path, status_changed) {
-                Ok(()) => {
-                    last_manifest = Instant::now();
-                    written = (m.counts(), status_changed);
-                }
-                Err(e) => tracing::warn!(error = %e, "manifest refresh failed; will retry"),
-            }
-        }
-        inner.progress.send_modify(|p| {
-            p.committed += batch.len() as u64;
-            p.writer_error = None;
-        });
-        export(inner, &batch);
-    }
-    // Closed and drained.
-    if inner.gate.config.fsync != FsyncPolicy::Never {
-        file.sync_all().map_err(io_err("sync", path))?;
-    }
-    finish_exporters(inner);
-    // The final manifest, unless the last (synced) write said it all.
-    let mut m = inner.manifest.lock();
-    if (m.counts(), true) != written {
-        m.write(&inner.manifest_path)?;
-    }
-    drop(m);
-    inner.progress.send_modify(|p| p.finished = true);
-    Ok(())
-}
-
-#[cfg(feature = "test-hooks")]
-fn apply_fault(fault: Option<Fault>, file: &mut File, buf: &[u8]) -> std::io::Result<()> {
-    match fault {
-        None => Ok(()),
-        Some(Fault::FailBeforeWrite) => Err(std::io::Error::other("injected write failure")),
-        Some(Fault::PartialWrite(n)) => {
-            file.write_all(buf.get(..n.min(buf.len())).unwrap_or_default())?;
-            Err(std::io::Error::other("injected partial write"))
-        }
-        Some(Fault::Panic) => panic!("injected writer panic"),
-    }
-}
-
-/// Writes one batch per the fsync policy; returns how many syncs it made.
-fn write_batch(
-    file: &mut File,
-    batch: &[Record],
-    buf: &[u8],
-    policy: FsyncPolicy,
-) -> std::io::Result<u64> {
-    match policy {
-        FsyncPolicy::Always => {
-            for r in batch {
-                file.write_all(&r.line)?;
-                file.sync_data()?;
-            }
-            Ok(batch.len() as u64)
-        }
-        FsyncPolicy::Batch => {
-            file.write_all(buf)?;
-            file.sync_data()?;
-            Ok(1)
-        }
-        FsyncPolicy::Never => {
-            file.write_all(buf)?;
-            Ok(0)
-        }
-    }
-}
-
-fn export(inner: &LogInner, batch: &[Record]) {
-    let mut exporters = inner.exporters.lock();
-    if exporters.is_empty() {
-        return;
-    }
-    let mut failed = Vec::new();
-    for (i, exporter) in exporters.iter_mut().enumerate() {
-        // A panicking exporter is detached like a failing one; it must not
-        // take the canonical writer down.
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            batch
-                .iter()
-                .try_for_each(|r| exporter.export(&r.line, r.event_json()))
-                .and_then(|()| exporter.flush())
-        }))
-        .unwrap_or_else(|_| Err(std::io::Error::other("exporter panicked")));
-        if let Err(e) = result {
-            failed.push((i, format!("{}: {e}", exporter.name())));
-        }
-    }
-    for (i, msg) in failed.into_iter().rev() {
-        tracing::warn!(exporter = %msg, "event exporter failed and was detached; the canonical log is unaffected");
-        exporters.remove(i);
-        inner.stats.lock().exporter_failures.push(msg);
-    }
-}
-
-fn finish_exporters(inner: &LogInner) {
-    for exporter in inner.exporters.lock().iter_mut() {
-        if let Err(e) = exporter.finish() {
-            let msg = format!("{}: {e}", exporter.name());
-            tracing::warn!(exporter = %msg, "event exporter failed to finish");
-            inner.stats.lock().exporter_failures.push(msg);
-        }
-    }
-}
-
-/// Applies a committed batch to the manifest; true when the status changed.
-fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
-    let mut m = inner.manifest.lock();
-    let before = m.status;
-    // A writer committed again: an earlier failure no longer stands.
-    let recovered = m.persistence_failed.take().is_some();
-    m.event_count += batch.len() as u64;
-    for r in batch {
-        match r.meta {
-            Meta::Plain => {}
-            Meta::Activates { turn } => {
-                if turn {
-                    m.turn_count += 1;
-                }
-                if m.status == SessionStatus::Created {
-                    m.status = SessionStatus::Active;
-                }
-            }
-            Meta::RootStarted => {
-                m.status = SessionStatus::Active;
-                m.subtype = None;
-            }
-            Meta::RootCompleted(subtype) => {
-                m.status = SessionStatus::Completed;
-                m.subtype = Some(subtype);
-            }
-        }
-    }
-    m.status != before || recovered
 }
