@@ -2,7 +2,7 @@
 //!
 //! A subagent ends by journaling its [`HandoffRequest`] (a `troupe.handoff`
 //! event, flushed to disk) and only then sending its parent's actor a typed
-//! [`AgentMsg::Handoff`] carrying a [`HandoffDelivery`]. The parent's
+//! [`AgentMsg::Handoff`](crate::agent::AgentMsg::Handoff) carrying a [`HandoffDelivery`]. The parent's
 //! [`Inbox`] delivers each handoff id once to the `spawn_subagent` call
 //! waiting for that child; a duplicate is dropped. A parent restarted after
 //! the child finished finds the handoff in the journal instead

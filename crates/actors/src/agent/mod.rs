@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`spec`]: the leaf types: [`AgentSpec`], [`Isolation`],
 //!   [`SubagentLimits`], [`AgentOutcome`], [`AgentStatus`].
-//! - [`env`]: [`AgentEnv`], what every agent of a session shares, with
+//! - [`mod@env`]: [`AgentEnv`], what every agent of a session shares, with
 //!   [`Builtins`] and [`Verification`].
 //! - [`args`]: [`AgentArgs`] ([`AgentArgs::root`], [`AgentArgs::child`]),
 //!   [`AgentShared`] (the state its incarnations share) and [`ParentLink`].
