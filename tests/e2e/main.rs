@@ -23,6 +23,7 @@ mod orphans;
 mod otel;
 mod pipeline;
 mod pipeline_plan;
+mod previous_release;
 mod reasoning;
 mod remote;
 mod remote_cli;
