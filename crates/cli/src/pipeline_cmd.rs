@@ -447,14 +447,7 @@ fn print_summary(
             ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
         }
     }
-    writeln!(
-        out,
-        "\n— {} · {} input / {} output tokens · {}",
-        crate::render::outcome(done),
-        done.usage.input_tokens,
-        done.usage.output_tokens,
-        crate::render::cost(done.total_cost_usd)
-    )?;
+    writeln!(out, "{}", crate::render::totals(done))?;
     if let Some(session) = session {
         writeln!(out, "workspace: {}", workspace.display())?;
         writeln!(out, "session:   {}", session.display())?;
