@@ -59,26 +59,30 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temp() {
+    /// Writes `file` twice with `write` in a fresh directory: the second
+    /// content replaces the first and no temp file is left behind.
+    fn replaces_and_leaves_no_temp(
+        write: fn(&Path, &[u8]) -> std::io::Result<()>,
+        file: &str,
+    ) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
+        let p = dir.path().join(file);
+        write(&p, b"one").unwrap();
+        write(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temp file left behind");
+        dir
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        replaces_and_leaves_no_temp(write_atomic, "m.json");
     }
 
     #[test]
     fn replace_without_sync_replaces_and_leaves_no_temp() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("loop.json");
-        write_replace(&p, b"one").unwrap();
-        write_replace(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(names.len(), 1, "temp file left behind");
+        let dir = replaces_and_leaves_no_temp(write_replace, "loop.json");
         assert!(write_replace(&dir.path().join("no/such/dir/f"), b"x").is_err());
     }
 }
