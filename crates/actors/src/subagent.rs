@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
-use ractor::Actor;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use troupe_protocol::{AgentRole, BoundaryStatus, HandoffRequest};
@@ -19,7 +18,7 @@ use crate::agent::msg::AgentMsg;
 use crate::agent::spec::{AgentOutcome, AgentSpec, Isolation};
 use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
 use crate::handoff::{HandoffSlot, delivered_in_log, handoff_id, journaled_handoff};
-use crate::supervisor::{ChildSpec, RestartPolicy, StartChildError, SupervisorMsg};
+use crate::supervisor::{ChildSpec, StartChildError, SupervisorMsg};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_runtime::tools::ToolRegistry;
 use troupe_worktree::{Workspace, Worktree};
@@ -356,36 +355,18 @@ pub fn tree_tools(args: &AgentArgs, tools: &mut ToolRegistry) {
 /// its spec says otherwise: a crash restarts it and it resumes from the
 /// log. The actor gets the tree's tools ([`agent_actor`]).
 pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
-    // The last segment: its supervisor's id is the rest (the session's
-    // for the root and proposers, the parent agent's for a subagent).
-    let id = args
-        .agent_id
-        .rsplit_once('/')
-        .map_or(args.agent_id.clone(), |(_, last)| last.to_string());
-    let restart = args
-        .spec
-        .supervision
-        .and_then(|s| s.restart)
-        .unwrap_or(RestartPolicy::Transient);
     let role = if args.depth == 0 {
         AgentRole::Root
     } else {
         AgentRole::Subagent
     };
-    ChildSpec {
-        id,
+    ChildSpec::linked(
+        args.child_id(),
         role,
-        restart,
-        start: Arc::new(move |sup| {
-            let a = args.clone();
-            Box::pin(async move {
-                Actor::spawn_linked(None, agent_actor(), a, sup)
-                    .await
-                    .map(|(r, _)| r.get_cell())
-            })
-        }),
-        stop: None,
-    }
+        args.restart_policy(),
+        agent_actor(),
+        args,
+    )
 }
 
 impl Tool for SpawnSubagentTool {

@@ -174,19 +174,8 @@ pub fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let spec =
         PipelineSpec::parse(DEMO_PIPELINE, Path::new("demo pipeline")).map_err(Failure::from)?;
     let settings = SessionSettings {
-        kind: troupe::builder::SessionKind::Pipeline,
-        provider: None,
-        model: None,
-        model_pinned: false,
-        base_url: None,
-        max_turns: None,
-        max_budget_usd: None,
         script: Some(script),
-        task: "troupe demo".into(),
-        sandbox: None,
-        network_access: None,
-        reasoning_effort: None,
-        nats: None,
+        ..SessionSettings::new(troupe::builder::SessionKind::Pipeline, "troupe demo")
     };
     if !args.json {
         writeln!(
@@ -447,14 +436,7 @@ fn print_summary(
             ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
         }
     }
-    writeln!(
-        out,
-        "\n— {} · {} input / {} output tokens · {}",
-        crate::render::outcome(done),
-        done.usage.input_tokens,
-        done.usage.output_tokens,
-        crate::render::cost(done.total_cost_usd)
-    )?;
+    writeln!(out, "{}", crate::render::totals(done))?;
     if let Some(session) = session {
         writeln!(out, "workspace: {}", workspace.display())?;
         writeln!(out, "session:   {}", session.display())?;

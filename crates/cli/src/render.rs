@@ -233,6 +233,18 @@ pub fn outcome(done: &troupe_protocol::ThreadCompletedEvent) -> String {
     )
 }
 
+/// The closing line of a run's human summary: `— <outcome> · <tokens> ·
+/// <cost>`, after a blank line.
+pub fn totals(done: &troupe_protocol::ThreadCompletedEvent) -> String {
+    format!(
+        "\n— {} · {} input / {} output tokens · {}",
+        outcome(done),
+        done.usage.input_tokens,
+        done.usage.output_tokens,
+        cost(done.total_cost_usd)
+    )
+}
+
 /// `1 turn`, `2 turns`.
 pub fn plural(n: u64, word: &str) -> String {
     if n == 1 {

@@ -7,6 +7,7 @@ use troupe_protocol::Usage;
 use super::ProviderError;
 use super::decode::{PendingCall, StreamDecoder, parse_json, random_id_prefix};
 use super::sse::SseEvent;
+use super::turns::Turns;
 use super::types::{
     FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort,
 };
@@ -83,7 +84,7 @@ fn reasoning_block(b: &ReasoningBlock) -> Option<Value> {
 
 /// The conversation as Anthropic messages, same-role neighbours merged.
 fn wire_messages(req: &ModelRequest) -> Vec<Value> {
-    let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut messages = Turns::default();
     for m in &req.messages {
         let (role, blocks) = match m {
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
@@ -118,15 +119,9 @@ fn wire_messages(req: &ModelRequest) -> Vec<Value> {
                             "content": content, "is_error": is_error})],
             ),
         };
-        match messages.last_mut() {
-            Some((last_role, last_blocks)) if last_role == role => last_blocks.extend(blocks),
-            _ => messages.push((role.to_owned(), blocks)),
-        }
+        messages.push(role, blocks);
     }
-    messages
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+    messages.into_json("content")
 }
 
 #[derive(Deserialize)]

@@ -9,6 +9,7 @@ use troupe_protocol::Usage;
 use super::ProviderError;
 use super::decode::{PendingCall, StreamDecoder, parse_json, random_id_prefix};
 use super::sse::SseEvent;
+use super::turns::Turns;
 use super::types::{
     FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort,
 };
@@ -111,7 +112,7 @@ fn model_parts(
 /// The conversation as Gemini contents, same-role neighbours merged.
 fn wire_contents(req: &ModelRequest) -> Vec<Value> {
     let mut names: HashMap<&str, &str> = HashMap::new();
-    let mut contents: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut contents = Turns::default();
     for m in &req.messages {
         let (role, parts) = match m {
             Message::User { content } => ("user", vec![json!({"text": content})]),
@@ -139,15 +140,9 @@ fn wire_contents(req: &ModelRequest) -> Vec<Value> {
                 ("user", vec![json!({"functionResponse": response})])
             }
         };
-        match contents.last_mut() {
-            Some((last_role, last_parts)) if last_role == role => last_parts.extend(parts),
-            _ => contents.push((role.to_owned(), parts)),
-        }
+        contents.push(role, parts);
     }
-    contents
-        .into_iter()
-        .map(|(role, parts)| json!({"role": role, "parts": parts}))
-        .collect()
+    contents.into_json("parts")
 }
 
 fn function_call_part(c: &super::types::ToolCall) -> Value {

@@ -45,6 +45,7 @@ mod responses_wire;
 mod retry;
 mod secret;
 pub mod sse;
+mod turns;
 pub mod types;
 
 pub use anthropic::{AnthropicDecoder, DEFAULT_ANTHROPIC_MAX_TOKENS};

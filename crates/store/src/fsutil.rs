@@ -3,18 +3,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` atomically: a temp file beside it, fsync,
 /// rename over the target, fsync of the directory. A crash leaves either
 /// the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".to_string());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let (dir, tmp) = temp_beside(path);
     let result = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -37,17 +32,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// crash sees the old file or the new one; after a power loss it may be
 /// the old one, or on some filesystems empty, and is rebuilt).
 pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".to_string());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let (_, tmp) = temp_beside(path);
     let result = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// The directory of `path` and this process's temp file for it there.
+fn temp_beside(path: &Path) -> (&Path, PathBuf) {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".to_string());
+    (dir, dir.join(format!(".{name}.tmp-{}", std::process::id())))
 }
 
 /// fsyncs a directory so a rename or a new file in it is durable.
@@ -59,26 +59,30 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temp() {
+    /// Writes `file` twice with `write` in a fresh directory: the second
+    /// content replaces the first and no temp file is left behind.
+    fn replaces_and_leaves_no_temp(
+        write: fn(&Path, &[u8]) -> std::io::Result<()>,
+        file: &str,
+    ) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
+        let p = dir.path().join(file);
+        write(&p, b"one").unwrap();
+        write(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temp file left behind");
+        dir
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        replaces_and_leaves_no_temp(write_atomic, "m.json");
     }
 
     #[test]
     fn replace_without_sync_replaces_and_leaves_no_temp() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("loop.json");
-        write_replace(&p, b"one").unwrap();
-        write_replace(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(names.len(), 1, "temp file left behind");
+        let dir = replaces_and_leaves_no_temp(write_replace, "loop.json");
         assert!(write_replace(&dir.path().join("no/such/dir/f"), b"x").is_err());
     }
 }

@@ -409,11 +409,6 @@ async fn propose(
             .map_err(|e| e.to_string())?;
         store.save(&st).map_err(|e| e.to_string())?;
     }
-    let (tx, rx) = oneshot::channel();
-    let budget = troupe_runtime::state::BudgetNode::root_named(
-        agent_id.to_string(),
-        CostBudget::unlimited(),
-    );
     let spec = AgentSpec {
         name: format!("{}-r{round}", p.name),
         task: p.task.clone(),
@@ -425,28 +420,39 @@ async fn propose(
         handoff,
         ..AgentSpec::default()
     };
+    let outcome = run_agent(run, &p.name, agent_id, spec, round > 1, wt.path()).await?;
+    Ok((outcome.handoff, outcome.completed.num_turns))
+}
+
+/// Starts pipeline agent `agent_id` of proposer `name` (`spec`, in
+/// `workdir`, under the pipeline supervisor, with an unlimited budget of
+/// its own; `resume` continues its thread), retrying while a previous
+/// incarnation of the same id leaves the tree, and waits for its outcome.
+pub(crate) async fn run_agent(
+    run: &PipelineRun<'_>,
+    name: &str,
+    agent_id: &str,
+    spec: AgentSpec,
+    resume: bool,
+    workdir: &Path,
+) -> Result<troupe_actors::agent::AgentOutcome, String> {
+    let env = &run.env;
+    let (tx, rx) = oneshot::channel();
+    let budget = troupe_runtime::state::BudgetNode::root_named(
+        agent_id.to_string(),
+        CostBudget::unlimited(),
+    );
+    let store = LoopStateStore::new(&env.workspace);
+    let lid = loop_id(&env.session_id, agent_id);
     let args = AgentArgs::child(
         Arc::clone(env),
         agent_id,
         format!("{}/pipeline", run.tree.supervisor_address().name()),
         1,
         spec,
-        AgentShared::new(tx, round > 1, &store, &lid, budget),
-        wt.path(),
+        AgentShared::new(tx, resume, &store, &lid, budget),
+        workdir,
     );
-    let outcome = run_agent(run, args, &p.name, rx).await?;
-    Ok((outcome.handoff, outcome.completed.num_turns))
-}
-
-/// Starts one pipeline agent (retrying while a previous incarnation of
-/// the same id leaves the tree) and waits for its outcome.
-pub(crate) async fn run_agent(
-    run: &PipelineRun<'_>,
-    args: AgentArgs,
-    name: &str,
-    rx: oneshot::Receiver<troupe_actors::agent::AgentOutcome>,
-) -> Result<troupe_actors::agent::AgentOutcome, String> {
-    let env = &run.env;
     let address = args.address.clone();
     // The previous round's incarnation may still be leaving the tree.
     let spec = agent_child_spec(args);

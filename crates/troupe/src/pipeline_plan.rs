@@ -8,15 +8,11 @@
 //! reaches it (a fresh build context): it gets the plan as the previous
 //! agent's handoff in its orientation.
 
-use std::sync::Arc;
-
-use tokio::sync::oneshot;
 use troupe_protocol::{CompletionSubtype, HandoffRequest, Verdict};
-use troupe_runtime::state::{BudgetNode, CostBudget, LoopStateStore};
 use troupe_runtime::tools::SandboxMode;
 
 use crate::pipeline::{PipelineRun, ProposerSpec, findings_list, run_agent};
-use troupe_actors::agent::{AgentArgs, AgentShared, AgentSpec, Isolation, loop_id};
+use troupe_actors::agent::{AgentSpec, Isolation};
 
 /// Appended to a planning step's task.
 const PLAN_PROMPT: &str = "\n\nYou are in PLAN MODE: read-only. Read and search the code; \
@@ -40,10 +36,6 @@ pub(crate) async fn plan_step(
     .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let name = format!("{}-plan", p.name);
     let agent_id = format!("{}/{name}", run.tree.supervisor_address().name());
-    let store = LoopStateStore::new(&env.workspace);
-    let lid = loop_id(&env.session_id, &agent_id);
-    let (tx, rx) = oneshot::channel();
-    let budget = BudgetNode::root_named(agent_id.clone(), CostBudget::unlimited());
     let spec = AgentSpec {
         name,
         task: format!("{}{PLAN_PROMPT}", p.task),
@@ -53,16 +45,7 @@ pub(crate) async fn plan_step(
         plan_mode: true,
         ..AgentSpec::default()
     };
-    let args = AgentArgs::child(
-        Arc::clone(env),
-        agent_id,
-        format!("{}/pipeline", run.tree.supervisor_address().name()),
-        1,
-        spec,
-        AgentShared::new(tx, false, &store, &lid, budget),
-        wt.path(),
-    );
-    let outcome = run_agent(run, args, &p.name, rx).await?;
+    let outcome = run_agent(run, &p.name, &agent_id, spec, false, wt.path()).await?;
     let done = outcome.completed;
     let plan = done.result.filter(|r| !r.trim().is_empty());
     match (done.subtype, plan) {

@@ -8,6 +8,7 @@ use git2::Oid;
 
 use crate::error::{Result, io_err};
 use crate::owner::Owner;
+use crate::workspace::dir_entries;
 
 /// Name of troupe's marker in the admin directory: the base commit, written
 /// once creation has fully finished. An entry without it was interrupted.
@@ -23,14 +24,9 @@ pub(crate) fn admin_dir(common_dir: &Path, name: &str) -> PathBuf {
 /// sorted.
 pub(crate) fn entry_names(common_dir: &Path) -> Result<Vec<String>> {
     let dir = common_dir.join("worktrees");
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("listing", &dir)(e)),
-    };
     let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io_err("listing", &dir))?;
+    for entry in dir_entries(&dir)? {
+        let entry = entry?;
         if entry.path().is_dir() {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }

@@ -10,7 +10,7 @@ use git2::{BranchType, Repository};
 use crate::admin::{self, AdminEntry, LockState};
 use crate::error::{GitContext, Result, io_err};
 use crate::id::BRANCH_PREFIX;
-use crate::workspace::{Workspace, remove_dir_if_exists};
+use crate::workspace::{Workspace, dir_entries, remove_dir_if_exists};
 
 /// What [`Workspace::prune`] cleared.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,13 +121,8 @@ impl Workspace {
     /// owns (a create killed before libgit2 registered it).
     fn prune_directories(&self, live: &HashSet<PathBuf>, report: &mut PruneReport) -> Result<()> {
         let dir = self.worktrees_dir();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err("listing", &dir)(e)),
-        };
-        for entry in entries {
-            let path = entry.map_err(io_err("listing", &dir))?.path();
+        for entry in dir_entries(&dir)? {
+            let path = entry?.path();
             if live.contains(&path) || !is_dir(&path) {
                 continue;
             }
@@ -153,13 +148,8 @@ fn is_dir(path: &Path) -> bool {
 /// (a documented startup operation), so no lock is live.
 fn prune_ref_locks(commondir: &std::path::Path, report: &mut PruneReport) -> Result<()> {
     let dir = commondir.join("refs").join("heads").join("troupe");
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_err("listing", &dir)(e)),
-    };
-    for entry in entries {
-        let path = entry.map_err(io_err("listing", &dir))?.path();
+    for entry in dir_entries(&dir)? {
+        let path = entry?.path();
         if path.extension().is_some_and(|x| x == "lock") && path.is_file() {
             std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
             report.ref_locks.push(path);

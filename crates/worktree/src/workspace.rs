@@ -343,6 +343,22 @@ fn ensure_excluded(repo: &Repository) -> Result<()> {
     Ok(())
 }
 
+/// The entries of `dir`, read lazily; a missing directory has none.
+pub(crate) fn dir_entries(
+    dir: &Path,
+) -> Result<impl Iterator<Item = Result<std::fs::DirEntry>> + use<>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => Some(entries),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err("listing", dir)(e)),
+    };
+    let dir = dir.to_path_buf();
+    Ok(entries
+        .into_iter()
+        .flatten()
+        .map(move |entry| entry.map_err(io_err("listing", &dir))))
+}
+
 /// `remove_dir_all` that treats a missing directory as done.
 pub(crate) fn remove_dir_if_exists(path: &Path) -> Result<()> {
     match std::fs::remove_dir_all(path) {

@@ -19,7 +19,9 @@ use super::msg::AgentMsg;
 use super::spec::{AgentOutcome, AgentSpec};
 use crate::address::Address;
 use crate::handoff::{HandoffDelivery, HandoffSlot, Inbox};
-use crate::supervisor::{Escalation, Supervisor, SupervisorArgs, SupervisorConfig, SupervisorMsg};
+use crate::supervisor::{
+    Escalation, RestartPolicy, Supervisor, SupervisorArgs, SupervisorConfig, SupervisorMsg,
+};
 use crate::tree::{ChildrenNode, SupervisionSettings};
 
 /// State shared by every incarnation of one agent.
@@ -142,6 +144,24 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
+    /// Its id under its supervisor: the last segment of its agent id (the
+    /// rest is its supervisor's: the session's for the root and
+    /// proposers, the parent agent's for a subagent).
+    pub fn child_id(&self) -> String {
+        self.agent_id
+            .rsplit_once('/')
+            .map_or(self.agent_id.clone(), |(_, last)| last.to_string())
+    }
+
+    /// When its supervisor restarts it: its spec's `restart`, else
+    /// transient (a crash restarts it and it resumes from the log).
+    pub fn restart_policy(&self) -> RestartPolicy {
+        self.spec
+            .supervision
+            .and_then(|s| s.restart)
+            .unwrap_or(RestartPolicy::Transient)
+    }
+
     /// A top-level agent of the session's tree (depth 0): `parent_id` is
     /// `None` for the session's root agent (which owns the root thread),
     /// the supervisor's id for a library session's agent or a pipeline's

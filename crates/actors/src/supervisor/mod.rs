@@ -138,6 +138,37 @@ pub struct ChildSpec {
     pub stop: Option<StopFn>,
 }
 
+impl ChildSpec {
+    /// A child that `actor` runs with a copy of `args`, spawned linked to
+    /// its supervisor and stopped the default way.
+    pub fn linked<A>(
+        id: String,
+        role: AgentRole,
+        restart: RestartPolicy,
+        actor: A,
+        args: A::Arguments,
+    ) -> ChildSpec
+    where
+        A: Actor + Clone,
+        A::Arguments: Clone + Sync,
+    {
+        ChildSpec {
+            id,
+            role,
+            restart,
+            start: Arc::new(move |sup| {
+                let (actor, args) = (actor.clone(), args.clone());
+                Box::pin(async move {
+                    Actor::spawn_linked(None, actor, args, sup)
+                        .await
+                        .map(|(r, _)| r.get_cell())
+                })
+            }),
+            stop: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for ChildSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChildSpec")

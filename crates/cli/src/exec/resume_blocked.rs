@@ -9,8 +9,8 @@ use troupe::ResumeMode;
 use troupe_protocol::HandoffRequest;
 use troupe_runtime::store::SessionStore;
 
-use super::stored::{claim, load_settings, nats_settings, queue_message, root_turns};
-use super::{destination, plan};
+use super::plan;
+use super::stored::{claim, queue_message, resume_settings, root_turns};
 use crate::coordinator::NatsArgs;
 use crate::failure::Failure;
 use crate::launch::{Launch, Target};
@@ -37,13 +37,8 @@ pub(crate) fn run(
     let dir = store.session_dir(id).map_err(Failure::bad_input)?;
     let manifest = store.manifest(id).map_err(Failure::bad_input)?;
     claim(&dir, id)?;
-    let mut settings = load_settings(&dir, id, manifest.event_count)?;
-    let rewrite = nats_settings(id, &settings, nats)?;
-    if let Some(url) = base_url {
-        settings.script = None;
-        settings.base_url = Some(url.to_owned());
-    }
-    destination::verify(&workspace, id, &settings, base_url)?;
+    let (settings, rewrite) =
+        resume_settings(&workspace, &dir, id, manifest.event_count, base_url, nats)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (agent, turns) = root_turns(&store, id, &manifest.root_thread_id)?;

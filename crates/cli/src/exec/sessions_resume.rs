@@ -5,8 +5,8 @@ use std::path::Path;
 use troupe::ResumeMode;
 use troupe_runtime::store::{SessionStatus, SessionStore};
 
-use super::stored::{blocked_handoff, claim, first_task, load_settings, nats_settings, next_step};
-use super::{destination, plan, resume_blocked};
+use super::stored::{blocked_handoff, claim, first_task, next_step, resume_settings};
+use super::{plan, resume_blocked};
 use crate::coordinator::NatsArgs;
 use crate::failure::Failure;
 use crate::launch::{Launch, Target, canonical_workspace};
@@ -34,13 +34,8 @@ pub fn run(
             next_step(&store, id, &manifest)
         )));
     }
-    let mut settings = load_settings(&dir, id, manifest.event_count)?;
-    let rewrite = nats_settings(id, &settings, nats)?;
-    if let Some(url) = base_url {
-        settings.script = None;
-        settings.base_url = Some(url.to_owned());
-    }
-    destination::verify(&workspace, id, &settings, base_url)?;
+    let (settings, rewrite) =
+        resume_settings(&workspace, &dir, id, manifest.event_count, base_url, nats)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         // Reopening claims the session (an OS lock held while this process

@@ -32,6 +32,28 @@ pub(crate) fn nats_settings(
     Ok(crate::coordinator::record(&mut updated, nats).then_some(updated))
 }
 
+/// The settings `sessions resume` continues session `id` with: the stored
+/// ones (see [`load_settings`]), pointed at `base_url` when one is given
+/// (which drops a script), checked against their destination; with the
+/// settings to record under the claim (see [`nats_settings`]).
+pub(crate) fn resume_settings(
+    workspace: &Path,
+    dir: &Path,
+    id: &str,
+    event_count: u64,
+    base_url: Option<&str>,
+    nats: &NatsArgs,
+) -> Result<(SessionSettings, Option<SessionSettings>), Failure> {
+    let mut settings = load_settings(dir, id, event_count)?;
+    let rewrite = nats_settings(id, &settings, nats)?;
+    if let Some(url) = base_url {
+        settings.script = None;
+        settings.base_url = Some(url.to_owned());
+    }
+    super::destination::verify(workspace, id, &settings, base_url)?;
+    Ok((settings, rewrite))
+}
+
 /// Refuses session `id` when a live process writes it, naming the holder.
 /// A quick check before anything else is looked at: the claim itself (an
 /// OS lock held for the writer's lifetime) is taken when the log is

@@ -88,14 +88,7 @@ fn exit_code(subtype: CompletionSubtype) -> u8 {
 
 fn summary(done: &ThreadCompletedEvent, session: &str) -> std::io::Result<()> {
     let mut out = Escaping::new(std::io::stdout().lock());
-    writeln!(
-        out,
-        "\n— {} · {} input / {} output tokens · {}",
-        crate::render::outcome(done),
-        done.usage.input_tokens,
-        done.usage.output_tokens,
-        crate::render::cost(done.total_cost_usd)
-    )?;
+    writeln!(out, "{}", crate::render::totals(done))?;
     writeln!(out, "session: {session}")
 }
 

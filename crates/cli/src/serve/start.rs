@@ -17,7 +17,7 @@ use troupe_runtime::store::SessionStatus;
 use super::error::{ApiError, launch_error, pipeline_error, store_error};
 use super::feed::Feed;
 use super::runs::{Control, Run, Runs};
-use crate::launch::{Launch, Target};
+use crate::launch::{Launch, Started, Target};
 
 /// The body of `POST /v1/sessions`.
 #[derive(Debug, Deserialize)]
@@ -165,6 +165,24 @@ impl Runs {
         })
     }
 
+    /// Opens the session `launch` starts (its root agent `root_agent`),
+    /// its events fed to a new [`Feed`] rather than stdout.
+    async fn open(
+        &self,
+        launch: Launch,
+        root_agent: &str,
+        target: Target,
+    ) -> Result<(Arc<Feed>, Started), ApiError> {
+        let feed = Feed::new(self.stream_buffer);
+        let started = launch
+            .quiet_stdout()
+            .exporter_for(self.feed_exporter(&feed))
+            .start(false, Some(root_agent), target)
+            .await
+            .map_err(ApiError::from_failure)?;
+        Ok((feed, started))
+    }
+
     /// Opens a pipeline session and runs the pipeline in it (as `troupe
     /// run`).
     async fn launch_pipeline(
@@ -173,13 +191,7 @@ impl Runs {
         settings: SessionSettings,
         spec: PipelineSpec,
     ) -> Result<Arc<Run>, ApiError> {
-        let feed = Feed::new(self.stream_buffer);
-        let started = launch
-            .quiet_stdout()
-            .exporter_for(self.feed_exporter(&feed))
-            .start(false, Some("pipeline"), Target::New(settings))
-            .await
-            .map_err(ApiError::from_failure)?;
+        let (feed, started) = self.open(launch, "pipeline", Target::New(settings)).await?;
         let id = started.session.id().to_string();
         let timeout = started.session.env().call_timeout;
         let agents = started.session.agents().clone();
@@ -207,13 +219,7 @@ impl Runs {
         task: String,
         resume: bool,
     ) -> Result<Arc<Run>, ApiError> {
-        let feed = Feed::new(self.stream_buffer);
-        let started = launch
-            .quiet_stdout()
-            .exporter_for(self.feed_exporter(&feed))
-            .start(false, Some("root"), target)
-            .await
-            .map_err(ApiError::from_failure)?;
+        let (feed, started) = self.open(launch, "root", target).await?;
         let id = started.session.id().to_string();
         let timeout = started.session.env().call_timeout;
         let root = match started.session.spawn_root(task, resume, None).await {

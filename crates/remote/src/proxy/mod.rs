@@ -32,7 +32,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinSet;
 use troupe_actors::agent::AgentArgs;
 use troupe_actors::placement::RemoteSpawner;
-use troupe_actors::supervisor::{ChildSpec, RestartPolicy};
+use troupe_actors::supervisor::ChildSpec;
 use troupe_actors::{RemoteAgent, SteerError};
 use troupe_protocol::{AgentRole, ThreadEvent};
 use troupe_runtime::store::EventReader;
@@ -99,15 +99,8 @@ impl RemoteSpawner for RemotePlacement {
     }
 
     fn child_spec(&self, args: AgentArgs) -> ChildSpec {
-        let id = args
-            .agent_id
-            .rsplit_once('/')
-            .map_or(args.agent_id.clone(), |(_, last)| last.to_string());
-        let restart = args
-            .spec
-            .supervision
-            .and_then(|s| s.restart)
-            .unwrap_or(RestartPolicy::Transient);
+        let id = args.child_id();
+        let restart = args.restart_policy();
         // One task per run of the agent: a continued child (it handed off
         // before) is a new task, a resumed coordinator's respawn the same.
         let run = handoffs_in_log(&args);
@@ -117,20 +110,7 @@ impl RemoteSpawner for RemotePlacement {
             args,
             lingering: Arc::downgrade(&self.lingering),
         };
-        ChildSpec {
-            id,
-            role: AgentRole::Subagent,
-            restart,
-            start: Arc::new(move |sup| {
-                let p = proxy.clone();
-                Box::pin(async move {
-                    Actor::spawn_linked(None, ProxyActor, p, sup)
-                        .await
-                        .map(|(r, _)| r.get_cell())
-                })
-            }),
-            stop: None,
-        }
+        ChildSpec::linked(id, AgentRole::Subagent, restart, ProxyActor, proxy)
     }
 }
 
@@ -192,6 +172,7 @@ fn handoffs_in_log(args: &AgentArgs) -> usize {
         .count()
 }
 
+#[derive(Clone)]
 struct ProxyActor;
 
 /// The proxy's one message: its task ended.

@@ -10,10 +10,14 @@ use troupe_protocol::{
 
 use tracing::{Instrument as _, Span};
 
-use super::{AgentLoop, StepOutcome};
+use super::{AgentConfig, AgentLoop, StepOutcome};
 use crate::context::{ContextStep, Recovery, TurnInput};
-use crate::provider::{Message, ModelEvent, ModelRequest, ModelResponse, ProviderError};
+use crate::hooks::HookRunner;
+use crate::provider::{
+    Message, ModelCatalog, ModelClient, ModelEvent, ModelRequest, ModelResponse, ProviderError,
+};
 use crate::telemetry;
+use crate::tools::ToolRegistry;
 
 /// Emit `item.updated` for streamed text after this many new bytes.
 const UPDATE_EVERY_BYTES: usize = 64;
@@ -152,27 +156,11 @@ impl AgentLoop {
         if let Some(next) = self.tools.refreshed() {
             self.tools = Arc::new(next);
         }
-        let registry = Arc::clone(&self.tools);
-        let tools = registry.shared_definitions();
-        let provider = self.provider_label();
-        let client = Arc::clone(&self.client);
-        let hooks = self.hooks.clone();
+        let held = self.hook_handles();
         // A copy: if the step is cancelled while a summary call or a hook
         // runs, the loop keeps its history.
         let mut messages = self.state.messages.clone();
-        let input = TurnInput {
-            thread_id: &self.config.thread_id,
-            session_id: &self.config.session_id,
-            model: &self.model,
-            provider: &provider,
-            system: self.config.system_prompt.as_deref(),
-            tools,
-            catalog: &self.catalog,
-            client: client.as_ref(),
-            hooks: hooks.as_deref(),
-            registry: &self.tools,
-            turns: self.state.turns,
-        };
+        let input = held.input(&self.config, &self.model, &self.catalog, self.state.turns);
         let step = self.context.before_request(&mut messages, input).await;
         self.state.messages = messages;
         self.apply_context(step);
@@ -193,6 +181,18 @@ impl AgentLoop {
         }
     }
 
+    /// The handles a context hook point's [`TurnInput`] borrows, held
+    /// apart from the loop so that its context manager stays free to
+    /// borrow mutably.
+    fn hook_handles(&self) -> HookHandles {
+        HookHandles {
+            registry: Arc::clone(&self.tools),
+            provider: self.provider_label(),
+            client: Arc::clone(&self.client),
+            hooks: self.hooks.clone(),
+        }
+    }
+
     fn provider_label(&self) -> String {
         match (&self.config.fallback, self.state.failed_over) {
             (Some(fb), true) => fb.label.clone(),
@@ -210,27 +210,11 @@ impl AgentLoop {
         if !error.is_context_overflow() && !transient && !self.context.recovering() {
             return self.model_failed(error);
         }
-        let registry = Arc::clone(&self.tools);
-        let tools = registry.shared_definitions();
-        let provider = self.provider_label();
-        let client = Arc::clone(&self.client);
-        let hooks = self.hooks.clone();
+        let held = self.hook_handles();
         // A copy: if the step is cancelled while a summary call or a hook
         // runs, the loop keeps its history.
         let mut messages = self.state.messages.clone();
-        let input = TurnInput {
-            thread_id: &self.config.thread_id,
-            session_id: &self.config.session_id,
-            model: &self.model,
-            provider: &provider,
-            system: self.config.system_prompt.as_deref(),
-            tools,
-            catalog: &self.catalog,
-            client: client.as_ref(),
-            hooks: hooks.as_deref(),
-            registry: &self.tools,
-            turns: self.state.turns,
-        };
+        let input = held.input(&self.config, &self.model, &self.catalog, self.state.turns);
         let recovery = self
             .context
             .recover(&mut messages, input, !error.is_context_overflow())
@@ -440,5 +424,39 @@ fn error_type(e: &ProviderError) -> &'static str {
         ProviderError::BadRequest { .. } => "bad_request",
         ProviderError::StreamBroken { .. } => "stream_broken",
         ProviderError::Config { .. } => "config",
+    }
+}
+
+/// What [`AgentLoop::hook_handles`] holds for a context hook point.
+struct HookHandles {
+    registry: Arc<ToolRegistry>,
+    provider: String,
+    client: Arc<dyn ModelClient>,
+    hooks: Option<Arc<HookRunner>>,
+}
+
+impl HookHandles {
+    /// The hook point's input: these handles with the loop's config, model,
+    /// context windows and turn count.
+    fn input<'a>(
+        &'a self,
+        config: &'a AgentConfig,
+        model: &'a str,
+        catalog: &'a ModelCatalog,
+        turns: u32,
+    ) -> TurnInput<'a> {
+        TurnInput {
+            thread_id: &config.thread_id,
+            session_id: &config.session_id,
+            model,
+            provider: &self.provider,
+            system: config.system_prompt.as_deref(),
+            tools: self.registry.shared_definitions(),
+            catalog,
+            client: self.client.as_ref(),
+            hooks: self.hooks.as_deref(),
+            registry: &self.registry,
+            turns,
+        }
     }
 }

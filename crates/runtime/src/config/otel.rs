@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
+use super::sections::de_headers;
 use crate::provider::SecretString;
 
 /// The service name when none is configured.
@@ -55,14 +56,6 @@ impl OtelConfig {
             format!("{base}/v1/traces")
         })
     }
-}
-
-fn de_headers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, SecretString>, D::Error> {
-    let raw = BTreeMap::<String, String>::deserialize(d)?;
-    Ok(raw
-        .into_iter()
-        .map(|(k, v)| (k, SecretString::new(v)))
-        .collect())
 }
 
 #[cfg(test)]

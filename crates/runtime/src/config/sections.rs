@@ -226,7 +226,11 @@ fn de_kind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ProviderKind>, D::E
         .ok_or_else(|| serde::de::Error::unknown_variant(&name, PROVIDER_KINDS))
 }
 
-fn de_headers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, SecretString>, D::Error> {
+/// Header values, each kept secret (`[providers.NAME] headers`,
+/// `[telemetry.otel] headers`).
+pub(super) fn de_headers<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, SecretString>, D::Error> {
     let raw = BTreeMap::<String, String>::deserialize(d)?;
     Ok(raw
         .into_iter()

@@ -28,14 +28,7 @@ const TASK_LIMIT: usize = 4 * 1024;
 
 /// At most `max` bytes of `text`, cut at a character boundary.
 pub fn preview(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    crate::tools::bound::prefix(text, max)
 }
 
 /// One line per message, each bounded to `per_line` bytes of content.

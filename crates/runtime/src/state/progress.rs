@@ -114,23 +114,7 @@ impl ProgressLedger {
 
     /// Writes the ledger atomically under `workspace`.
     pub fn save(&self, workspace: &Path) -> Result<(), ProgressError> {
-        let path = workspace.join(PROGRESS_PATH);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ProgressError::Io {
-                action: "create",
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        let bytes = serde_json::to_vec_pretty(self).map_err(|source| ProgressError::Invalid {
-            path: path.clone(),
-            source,
-        })?;
-        crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ProgressError::Io {
-            action: "write",
-            path,
-            source,
-        })
+        write_json(&workspace.join(PROGRESS_PATH), self)
     }
 
     /// The ledger in a few lines, for an orientation.
@@ -189,7 +173,12 @@ pub fn read_tasks(workspace: &Path) -> Result<Option<Vec<TrackedTask>>, Progress
 
 /// Writes the task tracker atomically.
 pub fn write_tasks(workspace: &Path, tasks: &[TrackedTask]) -> Result<(), ProgressError> {
-    let path = workspace.join(TASKS_PATH);
+    write_json(&workspace.join(TASKS_PATH), tasks)
+}
+
+/// Writes `value` as pretty JSON to `path` atomically, creating its
+/// directory.
+fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), ProgressError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| ProgressError::Io {
             action: "create",
@@ -197,13 +186,13 @@ pub fn write_tasks(workspace: &Path, tasks: &[TrackedTask]) -> Result<(), Progre
             source,
         })?;
     }
-    let bytes = serde_json::to_vec_pretty(tasks).map_err(|source| ProgressError::Invalid {
-        path: path.clone(),
+    let bytes = serde_json::to_vec_pretty(value).map_err(|source| ProgressError::Invalid {
+        path: path.to_path_buf(),
         source,
     })?;
-    crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ProgressError::Io {
+    crate::fsutil::write_atomic(path, &bytes).map_err(|source| ProgressError::Io {
         action: "write",
-        path,
+        path: path.to_path_buf(),
         source,
     })
 }

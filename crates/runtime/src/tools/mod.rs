@@ -20,7 +20,7 @@
 //! policy syntax) is `docs/tools.md`.
 
 pub mod args;
-mod bound;
+pub(crate) mod bound;
 mod exec;
 mod grep;
 mod list;
