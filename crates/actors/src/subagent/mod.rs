@@ -1,6 +1,19 @@
 //! Subagents: the `spawn_subagent` tool that starts a supervised child
 //! agent and waits for its typed handoff, and the `handoff` tool a child
 //! uses to return one.
+//!
+//! # Layout
+//! - this file: [`SpawnSubagentTool`] (start, continue, wait, commit a
+//!   worktree child's work);
+//! - [`handoff_tool`]: [`HandoffTool`];
+//! - [`child`]: a child's sandbox, actor, tools, child spec and worktree id.
+
+mod child;
+mod handoff_tool;
+
+pub use child::{agent_actor, agent_child_spec, child_sandbox, tree_tools, worktree_id};
+pub use handoff_tool::HandoffTool;
+use handoff_tool::string_list;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,127 +21,17 @@ use std::sync::atomic::Ordering;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use troupe_protocol::{AgentRole, BoundaryStatus, HandoffRequest};
-use troupe_runtime::tools::{Capability, SandboxMode, Tool, ToolContext, ToolError, ToolOutput};
+use troupe_protocol::HandoffRequest;
+use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
 
 use crate::address::Address;
-use crate::agent::actor::AgentActor;
 use crate::agent::args::{AgentArgs, AgentShared, ParentLink, loop_id};
 use crate::agent::msg::AgentMsg;
 use crate::agent::spec::{AgentOutcome, AgentSpec, Isolation};
-use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
-use crate::handoff::{HandoffSlot, delivered_in_log, handoff_id, journaled_handoff};
+use crate::handoff::{delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, StartChildError, SupervisorMsg};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
-use troupe_runtime::tools::ToolRegistry;
 use troupe_worktree::{Workspace, Worktree};
-
-/// `handoff`: a subagent reports what it did, with the boundary status of
-/// every deliverable.
-pub struct HandoffTool {
-    slot: HandoffSlot,
-    target: String,
-    task: String,
-}
-
-impl HandoffTool {
-    /// A tool filling `slot` with handoffs addressed to `target` (the
-    /// agent that started this one) for `task` (this agent's task, the
-    /// handoff's `task_context`, which the verifier reads).
-    pub fn new(slot: HandoffSlot, target: impl Into<String>, task: impl Into<String>) -> Self {
-        HandoffTool {
-            slot,
-            target: target.into(),
-            task: task.into(),
-        }
-    }
-}
-
-fn string_list() -> Value {
-    json!({"type": "array", "items": {"type": "string"}})
-}
-
-impl Tool for HandoffTool {
-    fn name(&self) -> &str {
-        "handoff"
-    }
-
-    fn description(&self) -> &str {
-        "Hand your work back to the agent that started you. Call it once, when you are done or \
-         cannot go on, with the status of every deliverable (done, in_progress, not_started, \
-         blocked), then end with a short final message."
-    }
-
-    fn schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "state_summary": {"type": "string"},
-                "boundary_status": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "status": {"type": "string", "enum": ["done", "in_progress", "not_started", "blocked"]},
-                        "note": {"type": "string"}
-                    },
-                    "required": ["name", "status"],
-                    "additionalProperties": false
-                }},
-                "modified_files": string_list(),
-                "test_results": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "command": {"type": "string"},
-                        "passed": {"type": "boolean"},
-                        "output_excerpt": {"type": "string"}
-                    },
-                    "required": ["command", "passed"],
-                    "additionalProperties": false
-                }},
-                "open_decisions": string_list(),
-                "known_issues": string_list(),
-                "next_actions": string_list()
-            },
-            "required": ["state_summary", "boundary_status"],
-            "additionalProperties": false
-        })
-    }
-
-    fn capability(&self) -> Capability {
-        Capability::ReadOnly
-    }
-
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let mut body = args;
-            if let Value::Object(m) = &mut body {
-                // Set by troupe, never by the model: the schema has
-                // neither field, and these overwrite any the model sent.
-                m.insert("target".into(), Value::String(self.target.clone()));
-                m.insert("task_context".into(), Value::String(self.task.clone()));
-            }
-            let handoff: HandoffRequest =
-                serde_json::from_value(body).map_err(|e| ToolError::Schema(e.to_string()))?;
-            let done = handoff
-                .boundary_status
-                .iter()
-                .filter(|d| d.status == BoundaryStatus::Done)
-                .count();
-            let total = handoff.boundary_status.len();
-            self.slot.put(handoff);
-            Ok(ToolOutput {
-                output: format!(
-                    "Handoff recorded ({done} of {total} deliverables done). End with a short final message."
-                ),
-                ..ToolOutput::default()
-            })
-        })
-    }
-}
 
 /// A model's `spawn_subagent` arguments as a spec. The fields only troupe
 /// sets ([`AgentSpec::TROUPE_ONLY_FIELDS`]: plan mode, the previous
@@ -257,32 +160,6 @@ impl SpawnSubagentTool {
     }
 }
 
-/// A child's `sandbox_mode`: the one it asks for, which may never be
-/// looser than its parent's; by default its parent's, and at most
-/// `workspace-write` in a worktree of its own. Under an unconfined parent
-/// (`None`, sandboxing off) only what it asks for.
-pub fn child_sandbox(
-    parent: Option<SandboxMode>,
-    asked: Option<SandboxMode>,
-    isolation: Isolation,
-) -> Result<Option<SandboxMode>, ToolError> {
-    let Some(parent) = parent else {
-        return Ok(asked);
-    };
-    match asked {
-        Some(mode) if !mode.within(parent) => Err(ToolError::Denied(format!(
-            "sandbox `{mode}` is looser than this agent's own `{parent}`: a subagent can never \
-             be looser than its parent; ask for `{parent}` or a stricter mode, or leave \
-             `sandbox` out"
-        ))),
-        Some(mode) => Ok(Some(mode)),
-        None if isolation == Isolation::Worktree => {
-            Ok(Some(parent.min(SandboxMode::WorkspaceWrite)))
-        }
-        None => Ok(Some(parent)),
-    }
-}
-
 /// Whether the log holds a `thread.started` of agent `agent_id`.
 fn thread_in_log(events_path: &std::path::Path, agent_id: &str) -> bool {
     let Ok(reader) = troupe_runtime::store::EventReader::open(events_path) else {
@@ -322,51 +199,6 @@ fn continue_child(
     // Its orientation shows its own last handoff.
     spec.handoff = Some(before.to_markdown());
     Ok(())
-}
-
-/// The actor of every agent of the tree: the session's tools plus the
-/// tree's own ([`tree_tools`]).
-pub fn agent_actor() -> AgentActor {
-    AgentActor::new(tree_tools)
-}
-
-/// The tools of the agent tree, registered for each incarnation of an
-/// agent (the agent actor knows only the [`crate::agent::Toolkit`]):
-/// `spawn_subagent`, `verify_change` and `merge_worktree` when the
-/// session has subagents, and `handoff` for every subagent.
-pub fn tree_tools(args: &AgentArgs, tools: &mut ToolRegistry) {
-    if args.env.builtins.subagents {
-        tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
-        tools.register(Arc::new(VerifyChangeTool::new(args.clone())));
-        tools.register(Arc::new(MergeWorktreeTool::new(args.clone())));
-    }
-    if args.depth > 0 {
-        tools.register(Arc::new(HandoffTool::new(
-            args.shared.handoff.clone(),
-            args.parent_id.clone().unwrap_or_else(|| "user".into()),
-            args.spec.task.clone(),
-        )));
-    }
-}
-
-/// The child spec of an agent, for the supervisor it runs under (the
-/// session's for the root, a library session's agents and a pipeline's
-/// proposers; its parent agent's node for a subagent). Transient unless
-/// its spec says otherwise: a crash restarts it and it resumes from the
-/// log. The actor gets the tree's tools ([`agent_actor`]).
-pub fn agent_child_spec(args: AgentArgs) -> ChildSpec {
-    let role = if args.depth == 0 {
-        AgentRole::Root
-    } else {
-        AgentRole::Subagent
-    };
-    ChildSpec::linked(
-        args.child_id(),
-        role,
-        args.restart_policy(),
-        agent_actor(),
-        args,
-    )
 }
 
 impl Tool for SpawnSubagentTool {
@@ -622,14 +454,6 @@ async fn start_under(
     )))
 }
 
-/// The worktree id of subagent `agent_id`: the session id's last 8
-/// characters and the agent path (`1a2b3c4d-root-fixer`).
-pub fn worktree_id(session_id: &str, agent_id: &str) -> String {
-    let chars: Vec<char> = session_id.chars().collect();
-    let short: String = chars[chars.len().saturating_sub(8)..].iter().collect();
-    format!("{short}-{}", agent_id.replace('/', "-"))
-}
-
 /// Commits a worktree subagent's changes on its branch; the text says where
 /// they are and how to verify and merge them.
 fn commit_worktree(agent_id: &str, wt: &Worktree, handoff: &HandoffRequest) -> String {
@@ -685,7 +509,9 @@ impl Drop for ChildGuard {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use SandboxMode::{DangerFullAccess as Full, ReadOnly as Ro, WorkspaceWrite as Ww};
+    use troupe_runtime::tools::SandboxMode::{
+        DangerFullAccess as Full, ReadOnly as Ro, WorkspaceWrite as Ww,
+    };
 
     #[test]
     fn a_child_is_never_looser_than_its_parent() {
