@@ -12,6 +12,7 @@ use troupe_protocol::{ThreadEvent, Usage};
 use troupe_test_support::wait::until;
 use troupe_testkit::Reply;
 
+use super::session_id;
 use crate::exec::{Server, session_dir, session_events};
 
 fn usage(input: u64, cached: u64, output: u64) -> Usage {
@@ -164,12 +165,7 @@ fn the_sdk_command_line_runs_with_the_prompt_on_stdin_and_one_warning() {
             .any(|m| m.text.contains("list the files"))
     );
     // --cd is the workspace: the session is there.
-    let id = session_dir(ws.path())
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = session_id(ws.path());
     // Codex's granularity: thread.started, one turn.started, one
     // turn.completed with the run's total usage.
     assert_eq!(out.lines[0]["type"], "thread.started", "{}", out.stdout);

@@ -10,6 +10,7 @@ use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent};
 use troupe_test_support::wait_until_blocking;
 use troupe_testkit::{Reply, ToolCallSpec};
 
+use super::assert_exit;
 use super::exec::{Server, bin, exec, exec_cmd, session_dir, session_events, usage};
 
 #[test]
@@ -139,13 +140,7 @@ fn offline_script_mode_runs_the_readme_example() {
         .env("OPENAI_API_KEY", "sk-must-not-be-sent")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     assert!(stdout.contains("→ read_file"), "{stdout}");
     assert!(stdout.contains("This is troupe"), "{stdout}");
     let events = session_events(ws.path());

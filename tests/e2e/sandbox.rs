@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use troupe_protocol::{CommandExecutionItem, ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
+use super::assert_exit;
 use super::exec::{bin, session_events};
+use super::session_id;
 
 /// A listener on 127.0.0.1 counting the connections it accepted.
 fn listener() -> (u16, Arc<AtomicUsize>) {
@@ -550,11 +552,7 @@ fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
     assert_eq!(code, Some(0), "{stdout}");
     assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
     assert_eq!(settings(&case.ws)["sandbox"], "read-only");
-    let id = troupe_test_support::e2e::session_dir(&case.ws)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = session_id(&case.ws);
     let script = case.ws.parent().unwrap().join("script.json");
     let resume = |extra: &[&str]| {
         let out = Command::new(bin())
@@ -568,12 +566,7 @@ fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
             .env("TROUPE_LOG", "warn")
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_exit(&out, 0);
     };
     // The same script again: the write runs again, still read-only.
     resume(&[]);

@@ -12,7 +12,8 @@ use troupe_protocol::{BoundaryStatus, CompletionSubtype, ThreadEvent, Usage};
 use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
-use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
+use super::exec::{Server, exec, exec_cmd, session_events};
+use super::session_id;
 use super::{stderr, stdout};
 
 pub fn example(name: &str) -> String {
@@ -141,12 +142,7 @@ fn demo_output_labels_agents_names_the_merge_and_marks_the_failing_test() {
 
     // `sessions show` says the status as `list` does, and a finished
     // session has no running agent.
-    let id = session_dir(&dir)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = session_id(&dir);
     let ws = dir.to_str().unwrap();
     let show = stdout(
         &bin(&["sessions", "show", &id, "--workspace", ws], tmp.path())

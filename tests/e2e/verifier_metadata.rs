@@ -11,6 +11,7 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
+use super::assert_exit;
 use super::exec::session_events;
 use troupe_test_support::git::CALC_SH;
 
@@ -80,13 +81,7 @@ fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
         .output()
         .unwrap();
     super::vtcode::check_output(&out, "troupe run");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
 
     // Every attempt ran in the sandbox and failed with EPERM.
     let events = session_events(dir);
