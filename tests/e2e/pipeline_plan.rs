@@ -45,7 +45,7 @@ fn is_verifier(r: &RecordedRequest) -> bool {
 }
 
 fn assert_ok(out: &std::process::Output) {
-    assert_exit(&out, 0);
+    assert_exit(out, 0);
 }
 
 #[test]

@@ -371,7 +371,10 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
 /// model sees it; once the child ended, steering it is a 404.
 #[test]
 fn serve_nats_steers_a_subagent_running_on_a_worker() {
-    use super::serve::{Server as Serve, Sse, client, is_root_done, post, read_sse, rt, start};
+    use super::serve::{
+        Server as Serve, Sse, client, is_root_done, post, read_sse, read_sse_after, rt, start,
+        steered_in,
+    };
     const COUNTER: &str = "session/root/counter";
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -430,18 +433,8 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
                     .as_str()
                     .is_some_and(|t| t.ends_with(&format!(":{COUNTER}")))
         };
-        let again = c
-            .get(&url)
-            .header("Last-Event-ID", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (rest, _) = read_sse(again, done).await;
-        let applied: Vec<&Value> = rest
-            .iter()
-            .filter(|e| e.event == "troupe.user_message" && e.data["intent_id"] == intent.as_str())
-            .map(|e| &e.data)
-            .collect();
+        let (rest, _) = read_sse_after(&c, &url, last, done).await;
+        let applied = steered_in(&rest, &intent);
         assert_eq!(
             applied.len(),
             1,
@@ -469,13 +462,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
         let took = asked.elapsed();
         let still = (status != 404 || took > std::time::Duration::from_secs(2))
             .then(|| format!("{status} after {took:?}: {e}"));
-        let tail = c
-            .get(&url)
-            .header("Last-Event-ID", finished.id.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        let (tail, _) = read_sse_after(&c, &url, finished.id, |e| is_root_done(e, &id)).await;
         assert_eq!(tail.last().unwrap().data["subtype"], "success");
         still
     });
