@@ -245,20 +245,9 @@ pub(crate) fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let tmp = tempfile::tempdir().unwrap();
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 200));
-    let workers: Vec<Worker> = (0..3)
-        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-        .collect();
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let (code, out, err) = run_within(
-        exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        ),
-        Duration::from_secs(180),
-    );
+    let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+    let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+    let (code, out, err) = run_within(coordinator, Duration::from_secs(180));
     assert_eq!(code, Some(0), "{out}\n{err}");
     // A worker acks one poll after the committed mark: wait for the last.
     let acked_now = || {
@@ -302,20 +291,9 @@ pub(crate) fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         let tmp = tempfile::tempdir().unwrap();
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(script(side.path(), 400));
-        let mut workers: Vec<Worker> = (0..3)
-            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-            .collect();
-        let ws = tempfile::tempdir().unwrap();
-        repo_at(ws.path(), "initial", &FILES);
-        let mut coordinator = exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        );
-        let handle = std::thread::spawn(move || {
-            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-        });
+        let mut workers = three_workers(&nats.url(), &server.url(), tmp.path());
+        let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+        let handle = run_on_thread(coordinator);
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
         let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
@@ -345,8 +323,31 @@ pub(crate) fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
     }
 }
 
-pub(crate) fn coordinator_take(cmd: &mut Command) -> Command {
-    std::mem::replace(cmd, Command::new("true"))
+/// Workers w0, w1 and w2 of a test.
+pub(crate) fn three_workers(nats: &str, model: &str, dir: &Path) -> Vec<Worker> {
+    (0..3).map(|n| worker(nats, model, dir, n)).collect()
+}
+
+/// A fresh workspace of [`FILES`] and its coordinator, not yet started:
+/// `troupe exec` over `nats` with [`FULL`], on [`PROMPT`].
+pub(crate) fn nats_coordinator(nats: &str, model: &str) -> (tempfile::TempDir, Command) {
+    let ws = tempfile::tempdir().unwrap();
+    repo_at(ws.path(), "initial", &FILES);
+    let cmd = exec_cmd(
+        ws.path(),
+        model,
+        &[FULL, &["--nats", nats]].concat(),
+        PROMPT,
+    );
+    (ws, cmd)
+}
+
+/// `coordinator` run on a thread with 240 s to finish: its exit code,
+/// stdout and stderr.
+pub(crate) fn run_on_thread(
+    coordinator: Command,
+) -> std::thread::JoinHandle<(Option<i32>, String, String)> {
+    std::thread::spawn(move || run_within(coordinator, Duration::from_secs(240)))
 }
 
 #[test]
@@ -357,20 +358,9 @@ pub(crate) fn a_nats_server_restart_mid_run_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 300));
-    let workers: Vec<Worker> = (0..3)
-        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-        .collect();
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let mut coordinator = exec_cmd(
-        ws.path(),
-        &server.url(),
-        &[FULL, &["--nats", &nats.url()]].concat(),
-        PROMPT,
-    );
-    let handle = std::thread::spawn(move || {
-        run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-    });
+    let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+    let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+    let handle = run_on_thread(coordinator);
     let _ = wait_until_blocking("a worker running", Duration::from_secs(60), || {
         workers.iter().any(|w| w.log().contains("running"))
     });

@@ -30,20 +30,9 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         let tmp = tempfile::tempdir().unwrap();
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(shared_cursor_script(side.path()));
-        let workers: Vec<Worker> = (0..3)
-            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-            .collect();
-        let ws = tempfile::tempdir().unwrap();
-        repo_at(ws.path(), "initial", &FILES);
-        let mut coordinator = exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        );
-        let handle = std::thread::spawn(move || {
-            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-        });
+        let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+        let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+        let handle = run_on_thread(coordinator);
         let victim = &workers[fastrand::usize(0..3)];
         let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
             victim.log().contains("running")
@@ -201,18 +190,12 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
         );
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let mut coordinator = exec_cmd(
-        ws.path(),
-        &server.url(),
-        &[FULL, &["--nats", &nats.url()]].concat(),
-        PROMPT,
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
+    let mut coordinator = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Kill it once the child's write is in its log (the worker is then
     // waiting 3 s for the model's next reply).
     let logged = || {
