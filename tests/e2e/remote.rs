@@ -61,26 +61,12 @@ pub(crate) fn script(side: &Path, delay_ms: u64) -> Script {
             ],
         );
     }
-    let spawn = |i: usize| {
-        ToolCallSpec::new(
-            format!("s{i}"),
-            "spawn_subagent",
-            json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
-        )
-    };
-    let merge = |i: usize| {
-        ToolCallSpec::new(
-            format!("m{i}"),
-            "merge_worktree",
-            json!({"name": format!("p{i}")}),
-        )
-    };
     script.with_route(
         "Split the work into six parts",
         vec![
-            Reply::tool_calls((1..=3).map(spawn).collect()),
-            Reply::tool_calls((4..=6).map(spawn).collect()),
-            Reply::tool_calls((1..=PARTS).map(merge).collect()),
+            Reply::tool_calls((1..=3).map(spawn_part).collect()),
+            Reply::tool_calls((4..=6).map(spawn_part).collect()),
+            Reply::tool_calls((1..=PARTS).map(merge_part).collect()),
             Reply::text("all six parts merged"),
         ],
     )
@@ -94,24 +80,7 @@ pub(crate) fn shared_cursor_script(side: &Path) -> Script {
     let mut script = script(side, 0);
     script.routes.retain(|r| !r.when.starts_with("Write part"));
     for i in 1..=PARTS {
-        let step = || {
-            Reply::tool_calls(vec![
-                ToolCallSpec::new(
-                    format!("w{i}"),
-                    "write_file",
-                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
-                ),
-                ToolCallSpec::new(
-                    format!("h{i}"),
-                    "handoff",
-                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
-                ),
-            ])
-            .with_delay_ms(500)
-        };
-        let mut replies = vec![step(), step(), step()];
-        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
-        script = script.with_route(format!("Write part P{i} of six"), replies);
+        script = script.with_route(format!("Write part P{i} of six"), part_in_one_step(i, 500));
     }
     // The children's routes first: a child's orientation quotes the
     // session's task, which the root's route matches.
@@ -119,6 +88,48 @@ pub(crate) fn shared_cursor_script(side: &Path) -> Script {
         .routes
         .sort_by_key(|r| !r.when.starts_with("Write part"));
     script
+}
+
+/// The root's call spawning part `i`'s worktree child.
+pub(crate) fn spawn_part(i: usize) -> ToolCallSpec {
+    ToolCallSpec::new(
+        format!("s{i}"),
+        "spawn_subagent",
+        json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
+    )
+}
+
+/// The root's call merging part `i`'s worktree.
+pub(crate) fn merge_part(i: usize) -> ToolCallSpec {
+    ToolCallSpec::new(
+        format!("m{i}"),
+        "merge_worktree",
+        json!({"name": format!("p{i}")}),
+    )
+}
+
+/// Part `i`'s child replies when two incarnations may share its scripted
+/// cursor: three times the write and the handoff in one step (each after
+/// `delay_ms`), then only final texts.
+pub(crate) fn part_in_one_step(i: usize, delay_ms: u64) -> Vec<Reply> {
+    let step = || {
+        Reply::tool_calls(vec![
+            ToolCallSpec::new(
+                format!("w{i}"),
+                "write_file",
+                json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+            ),
+            ToolCallSpec::new(
+                format!("h{i}"),
+                "handoff",
+                json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+            ),
+        ])
+        .with_delay_ms(delay_ms)
+    };
+    let mut replies = vec![step(), step(), step()];
+    replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
+    replies
 }
 
 /// The tracked files at HEAD with their blob ids (content-addressed).
@@ -139,6 +150,17 @@ pub(crate) fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
         .iter()
         .filter_map(|e| match e {
             ThreadEvent::Handoff(h) => Some(h.from_agent.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The messages of the error events that tell of a fenced-off write.
+pub(crate) fn fenced_errors(events: &[ThreadEvent]) -> Vec<&String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
             _ => None,
         })
         .collect()

@@ -6,7 +6,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_protocol::ThreadEvent;
 use troupe_test_support::git::repo_at;
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
@@ -62,13 +61,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         from.sort();
         let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
         assert_eq!(from, want, "each handoff once");
-        let fenced: Vec<&String> = events
-            .iter()
-            .filter_map(|e| match e {
-                ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
-                _ => None,
-            })
-            .collect();
+        let fenced = fenced_errors(&events);
         assert!(
             fenced.iter().any(|m| m.contains("stale incarnation 1")),
             "no fenced record: {fenced:?}\n{logs:#?}"
