@@ -158,7 +158,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
 
 #[test]
 fn serve_nats_places_every_sessions_subagents_on_workers() {
-    use super::serve::{Server as Serve, client, is_root_done, read_sse, rt, start};
+    use super::serve::{Server as Serve, client, read_to_root_done, rt, start};
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
     // The worker's model answers the subagent; the session's own script
@@ -179,13 +179,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
             json!({"prompt": "Delegate the hello (G-2).", "script": root}),
         )
         .await;
-        let r = c
-            .get(server.url(&format!("/v1/sessions/{id}/events")))
-            .send()
-            .await
-            .unwrap();
-        let (events, early) = read_sse(r, |e| is_root_done(e, &id)).await;
-        assert!(!early, "the stream closed before thread.completed");
+        let events = read_to_root_done(&c, &server, &id).await;
         let done = events.last().unwrap();
         assert_eq!(done.data["subtype"], "success", "{}", worker.log());
         id

@@ -155,6 +155,19 @@ pub(crate) async fn read_sse(
     (out, true)
 }
 
+/// Session `id`'s events from the start to the root's `thread.completed`
+/// (asserted to come before the stream closes).
+pub(crate) async fn read_to_root_done(c: &reqwest::Client, server: &Server, id: &str) -> Vec<Sse> {
+    let r = c
+        .get(server.url(&format!("/v1/sessions/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let (events, early) = read_sse(r, |e| is_root_done(e, id)).await;
+    assert!(!early, "the stream closed before thread.completed");
+    events
+}
+
 /// Reconnects to the stream at `url` after event `last` and reads on, as
 /// [`read_sse`] does.
 pub(crate) async fn read_sse_after(
