@@ -98,6 +98,28 @@ pub fn session_id(ws: &Path) -> String {
         .to_string()
 }
 
+/// Writes `pipeline` and the model's `script` into `dir` (as
+/// `.vtcode-pipeline.toml` and `.vtcode-script.json`); the `troupe run`
+/// arguments that name them.
+pub fn write_vtcode_pipeline(
+    dir: &Path,
+    pipeline: &str,
+    script: &troupe_testkit::Script,
+) -> [&'static str; 4] {
+    std::fs::write(dir.join(".vtcode-pipeline.toml"), pipeline).unwrap();
+    std::fs::write(
+        dir.join(".vtcode-script.json"),
+        serde_json::to_string(script).unwrap(),
+    )
+    .unwrap();
+    [
+        "run",
+        ".vtcode-pipeline.toml",
+        "--script",
+        ".vtcode-script.json",
+    ]
+}
+
 /// A two-worker tokio runtime for the tests that start servers in-process.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -16,6 +16,7 @@ use troupe_testkit::{Reply, Script};
 use super::assert_exit;
 use super::exec::{bin, session_events};
 use super::session_id;
+use super::write_vtcode_pipeline;
 
 /// A listener on 127.0.0.1 counting the connections it accepted.
 fn listener() -> (u16, Arc<AtomicUsize>) {
@@ -473,20 +474,9 @@ fn pipeline(
     let script = Script::replies(vec![])
         .with_route("MARK-pipe", verifier)
         .with_route("Fix calc.sh", proposer);
-    std::fs::write(dir.join(".vtcode-pipeline.toml"), pipeline).unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
     let out = Command::new(bin())
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
+        .args(write_vtcode_pipeline(dir, pipeline, &script))
+        .arg("--workspace")
         .arg(dir)
         .args(args)
         .current_dir(dir)

@@ -14,6 +14,7 @@ use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, exec, exec_cmd, session_events};
 use super::session_id;
+use super::write_vtcode_pipeline;
 use super::{stderr, stdout};
 
 pub fn example(name: &str) -> String {
@@ -192,27 +193,10 @@ fn a_proposer_that_never_hands_off_is_not_reported_done() {
                 Reply::text("Wrote b.txt without a word of handoff."),
             ],
         );
-    std::fs::write(
-        dir.join(".vtcode-pipeline.toml"),
-        "[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
-    let out = bin(
-        &[
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-        ],
-        dir,
-    )
-    .output()
-    .unwrap();
+    let pipeline = "[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n";
+    let out = bin(&write_vtcode_pipeline(dir, pipeline, &script), dir)
+        .output()
+        .unwrap();
     let text = stdout(&out);
     assert!(
         text.contains(

@@ -13,6 +13,7 @@ use troupe_testkit::{Reply, Script};
 
 use super::assert_exit;
 use super::exec::session_events;
+use super::write_vtcode_pipeline;
 use troupe_test_support::git::CALC_SH;
 
 const ATTACKS: [&str; 5] = [
@@ -57,24 +58,11 @@ fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
                 Reply::text("fixed"),
             ],
         );
-    std::fs::write(
-        dir.join(".vtcode-pipeline.toml"),
-        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
+    let pipeline =
+        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n";
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
+        .args(write_vtcode_pipeline(dir, pipeline, &script))
+        .arg("--workspace")
         .arg(dir)
         .current_dir(dir)
         .env("TROUPE_LOG", "warn")
