@@ -11,6 +11,7 @@ use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::assert_exit;
 use super::exec::{bin, session_events};
+use super::multi_agent::{first_handoff, verdicts};
 use troupe_test_support::e2e::pipeline_run;
 use troupe_test_support::git::{CALC_SH, calc_repo, repo_at};
 
@@ -21,17 +22,6 @@ fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
             ThreadEvent::ItemCompleted(i) if i.item.details.type_name() == kind => {
                 Some(&i.item.details)
             }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether each `troupe.verdict` approved, in log order.
-fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::Verdict(v) => Some(v.verdict.approved),
             _ => None,
         })
         .collect()
@@ -417,13 +407,7 @@ fn the_pipeline_verifier_is_told_the_task() {
     let stdout = assert_exit(&out, 0);
     let events = session_events(ws.path());
     assert_eq!(verdicts(&events), vec![true], "{stdout}");
-    let handoff = events
-        .iter()
-        .find_map(|e| match e {
-            ThreadEvent::Handoff(h) => Some(&h.handoff),
-            _ => None,
-        })
-        .unwrap();
+    let handoff = first_handoff(&events);
     assert_eq!(handoff.task_context, task);
     assert_eq!(handoff.target, "session/pipeline");
 }
