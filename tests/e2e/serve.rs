@@ -298,7 +298,7 @@ async fn stream_reconnect_steer(c: &reqwest::Client, server: &Server, ws: &Path)
     let intent = steered["intent_id"].as_str().unwrap().to_string();
     assert_eq!(steered["agent_id"], "session/root");
     // Reconnect after the last event seen: the rest, live, to the end.
-    let (part2, ended_early) = read_sse_after(&c, &url, last, |e| is_root_done(e, &id)).await;
+    let (part2, ended_early) = read_sse_after(c, &url, last, |e| is_root_done(e, &id)).await;
     assert!(!ended_early, "the stream closed before thread.completed");
     let all: Vec<Sse> = part1.into_iter().chain(part2).collect();
     let seqs: Vec<u64> = all.iter().map(|e| e.id).collect();
