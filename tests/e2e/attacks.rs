@@ -8,6 +8,7 @@ use std::process::Command;
 
 use troupe_test_support::e2e::{exec_script, write_script};
 
+use super::assert_exit;
 use super::exec::bin;
 
 fn script(dir: &Path) -> std::path::PathBuf {
@@ -40,13 +41,7 @@ fn the_model_cannot_rewrite_troupe_state_git_config_or_troupe_toml() {
     let toml = "[agent]\nmax_turns = 5\n";
     std::fs::write(ws.join("troupe.toml"), toml).unwrap();
     let out = exec_script(bin(), &ws, &script(tmp.path()), &["--json"], "tidy up");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     assert_eq!(
         std::fs::read_to_string(ws.join(".git/config")).unwrap(),
         git_config

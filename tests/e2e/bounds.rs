@@ -10,6 +10,7 @@ use std::process::Command;
 use serde_json::json;
 use troupe_test_support::e2e::{exec_script, write_script};
 
+use super::assert_exit;
 use super::exec::bin;
 
 const CALLS: usize = 10_000;
@@ -43,13 +44,7 @@ fn a_flood_of_calls_and_a_huge_argument_stay_bounded() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let out = exec_script(bin(), &ws, &script(tmp.path()), &["--json"], "flood");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     let events: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -12,6 +12,7 @@ use troupe_test_support::wait::until;
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
 use super::exec::{exec_cmd, session_dir};
+use super::session_id;
 
 const STEPS: usize = 10;
 const RESUMERS: usize = 8;
@@ -41,11 +42,7 @@ fn crashed_session(server: &ScriptedServer) -> (tempfile::TempDir, String) {
         if child.wait().unwrap().success() {
             continue;
         }
-        let id = session_dir(ws.path())
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let id = session_id(ws.path());
         return (ws, id);
     }
     panic!("could not kill a run before it finished");

@@ -8,10 +8,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use troupe_protocol::{ThreadEvent, Usage};
+use troupe_protocol::{ThreadCompletedEvent, ThreadEvent, Usage};
 use troupe_test_support::wait::until;
 use troupe_testkit::Reply;
 
+use super::session_id;
 use crate::exec::{Server, session_dir, session_events};
 
 fn usage(input: u64, cached: u64, output: u64) -> Usage {
@@ -164,12 +165,7 @@ fn the_sdk_command_line_runs_with_the_prompt_on_stdin_and_one_warning() {
             .any(|m| m.text.contains("list the files"))
     );
     // --cd is the workspace: the session is there.
-    let id = session_dir(ws.path())
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = session_id(ws.path());
     // Codex's granularity: thread.started, one turn.started, one
     // turn.completed with the run's total usage.
     assert_eq!(out.lines[0]["type"], "thread.started", "{}", out.stdout);
@@ -263,13 +259,7 @@ fn resume_id_is_a_new_run_of_the_thread_with_its_history() {
         .iter()
         .filter(|e| matches!(e, ThreadEvent::ThreadStarted(t) if t.thread_id == id))
         .count();
-    let ends: Vec<_> = log
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::ThreadCompleted(c) if c.thread_id == id => Some(c),
-            _ => None,
-        })
-        .collect();
+    let ends = completions_of(&log, &id);
     assert_eq!(starts, 2);
     assert_eq!(ends.len(), 2);
     assert_eq!(ends[1].result.as_deref(), Some("and doubled, 8"));
@@ -410,13 +400,17 @@ fn a_new_run_killed_midway_is_continued_by_sessions_resume() {
     let ran = std::fs::read_to_string(ws.path().join("run2.txt")).unwrap();
     assert_eq!(ran, "ran\n", "the finished call was not run again");
     let log = session_events(ws.path());
-    let ends: Vec<_> = log
-        .iter()
+    let ends = completions_of(&log, &id);
+    assert_eq!(ends.len(), 2);
+    assert_eq!(ends[1].result.as_deref(), Some("second answer"));
+}
+
+/// The `thread.completed` events of thread `id` in `log`.
+fn completions_of<'a>(log: &'a [ThreadEvent], id: &str) -> Vec<&'a ThreadCompletedEvent> {
+    log.iter()
         .filter_map(|e| match e {
             ThreadEvent::ThreadCompleted(c) if c.thread_id == id => Some(c),
             _ => None,
         })
-        .collect();
-    assert_eq!(ends.len(), 2);
-    assert_eq!(ends[1].result.as_deref(), Some("second answer"));
+        .collect()
 }

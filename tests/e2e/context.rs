@@ -7,6 +7,7 @@ use std::process::Command;
 use troupe_protocol::{CompactionTrigger, ThreadEvent};
 
 use super::exec::session_dir;
+use super::session_id;
 use super::{stderr, stdout, troupe};
 
 const TASK: &str = "Summarize the four files.";
@@ -50,11 +51,7 @@ fn recorded_session(ws: &Path) -> String {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    session_dir(ws)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned()
+    session_id(ws)
 }
 
 fn log_events(dir: &Path) -> Vec<ThreadEvent> {

@@ -10,6 +10,7 @@ use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent};
 use troupe_test_support::wait_until_blocking;
 use troupe_testkit::{Reply, ToolCallSpec};
 
+use super::assert_exit;
 use super::exec::{Server, bin, exec, exec_cmd, session_dir, session_events, usage};
 
 #[test]
@@ -139,13 +140,7 @@ fn offline_script_mode_runs_the_readme_example() {
         .env("OPENAI_API_KEY", "sk-must-not-be-sent")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     assert!(stdout.contains("→ read_file"), "{stdout}");
     assert!(stdout.contains("This is troupe"), "{stdout}");
     let events = session_events(ws.path());
@@ -182,13 +177,7 @@ fn bad_events_path_and_missing_key_leave_no_session() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/dir/x.jsonl"));
-    assert!(
-        !ws.path().join(".vtcode/sessions").exists()
-            || std::fs::read_dir(ws.path().join(".vtcode/sessions"))
-                .unwrap()
-                .count()
-                == 0
-    );
+    assert!(no_session(ws.path()));
     // A hosted provider without its key: exit 2 before anything starts.
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args(["exec", "--provider", "anthropic", "--workspace"])
@@ -199,13 +188,7 @@ fn bad_events_path_and_missing_key_leave_no_session() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY is not set"));
-    assert!(
-        !ws.path().join(".vtcode/sessions").exists()
-            || std::fs::read_dir(ws.path().join(".vtcode/sessions"))
-                .unwrap()
-                .count()
-                == 0
-    );
+    assert!(no_session(ws.path()));
 }
 
 #[test]
@@ -318,4 +301,10 @@ fn exec_resume_takes_the_exec_options_after_resume() {
             "exec resume --help lacks {option}: {help}"
         );
     }
+}
+
+/// Whether `ws` holds no session (no sessions folder, or an empty one).
+fn no_session(ws: &Path) -> bool {
+    let sessions = ws.join(".vtcode/sessions");
+    !sessions.exists() || std::fs::read_dir(sessions).unwrap().count() == 0
 }

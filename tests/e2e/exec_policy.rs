@@ -5,6 +5,7 @@ use serde_json::json;
 use troupe_protocol::{ItemStatus, ToolOutcome};
 use troupe_testkit::{Reply, ToolCallSpec};
 
+use super::assert_exit;
 use super::exec::{Server, exec, exec_cmd, session_dir};
 
 #[test]
@@ -190,12 +191,7 @@ fn configured_key_variables_never_reach_commands() {
         .env("CORP_LLM_CRED", "sk-very-secret-123")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let log = std::fs::read_to_string(session_dir(ws.path()).join("events.jsonl")).unwrap();
     assert!(
         !log.contains("sk-very-secret-123"),

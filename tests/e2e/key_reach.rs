@@ -14,6 +14,7 @@ use std::path::Path;
 use serde_json::json;
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
+use super::assert_exit;
 use crate::exec::{Server, exec_cmd};
 
 /// troupe's environment, then each ancestor's environment and command
@@ -319,12 +320,7 @@ fn troupes_initial_environment_holds_no_key() {
     let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let environ = String::from_utf8_lossy(&environ);
     assert!(
         environ.contains("TROUPE_LOG=warn"),

@@ -81,6 +81,55 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Asserts that `out` exited with `code` (its stdout and stderr in the
+/// message when it did not); its stdout.
+pub fn assert_exit(out: &Output, code: i32) -> String {
+    let text = stdout(out);
+    assert_eq!(out.status.code(), Some(code), "{text}\n{}", stderr(out));
+    text
+}
+
+/// The id of the one session under `ws`: its directory's name.
+pub fn session_id(ws: &Path) -> String {
+    troupe_test_support::e2e::session_dir(ws)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Writes `pipeline` and the model's `script` into `dir` (as
+/// `.vtcode-pipeline.toml` and `.vtcode-script.json`); the `troupe run`
+/// arguments that name them.
+pub fn write_vtcode_pipeline(
+    dir: &Path,
+    pipeline: &str,
+    script: &troupe_testkit::Script,
+) -> [&'static str; 4] {
+    std::fs::write(dir.join(".vtcode-pipeline.toml"), pipeline).unwrap();
+    std::fs::write(
+        dir.join(".vtcode-script.json"),
+        serde_json::to_string(script).unwrap(),
+    )
+    .unwrap();
+    [
+        "run",
+        ".vtcode-pipeline.toml",
+        "--script",
+        ".vtcode-script.json",
+    ]
+}
+
+/// A two-worker tokio runtime for the tests that start servers in-process.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn schema_command_prints_the_checked_in_schema() {
     let tmp = tempfile::tempdir().unwrap();

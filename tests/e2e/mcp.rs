@@ -13,6 +13,7 @@ use troupe_protocol::{ItemDetails, ItemStatus, McpToolCallItem, McpToolCallStatu
 use troupe_test_support::wait::{until, wait_until_blocking};
 use troupe_testkit::Reply;
 
+use super::assert_exit;
 use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
 
 /// tests/mcp, with its node_modules (panics naming scripts/test-deps when
@@ -189,12 +190,7 @@ fn streamable_http_server_is_called_with_its_bearer_token() {
         .unwrap();
     let _ = server.kill();
     let _ = server.wait();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let reqs = s.server.requests();
     assert!(reqs[0].offers_tool("mcp__remote__get-sum"));
     let answer = reqs[1].function_call_output_text("c1").unwrap();

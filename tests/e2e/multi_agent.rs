@@ -8,11 +8,12 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
-use troupe_protocol::{ItemStatus, ThreadEvent};
+use troupe_protocol::{HandoffRequest, ItemStatus, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, exec};
 use super::pipeline::task_checking_verifier;
+use troupe_test_support::e2e::Run;
 use troupe_test_support::git::calc_repo;
 
 pub fn tests_pass(dir: &Path) -> bool {
@@ -25,6 +26,7 @@ pub fn tests_pass(dir: &Path) -> bool {
         .success()
 }
 
+/// Whether each `troupe.verdict` approved, in log order.
 pub fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
     events
         .iter()
@@ -51,6 +53,25 @@ pub fn done_handoff(id: &str, what: &str) -> Reply {
         "handoff",
         json!({"state_summary": what, "boundary_status": [{"name": what, "status": "done"}], "modified_files": ["calc.sh"]}),
     )
+}
+
+/// `troupe exec` on `ws` against the model `server`, told to delegate the
+/// calc fix to a subagent; asserted to exit 0.
+pub(crate) fn delegate_calc_fix(ws: &Path, server: &Server) -> Run {
+    let run = exec(ws, server, &[], "Delegate the calc fix to a subagent.");
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    run
+}
+
+/// The handoff of the first `handoff` event in `events`.
+pub(crate) fn first_handoff(events: &[ThreadEvent]) -> &HandoffRequest {
+    events
+        .iter()
+        .find_map(|e| match e {
+            ThreadEvent::Handoff(h) => Some(&h.handoff),
+            _ => None,
+        })
+        .unwrap()
 }
 
 /// The root's call `id` spawning the subagent `fixer` on `task` in its own
@@ -91,39 +112,18 @@ fn verify_change_tells_the_verifier_the_task_and_merge_needs_an_approval() {
             ],
         );
     let server = Server::with_script(script);
-    let run = exec(
-        ws.path(),
-        &server,
-        &[],
-        "Delegate the calc fix to a subagent.",
-    );
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let outputs = run.outputs();
-    let out = |id: &str| {
-        outputs
-            .iter()
-            .find(|(c, _, _)| c == id)
-            .unwrap_or_else(|| panic!("no output for {id}: {outputs:?}"))
-            .clone()
-    };
-    let (_, status, refused) = out("r2");
+    let run = delegate_calc_fix(ws.path(), &server);
+    let (status, refused) = run.output_of("r2");
     assert_eq!(status, ItemStatus::Failed, "{refused}");
     assert!(refused.contains("call verify_change first"), "{refused}");
-    let (_, _, verdict) = out("r3");
+    let (_, verdict) = run.output_of("r3");
     assert!(verdict.contains("APPROVED"), "{verdict}");
-    let (_, status, merged) = out("r4");
+    let (status, merged) = run.output_of("r4");
     assert_eq!(status, ItemStatus::Completed, "{merged}");
     assert!(merged.contains("Merged subagent fixer"), "{merged}");
     assert_eq!(verdicts(&run.events), vec![true]);
     assert!(tests_pass(ws.path()), "the verified fix is merged");
-    let handoff = run
-        .events
-        .iter()
-        .find_map(|e| match e {
-            ThreadEvent::Handoff(h) => Some(&h.handoff),
-            _ => None,
-        })
-        .unwrap();
+    let handoff = first_handoff(&run.events);
     assert_eq!(handoff.task_context, task);
     assert_eq!(handoff.target, "session/root");
 }
@@ -192,21 +192,8 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
             ],
         );
     let server = Server::with_script(script);
-    let run = exec(
-        ws.path(),
-        &server,
-        &[],
-        "Delegate the calc fix to a subagent.",
-    );
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let outputs = run.outputs();
-    let out = |id: &str| {
-        outputs
-            .iter()
-            .find(|(c, _, _)| c == id)
-            .map(|(_, _, o)| o.clone())
-            .unwrap_or_else(|| panic!("no output for {id}: {outputs:?}"))
-    };
+    let run = delegate_calc_fix(ws.path(), &server);
+    let out = |id: &str| run.output_of(id).1;
     assert!(out("r2").contains("REJECTED"), "{}", out("r2"));
     assert!(
         out("r2").contains("add 2 2 still prints 5"),
@@ -358,48 +345,27 @@ fn unmerged_worktrees_are_listed_by_show_and_removed_by_prune() {
     let server = Server::with_script(script);
     let run = exec(ws.path(), &server, &[], "Leave it unmerged.");
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let dir = super::exec::session_dir(ws.path());
-    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
-    let show = super::troupe(
-        &[
-            "sessions",
-            "show",
-            &id,
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-        ws.path(),
-    );
+    let id = super::session_id(ws.path());
+    let ws_arg = ws.path().to_str().unwrap();
+    // `troupe sessions ARGS --workspace WS`.
+    let sessions = |args: &[&str]| {
+        super::troupe(
+            &[&["sessions"], args, &["--workspace", ws_arg]].concat(),
+            ws.path(),
+        )
+    };
+    let show = sessions(&["show", &id]);
     let text = super::stdout(&show);
     assert!(show.status.success(), "{}", super::stderr(&show));
     assert!(text.contains("unmerged worktrees"), "{text}");
     assert!(text.contains("root-fixer branch troupe/"), "{text}");
-    let json_show = super::troupe(
-        &[
-            "sessions",
-            "show",
-            &id,
-            "--json",
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-        ws.path(),
-    );
+    let json_show = sessions(&["show", &id, "--json"]);
     let v: serde_json::Value = serde_json::from_str(super::stdout(&json_show).trim()).unwrap();
     let listed = v["worktrees"].as_array().unwrap();
     assert_eq!(listed.len(), 1, "{v}");
     let path = std::path::PathBuf::from(listed[0]["path"].as_str().unwrap());
     assert!(path.is_dir());
-    let prune = super::troupe(
-        &[
-            "sessions",
-            "prune",
-            "--worktrees",
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-        ws.path(),
-    );
+    let prune = sessions(&["prune", "--worktrees"]);
     assert!(prune.status.success(), "{}", super::stderr(&prune));
     assert!(
         super::stdout(&prune).contains("removed 1 worktrees"),
@@ -407,16 +373,7 @@ fn unmerged_worktrees_are_listed_by_show_and_removed_by_prune() {
         super::stdout(&prune)
     );
     assert!(!path.exists(), "the worktree directory is gone");
-    let again = super::troupe(
-        &[
-            "sessions",
-            "show",
-            &id,
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-        ws.path(),
-    );
+    let again = sessions(&["show", &id]);
     assert!(!super::stdout(&again).contains("unmerged worktrees"));
     let branches = Command::new("git")
         .args(["branch", "--list", "troupe/*"])

@@ -13,7 +13,9 @@ use troupe_test_support::e2e::Server;
 use troupe_test_support::wait::until;
 use troupe_testkit::Reply;
 
-use super::exec::{exec_cmd, session_dir, session_events};
+use super::assert_exit;
+use super::exec::{exec_cmd, session_events};
+use super::session_id;
 
 /// The pids of the processes in group `pgid`, zombies left out.
 fn live_members(pgid: i32) -> Vec<i32> {
@@ -133,12 +135,7 @@ fn resume_kills_a_background_job_left_in_the_command_group() {
         !left.is_empty() && !left.contains(&pgid),
         "group {pgid}: {left:?}"
     );
-    let id = session_dir(ws.path())
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = session_id(ws.path());
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args(["sessions", "resume", &id, "--workspace"])
         .arg(ws.path())
@@ -146,11 +143,7 @@ fn resume_kills_a_background_job_left_in_the_command_group() {
         .output()
         .unwrap();
     super::vtcode::check_output(&out, "troupe sessions resume");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let killed = (0..250).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
         live_members(pgid).is_empty()

@@ -394,14 +394,7 @@ fn a_verifier_span_is_under_the_verify_change_call() {
                 Reply::text("verified"),
             ],
         );
-    let server = Server::with_script(script);
-    let run = exec(
-        ws.path(),
-        &server,
-        &[],
-        "Delegate the calc fix to a subagent.",
-    );
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    super::multi_agent::delegate_calc_fix(ws.path(), &Server::with_script(script));
     let got = receiver.got.lock().unwrap();
     let spans = &got.spans;
     let verify = one(spans, "execute_tool verify_change");

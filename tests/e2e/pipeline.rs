@@ -9,7 +9,9 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
+use super::assert_exit;
 use super::exec::{bin, session_events};
+use super::multi_agent::{first_handoff, verdicts};
 use troupe_test_support::e2e::pipeline_run;
 use troupe_test_support::git::{CALC_SH, calc_repo, repo_at};
 
@@ -20,17 +22,6 @@ fn items<'a>(events: &'a [ThreadEvent], kind: &str) -> Vec<&'a ItemDetails> {
             ThreadEvent::ItemCompleted(i) if i.item.details.type_name() == kind => {
                 Some(&i.item.details)
             }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether each `troupe.verdict` approved, in log order.
-fn verdicts(events: &[ThreadEvent]) -> Vec<bool> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::Verdict(v) => Some(v.verdict.approved),
             _ => None,
         })
         .collect()
@@ -60,13 +51,7 @@ fn demo_runs_offline_and_merges_the_verified_fix() {
         .env("TROUPE_LOG", "warn")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     for needle in [
         "agent tree",
         "session/fixer",
@@ -110,12 +95,7 @@ fn demo_json_prints_the_event_stream() {
         .arg(tmp.path().join("d"))
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let events: Vec<ThreadEvent> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
@@ -164,13 +144,7 @@ fn rejected_then_fixed_then_approved() {
         "[pipeline]\nmax_rounds = 3\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh so that sh test.sh passes.\"\n",
         &script,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     assert!(stdout.contains("proposal fixer (2 rounds)"), "{stdout}");
     let events = session_events(ws.path());
     assert_eq!(verdicts(&events), vec![false, true]);
@@ -230,13 +204,7 @@ fn parallel_proposers_with_a_conflicting_merge() {
         "[[proposers]]\nname = \"a\"\ntask = \"Task A: rewrite shared.txt\"\n[[proposers]]\nname = \"b\"\ntask = \"Task B: rewrite shared.txt\"\n",
         &script,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 1);
     assert!(stdout.contains("merge conflict in: shared.txt"), "{stdout}");
     assert!(stdout.contains("merged: "), "{stdout}");
     let shared = std::fs::read_to_string(ws.path().join("shared.txt")).unwrap();
@@ -436,22 +404,10 @@ fn the_pipeline_verifier_is_told_the_task() {
         ),
         &script,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     let events = session_events(ws.path());
     assert_eq!(verdicts(&events), vec![true], "{stdout}");
-    let handoff = events
-        .iter()
-        .find_map(|e| match e {
-            ThreadEvent::Handoff(h) => Some(&h.handoff),
-            _ => None,
-        })
-        .unwrap();
+    let handoff = first_handoff(&events);
     assert_eq!(handoff.task_context, task);
     assert_eq!(handoff.target, "session/pipeline");
 }
@@ -518,13 +474,7 @@ fn the_example_pipeline_runs_offline() {
         .env("TROUPE_LOG", "warn")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     assert!(stdout.contains("verdict: approved"), "{stdout}");
     assert!(stdout.contains("merged: "), "{stdout}");
     let notes = std::fs::read_to_string(ws.join("NOTES.md")).unwrap();

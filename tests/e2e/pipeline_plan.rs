@@ -9,6 +9,7 @@ use troupe_protocol::ThreadEvent;
 use troupe_test_support::e2e::{Server, pipeline_run};
 use troupe_testkit::{RecordedRequest, Reply, Script};
 
+use super::assert_exit;
 use super::exec::{bin, session_events};
 use troupe_test_support::git::calc_repo;
 
@@ -44,13 +45,7 @@ fn is_verifier(r: &RecordedRequest) -> bool {
 }
 
 fn assert_ok(out: &std::process::Output) {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(out, 0);
 }
 
 #[test]

@@ -13,19 +13,12 @@ use troupe_test_support::e2e::{log_events, session_dir};
 use troupe_test_support::wait::until;
 use troupe_testkit::{RecordedRequest, Reply, Script, ScriptedServer};
 
+use super::runtime;
 use super::{stderr, troupe};
 
 const KEY_VAR: &str = "TROUPE_E2E_ANTHROPIC_KEY";
 const THOUGHT: &str = "Read a.txt before answering.";
 const SIG: &str = "ErUBCkYIBxgCIkBsignature-of-turn-1==";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn workspace(server: &ScriptedServer) -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();

@@ -61,26 +61,12 @@ pub(crate) fn script(side: &Path, delay_ms: u64) -> Script {
             ],
         );
     }
-    let spawn = |i: usize| {
-        ToolCallSpec::new(
-            format!("s{i}"),
-            "spawn_subagent",
-            json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
-        )
-    };
-    let merge = |i: usize| {
-        ToolCallSpec::new(
-            format!("m{i}"),
-            "merge_worktree",
-            json!({"name": format!("p{i}")}),
-        )
-    };
     script.with_route(
         "Split the work into six parts",
         vec![
-            Reply::tool_calls((1..=3).map(spawn).collect()),
-            Reply::tool_calls((4..=6).map(spawn).collect()),
-            Reply::tool_calls((1..=PARTS).map(merge).collect()),
+            Reply::tool_calls((1..=3).map(spawn_part).collect()),
+            Reply::tool_calls((4..=6).map(spawn_part).collect()),
+            Reply::tool_calls((1..=PARTS).map(merge_part).collect()),
             Reply::text("all six parts merged"),
         ],
     )
@@ -94,24 +80,7 @@ pub(crate) fn shared_cursor_script(side: &Path) -> Script {
     let mut script = script(side, 0);
     script.routes.retain(|r| !r.when.starts_with("Write part"));
     for i in 1..=PARTS {
-        let step = || {
-            Reply::tool_calls(vec![
-                ToolCallSpec::new(
-                    format!("w{i}"),
-                    "write_file",
-                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
-                ),
-                ToolCallSpec::new(
-                    format!("h{i}"),
-                    "handoff",
-                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
-                ),
-            ])
-            .with_delay_ms(500)
-        };
-        let mut replies = vec![step(), step(), step()];
-        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
-        script = script.with_route(format!("Write part P{i} of six"), replies);
+        script = script.with_route(format!("Write part P{i} of six"), part_in_one_step(i, 500));
     }
     // The children's routes first: a child's orientation quotes the
     // session's task, which the root's route matches.
@@ -119,6 +88,48 @@ pub(crate) fn shared_cursor_script(side: &Path) -> Script {
         .routes
         .sort_by_key(|r| !r.when.starts_with("Write part"));
     script
+}
+
+/// The root's call spawning part `i`'s worktree child.
+pub(crate) fn spawn_part(i: usize) -> ToolCallSpec {
+    ToolCallSpec::new(
+        format!("s{i}"),
+        "spawn_subagent",
+        json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
+    )
+}
+
+/// The root's call merging part `i`'s worktree.
+pub(crate) fn merge_part(i: usize) -> ToolCallSpec {
+    ToolCallSpec::new(
+        format!("m{i}"),
+        "merge_worktree",
+        json!({"name": format!("p{i}")}),
+    )
+}
+
+/// Part `i`'s child replies when two incarnations may share its scripted
+/// cursor: three times the write and the handoff in one step (each after
+/// `delay_ms`), then only final texts.
+pub(crate) fn part_in_one_step(i: usize, delay_ms: u64) -> Vec<Reply> {
+    let step = || {
+        Reply::tool_calls(vec![
+            ToolCallSpec::new(
+                format!("w{i}"),
+                "write_file",
+                json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
+            ),
+            ToolCallSpec::new(
+                format!("h{i}"),
+                "handoff",
+                json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
+            ),
+        ])
+        .with_delay_ms(delay_ms)
+    };
+    let mut replies = vec![step(), step(), step()];
+    replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
+    replies
 }
 
 /// The tracked files at HEAD with their blob ids (content-addressed).
@@ -139,6 +150,17 @@ pub(crate) fn handoffs(events: &[ThreadEvent]) -> Vec<String> {
         .iter()
         .filter_map(|e| match e {
             ThreadEvent::Handoff(h) => Some(h.from_agent.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The messages of the error events that tell of a fenced-off write.
+pub(crate) fn fenced_errors(events: &[ThreadEvent]) -> Vec<&String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
             _ => None,
         })
         .collect()
@@ -245,20 +267,9 @@ pub(crate) fn three_workers_run_six_worktree_subagents_with_the_local_result() {
     let tmp = tempfile::tempdir().unwrap();
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 200));
-    let workers: Vec<Worker> = (0..3)
-        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-        .collect();
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let (code, out, err) = run_within(
-        exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        ),
-        Duration::from_secs(180),
-    );
+    let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+    let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+    let (code, out, err) = run_within(coordinator, Duration::from_secs(180));
     assert_eq!(code, Some(0), "{out}\n{err}");
     // A worker acks one poll after the committed mark: wait for the last.
     let acked_now = || {
@@ -302,20 +313,9 @@ pub(crate) fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
         let tmp = tempfile::tempdir().unwrap();
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(script(side.path(), 400));
-        let mut workers: Vec<Worker> = (0..3)
-            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-            .collect();
-        let ws = tempfile::tempdir().unwrap();
-        repo_at(ws.path(), "initial", &FILES);
-        let mut coordinator = exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        );
-        let handle = std::thread::spawn(move || {
-            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-        });
+        let mut workers = three_workers(&nats.url(), &server.url(), tmp.path());
+        let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+        let handle = run_on_thread(coordinator);
         // Kill one worker at a random point once it runs a task.
         let victim = fastrand::usize(0..3);
         let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
@@ -345,8 +345,31 @@ pub(crate) fn a_worker_killed_mid_task_loses_nothing_and_nothing_runs_twice() {
     }
 }
 
-pub(crate) fn coordinator_take(cmd: &mut Command) -> Command {
-    std::mem::replace(cmd, Command::new("true"))
+/// Workers w0, w1 and w2 of a test.
+pub(crate) fn three_workers(nats: &str, model: &str, dir: &Path) -> Vec<Worker> {
+    (0..3).map(|n| worker(nats, model, dir, n)).collect()
+}
+
+/// A fresh workspace of [`FILES`] and its coordinator, not yet started:
+/// `troupe exec` over `nats` with [`FULL`], on [`PROMPT`].
+pub(crate) fn nats_coordinator(nats: &str, model: &str) -> (tempfile::TempDir, Command) {
+    let ws = tempfile::tempdir().unwrap();
+    repo_at(ws.path(), "initial", &FILES);
+    let cmd = exec_cmd(
+        ws.path(),
+        model,
+        &[FULL, &["--nats", nats]].concat(),
+        PROMPT,
+    );
+    (ws, cmd)
+}
+
+/// `coordinator` run on a thread with 240 s to finish: its exit code,
+/// stdout and stderr.
+pub(crate) fn run_on_thread(
+    coordinator: Command,
+) -> std::thread::JoinHandle<(Option<i32>, String, String)> {
+    std::thread::spawn(move || run_within(coordinator, Duration::from_secs(240)))
 }
 
 #[test]
@@ -357,20 +380,9 @@ pub(crate) fn a_nats_server_restart_mid_run_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let side = tempfile::tempdir().unwrap();
     let server = Server::with_script(script(side.path(), 300));
-    let workers: Vec<Worker> = (0..3)
-        .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-        .collect();
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let mut coordinator = exec_cmd(
-        ws.path(),
-        &server.url(),
-        &[FULL, &["--nats", &nats.url()]].concat(),
-        PROMPT,
-    );
-    let handle = std::thread::spawn(move || {
-        run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-    });
+    let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+    let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+    let handle = run_on_thread(coordinator);
     let _ = wait_until_blocking("a worker running", Duration::from_secs(60), || {
         workers.iter().any(|w| w.log().contains("running"))
     });

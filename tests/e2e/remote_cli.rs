@@ -158,7 +158,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
 
 #[test]
 fn serve_nats_places_every_sessions_subagents_on_workers() {
-    use super::serve::{Server as Serve, client, is_root_done, read_sse, rt, start};
+    use super::serve::{Server as Serve, client, read_to_root_done, rt, start};
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
     // The worker's model answers the subagent; the session's own script
@@ -179,13 +179,7 @@ fn serve_nats_places_every_sessions_subagents_on_workers() {
             json!({"prompt": "Delegate the hello (G-2).", "script": root}),
         )
         .await;
-        let r = c
-            .get(server.url(&format!("/v1/sessions/{id}/events")))
-            .send()
-            .await
-            .unwrap();
-        let (events, early) = read_sse(r, |e| is_root_done(e, &id)).await;
-        assert!(!early, "the stream closed before thread.completed");
+        let events = read_to_root_done(&c, &server, &id).await;
         let done = events.last().unwrap();
         assert_eq!(done.data["subtype"], "success", "{}", worker.log());
         id
@@ -371,7 +365,10 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
 /// model sees it; once the child ended, steering it is a 404.
 #[test]
 fn serve_nats_steers_a_subagent_running_on_a_worker() {
-    use super::serve::{Server as Serve, Sse, client, is_root_done, post, read_sse, rt, start};
+    use super::serve::{
+        Server as Serve, Sse, client, is_root_done, post, read_sse, read_sse_after, rt, start,
+        steered_in,
+    };
     const COUNTER: &str = "session/root/counter";
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -430,18 +427,8 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
                     .as_str()
                     .is_some_and(|t| t.ends_with(&format!(":{COUNTER}")))
         };
-        let again = c
-            .get(&url)
-            .header("Last-Event-ID", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (rest, _) = read_sse(again, done).await;
-        let applied: Vec<&Value> = rest
-            .iter()
-            .filter(|e| e.event == "troupe.user_message" && e.data["intent_id"] == intent.as_str())
-            .map(|e| &e.data)
-            .collect();
+        let (rest, _) = read_sse_after(&c, &url, last, done).await;
+        let applied = steered_in(&rest, &intent);
         assert_eq!(
             applied.len(),
             1,
@@ -469,13 +456,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
         let took = asked.elapsed();
         let still = (status != 404 || took > std::time::Duration::from_secs(2))
             .then(|| format!("{status} after {took:?}: {e}"));
-        let tail = c
-            .get(&url)
-            .header("Last-Event-ID", finished.id.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        let (tail, _) = read_sse_after(&c, &url, finished.id, |e| is_root_done(e, &id)).await;
         assert_eq!(tail.last().unwrap().data["subtype"], "success");
         still
     });

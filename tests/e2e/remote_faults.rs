@@ -6,7 +6,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_protocol::ThreadEvent;
 use troupe_test_support::git::repo_at;
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within};
@@ -30,20 +29,9 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         let tmp = tempfile::tempdir().unwrap();
         let side = tempfile::tempdir().unwrap();
         let server = Server::with_script(shared_cursor_script(side.path()));
-        let workers: Vec<Worker> = (0..3)
-            .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n))
-            .collect();
-        let ws = tempfile::tempdir().unwrap();
-        repo_at(ws.path(), "initial", &FILES);
-        let mut coordinator = exec_cmd(
-            ws.path(),
-            &server.url(),
-            &[FULL, &["--nats", &nats.url()]].concat(),
-            PROMPT,
-        );
-        let handle = std::thread::spawn(move || {
-            run_within(coordinator_take(&mut coordinator), Duration::from_secs(240))
-        });
+        let workers = three_workers(&nats.url(), &server.url(), tmp.path());
+        let (ws, coordinator) = nats_coordinator(&nats.url(), &server.url());
+        let handle = run_on_thread(coordinator);
         let victim = &workers[fastrand::usize(0..3)];
         let _ = wait_until_blocking("the victim running", Duration::from_secs(60), || {
             victim.log().contains("running")
@@ -73,13 +61,7 @@ fn a_frozen_worker_that_comes_back_is_fenced_off() {
         from.sort();
         let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
         assert_eq!(from, want, "each handoff once");
-        let fenced: Vec<&String> = events
-            .iter()
-            .filter_map(|e| match e {
-                ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
-                _ => None,
-            })
-            .collect();
+        let fenced = fenced_errors(&events);
         assert!(
             fenced.iter().any(|m| m.contains("stale incarnation 1")),
             "no fenced record: {fenced:?}\n{logs:#?}"
@@ -201,18 +183,12 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
         );
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let mut coordinator = exec_cmd(
-        ws.path(),
-        &server.url(),
-        &[FULL, &["--nats", &nats.url()]].concat(),
-        PROMPT,
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
+    let mut coordinator = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Kill it once the child's write is in its log (the worker is then
     // waiting 3 s for the model's next reply).
     let logged = || {

@@ -13,27 +13,20 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use serde_json::json;
-use troupe_protocol::ThreadEvent;
 use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::netns::NetNs;
 use troupe_test_support::process::{Proc, Worker, worker_args};
 use troupe_test_support::wait::{poll_for_blocking, wait_until_blocking};
-use troupe_testkit::{Reply, Script, ToolCallSpec};
+use troupe_testkit::{Reply, Script};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
+use super::remote::{
+    FULL, PARTS, PROMPT, fenced_errors, handoffs, merge_part, part_in_one_step, spawn_part, tree,
+};
 use troupe_test_support::e2e::session_dirs;
-
-const PARTS: usize = 6;
-
-const PROMPT: &str = "Split the work into six parts.";
-
-/// The sandbox the other NATS tests use (the coordinator's ceiling).
-const FULL: &[&str] = &["--sandbox", "danger-full-access"];
 
 const EVERYWHERE: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
@@ -55,65 +48,21 @@ fn worker(ns: &NetNs, nats: &str, model: &str, dir: &Path, n: usize) -> Worker {
 /// and its successor share the conversation's scripted cursor, and both
 /// end with the same tree whatever replies each takes.
 fn script(merge_delay_ms: u64) -> Script {
-    let spawn = |i: usize| {
-        ToolCallSpec::new(
-            format!("s{i}"),
-            "spawn_subagent",
-            json!({"name": format!("p{i}"), "task": format!("Write part P{i} of six."), "isolation": "worktree", "sandbox": "danger-full-access"}),
-        )
-    };
-    let merge = |i: usize| {
-        ToolCallSpec::new(
-            format!("m{i}"),
-            "merge_worktree",
-            json!({"name": format!("p{i}")}),
-        )
-    };
     let mut script = Script::replies(vec![]);
     for i in 1..=PARTS {
-        let step = || {
-            Reply::tool_calls(vec![
-                ToolCallSpec::new(
-                    format!("w{i}"),
-                    "write_file",
-                    json!({"path": format!("parts/p{i}.txt"), "content": format!("part {i}\n")}),
-                ),
-                ToolCallSpec::new(
-                    format!("h{i}"),
-                    "handoff",
-                    json!({"state_summary": format!("wrote part {i}"), "boundary_status": [{"name": format!("p{i}"), "status": "done"}], "modified_files": [format!("parts/p{i}.txt")]}),
-                ),
-            ])
-            .with_delay_ms(800)
-        };
-        let mut replies = vec![step(), step(), step()];
-        replies.extend((0..8).map(|_| Reply::text(format!("part {i} written"))));
-        script = script.with_route(format!("Write part P{i} of six"), replies);
+        script = script.with_route(format!("Write part P{i} of six"), part_in_one_step(i, 800));
     }
     // After the children's routes: a child's orientation quotes the
     // session's task, so the root's route would match the children too.
     script.with_route(
         "Split the work into six parts",
         vec![
-            Reply::tool_calls((1..=3).map(spawn).collect()),
-            Reply::tool_calls((4..=6).map(spawn).collect()),
-            Reply::tool_calls((1..=PARTS).map(merge).collect()).with_delay_ms(merge_delay_ms),
+            Reply::tool_calls((1..=3).map(spawn_part).collect()),
+            Reply::tool_calls((4..=6).map(spawn_part).collect()),
+            Reply::tool_calls((1..=PARTS).map(merge_part).collect()).with_delay_ms(merge_delay_ms),
             Reply::text("all six parts merged"),
         ],
     )
-}
-
-/// The tracked files at HEAD with their blob ids (content-addressed).
-fn tree(dir: &Path) -> BTreeSet<String> {
-    let out = Command::new("git")
-        .args(["ls-tree", "-r", "HEAD"])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 fn local_tree() -> BTreeSet<String> {
@@ -310,23 +259,11 @@ fn partition_round(expected: &BTreeSet<String>, attempt: usize) -> Option<()> {
 /// fenced off were added after the restore.
 fn check_log(ws: &Path, cut: &Cut, logs: &str) {
     let events = session_events(ws);
-    let mut from: Vec<String> = events
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::Handoff(h) => Some(h.from_agent.clone()),
-            _ => None,
-        })
-        .collect();
+    let mut from = handoffs(&events);
     from.sort();
     let want: Vec<String> = (1..=PARTS).map(|i| format!("session/root/p{i}")).collect();
     assert_eq!(from, want, "each handoff once\n{logs}");
-    let fenced: Vec<&String> = events
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::Error(e) if e.message.contains("fenced") => Some(&e.message),
-            _ => None,
-        })
-        .collect();
+    let fenced = fenced_errors(&events);
     let stale = fenced
         .iter()
         .filter(|m| m.contains("stale incarnation 1"))

@@ -9,6 +9,7 @@ use troupe_test_support::scripts::{steps_done, steps_rule, steps_taken};
 use troupe_test_support::wait::poll_for_blocking;
 use troupe_testkit::Script;
 
+use super::assert_exit;
 use super::exec::{Server, exec_cmd, session_dir, session_events};
 
 const K: usize = 10;
@@ -148,11 +149,7 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     let out = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let dir = session_dir(ws.path());
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     let out = resume(ws.path(), &id);
@@ -240,12 +237,7 @@ fn a_second_implement_names_the_command_that_continues_the_session() {
          [[replies]]\nkind = \"message\"\ntext = \"built\"\n",
     );
     let out = offline(&ws, &script, &["--plan", "--implement"], "say hi");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let dir = session_dir(&ws);
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
 
@@ -263,12 +255,7 @@ fn a_second_implement_names_the_command_that_continues_the_session() {
     assert!(err.contains(&hint), "{err}");
     // The command it names works.
     let out = offline(&ws, &more, &["resume", &id], "say it again");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     // And `sessions resume` says what works instead of just refusing.
     let out = resume(&ws, &id);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();

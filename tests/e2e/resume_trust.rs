@@ -10,7 +10,10 @@ use std::time::Duration;
 use troupe_test_support::wait::until;
 use troupe_testkit::{Rule, Script, ScriptedServer};
 
+use super::assert_exit;
 use super::exec::session_dir;
+use super::runtime;
+use super::session_id;
 
 const CANARY: &str = "sk-canary-0123456789";
 
@@ -20,14 +23,6 @@ fn server(rt: &tokio::runtime::Runtime) -> ScriptedServer {
         .with_final_text("done after {tool_results} tool results")
         .with_delay_ms(60);
     rt.block_on(ScriptedServer::start(Script::rule(rule)))
-        .unwrap()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
         .unwrap()
 }
 
@@ -134,11 +129,7 @@ fn forged_base_url_gets_no_key_until_the_user_confirms_it() {
     let mut cmd = troupe(ws.path(), &user.openai_base_url(), true, &resume);
     cmd.args(["--base-url", &attacker.openai_base_url()]);
     let out = output(cmd, "resume --base-url");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert!(attacker.request_count() > 0);
     assert!(attacker.requests().iter().all(|r| r.has_auth));
 }
@@ -190,17 +181,8 @@ fn exec_resume_refuses_too_and_no_key_needs_no_confirmation() {
     );
     first.arg("count to six");
     let out = output(first, "exec");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = session_dir(ws.path())
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    assert_exit(&out, 0);
+    let id = session_id(ws.path());
     forge(ws.path(), |s| {
         s["base_url"] = attacker.openai_base_url().into()
     });
@@ -217,11 +199,7 @@ fn exec_resume_refuses_too_and_no_key_needs_no_confirmation() {
         troupe(ws.path(), &user.openai_base_url(), false, &again),
         "exec resume",
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert!(attacker.request_count() > 0);
     assert!(attacker.requests().iter().all(|r| !r.has_auth));
 }

@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 use troupe_protocol::{CommandExecutionItem, ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
+use super::assert_exit;
 use super::exec::{bin, session_events};
+use super::session_id;
+use super::write_vtcode_pipeline;
 
 /// A listener on 127.0.0.1 counting the connections it accepted.
 fn listener() -> (u16, Arc<AtomicUsize>) {
@@ -471,20 +474,9 @@ fn pipeline(
     let script = Script::replies(vec![])
         .with_route("MARK-pipe", verifier)
         .with_route("Fix calc.sh", proposer);
-    std::fs::write(dir.join(".vtcode-pipeline.toml"), pipeline).unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
     let out = Command::new(bin())
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
+        .args(write_vtcode_pipeline(dir, pipeline, &script))
+        .arg("--workspace")
         .arg(dir)
         .args(args)
         .current_dir(dir)
@@ -550,11 +542,7 @@ fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
     assert_eq!(code, Some(0), "{stdout}");
     assert_ne!(exit_of(&items, "write"), Some(0), "{items:?}");
     assert_eq!(settings(&case.ws)["sandbox"], "read-only");
-    let id = troupe_test_support::e2e::session_dir(&case.ws)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = session_id(&case.ws);
     let script = case.ws.parent().unwrap().join("script.json");
     let resume = |extra: &[&str]| {
         let out = Command::new(bin())
@@ -568,12 +556,7 @@ fn a_resume_re_applies_the_recorded_mode_unless_told_otherwise() {
             .env("TROUPE_LOG", "warn")
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_exit(&out, 0);
     };
     // The same script again: the write runs again, still read-only.
     resume(&[]);

@@ -15,6 +15,7 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
+use super::assert_exit;
 use super::exec::session_events;
 use super::multi_agent::{tests_pass, verdicts};
 use troupe_test_support::git::calc_repo;
@@ -169,13 +170,7 @@ fn the_long_horizon_scenario_ends_success_with_the_real_tree() {
     let ws = tempfile::tempdir().unwrap();
     calc_repo(ws.path(), &[]);
     let out = run_scenario(ws.path());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let events = session_events(ws.path());
     let done = super::exec::Run {
         code: out.status.code(),
@@ -463,12 +458,7 @@ fn a_subagent_crashing_past_its_intensity_is_reported_to_its_parent() {
         .output()
         .unwrap();
     super::vtcode::check_output(&out, "troupe exec");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let events = session_events(ws.path());
     let told = events
         .iter()

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
+use super::session_id;
 use troupe_protocol::{CompletionSubtype, ThreadEvent};
 use troupe_test_support::e2e::{exec_script, session_events, write_script};
 
@@ -176,11 +177,7 @@ fn session_start_runs_with_source_resume_when_a_thread_continues() {
     );
     let out = exec_script(bin(), ws.path(), &script, &[], "one");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = troupe_test_support::e2e::session_dir(ws.path())
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let id = session_id(ws.path());
     let out = std::process::Command::new(bin())
         .args(["exec", "--workspace"])
         .arg(ws.path())
@@ -199,11 +196,7 @@ use troupe_test_support::e2e::{Server, exec_run};
 use troupe_testkit::Reply;
 
 fn id_of(ws: &Path) -> String {
-    troupe_test_support::e2e::session_dir(ws)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned()
+    session_id(ws)
 }
 
 #[test]

@@ -155,6 +155,46 @@ pub(crate) async fn read_sse(
     (out, true)
 }
 
+/// Session `id`'s events from the start to the root's `thread.completed`
+/// (asserted to come before the stream closes).
+pub(crate) async fn read_to_root_done(c: &reqwest::Client, server: &Server, id: &str) -> Vec<Sse> {
+    let r = c
+        .get(server.url(&format!("/v1/sessions/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let (events, early) = read_sse(r, |e| is_root_done(e, id)).await;
+    assert!(!early, "the stream closed before thread.completed");
+    events
+}
+
+/// Reconnects to the stream at `url` after event `last` and reads on, as
+/// [`read_sse`] does.
+pub(crate) async fn read_sse_after(
+    c: &reqwest::Client,
+    url: &str,
+    last: u64,
+    stop: impl Fn(&Sse) -> bool,
+) -> (Vec<Sse>, bool) {
+    let resp = c
+        .get(url)
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    read_sse(resp, stop).await
+}
+
+/// The data of the `troupe.user_message` events that applied steering
+/// intent `intent`.
+pub(crate) fn steered_in<'a>(events: &'a [Sse], intent: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e.event == "troupe.user_message" && e.data["intent_id"] == intent)
+        .map(|e| &e.data)
+        .collect()
+}
+
 pub(crate) fn is_root_done(ev: &Sse, id: &str) -> bool {
     ev.event == "thread.completed" && ev.data["thread_id"] == id
 }
@@ -258,13 +298,7 @@ async fn stream_reconnect_steer(c: &reqwest::Client, server: &Server, ws: &Path)
     let intent = steered["intent_id"].as_str().unwrap().to_string();
     assert_eq!(steered["agent_id"], "session/root");
     // Reconnect after the last event seen: the rest, live, to the end.
-    let again = c
-        .get(&url)
-        .header("Last-Event-ID", last.to_string())
-        .send()
-        .await
-        .unwrap();
-    let (part2, ended_early) = read_sse(again, |e| is_root_done(e, &id)).await;
+    let (part2, ended_early) = read_sse_after(c, &url, last, |e| is_root_done(e, &id)).await;
     assert!(!ended_early, "the stream closed before thread.completed");
     let all: Vec<Sse> = part1.into_iter().chain(part2).collect();
     let seqs: Vec<u64> = all.iter().map(|e| e.id).collect();

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use troupe_test_support::wait::wait_until_async;
 
 use super::serve::{
-    Server, Sse, client, is_root_done, logged_types, post, read_sse, rt, rule_script, start,
-    workspace,
+    Server, Sse, client, is_root_done, logged_types, post, read_sse, read_to_root_done, rt,
+    rule_script, start, workspace,
 };
 
 #[test]
@@ -134,13 +134,7 @@ fn a_pipeline_runs_through_serve_and_merges_the_verified_fix() {
             json!({"prompt": "fix the failing test", "pipeline": DEMO_PIPELINE, "script": script}),
         )
         .await;
-        let r = c
-            .get(server.url(&format!("/v1/sessions/{id}/events")))
-            .send()
-            .await
-            .unwrap();
-        let (events, early) = read_sse(r, |e| is_root_done(e, &id)).await;
-        assert!(!early, "the stream closed before thread.completed");
+        let events = read_to_root_done(&c, &server, &id).await;
         let done = events.last().unwrap();
         assert_eq!(done.data["subtype"], "success", "{:?}", done.data);
         assert!(

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use troupe_testkit::{Reply, Rule, Script};
 
-use super::serve::{Server, Sse, client, is_root_done, post, read_sse, rt, start, workspace};
+use super::serve::{
+    Server, Sse, client, is_root_done, post, read_sse, read_sse_after, rt, start, steered_in,
+    workspace,
+};
 
 /// The root delegates to `counter`, which runs slow commands; the script
 /// answers the counter's last step with the text of its last user message,
@@ -100,18 +103,8 @@ fn serve_steers_a_running_subagent_by_agent_id() {
         let intent = steered["intent_id"].as_str().unwrap().to_string();
 
         // Until the counter ends: its intent applied, and the model saw it.
-        let again = c
-            .get(&url)
-            .header("Last-Event-ID", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (rest, _) = read_sse(again, is_counter_done).await;
-        let applied: Vec<&Value> = rest
-            .iter()
-            .filter(|e| e.event == "troupe.user_message" && e.data["intent_id"] == intent.as_str())
-            .map(|e| &e.data)
-            .collect();
+        let (rest, _) = read_sse_after(&c, &url, last, is_counter_done).await;
+        let applied = steered_in(&rest, &intent);
         assert_eq!(applied.len(), 1, "applied once: {applied:?}");
         assert_eq!(applied[0]["agent_id"], COUNTER);
         assert_eq!(applied[0]["text"], "STEER-31 count twice");
@@ -142,13 +135,8 @@ fn serve_steers_a_running_subagent_by_agent_id() {
         assert!(why.contains("running: session/root"), "{why}");
 
         // The session ends normally; the root never got the counter's text.
-        let tail = c
-            .get(&url)
-            .header("Last-Event-ID", rest.last().unwrap().id.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        let (tail, _) =
+            read_sse_after(&c, &url, rest.last().unwrap().id, |e| is_root_done(e, &id)).await;
         let root_done = tail.last().unwrap();
         assert_eq!(root_done.data["subtype"], "success", "{}", root_done.data);
         assert!(
@@ -220,13 +208,7 @@ fn serve_aborts_one_subagent_and_an_ended_one_answers_404_at_once() {
         let (status, a) = post(&c, abort_url.clone(), json!({"agent_id": COUNTER})).await;
         assert_eq!(status, 202, "{a}");
         assert_eq!(a["agent_id"], COUNTER);
-        let again = c
-            .get(&url)
-            .header("Last-Event-ID", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (rest, _) = read_sse(again, is_counter_done).await;
+        let (rest, _) = read_sse_after(&c, &url, last, is_counter_done).await;
         let done = rest.last().unwrap();
         assert_eq!(done.data["subtype"], "cancelled", "{}", done.data);
 
@@ -265,13 +247,7 @@ fn serve_aborts_one_subagent_and_an_ended_one_answers_404_at_once() {
         }
 
         // The session itself goes on to a normal end.
-        let tail = c
-            .get(&url)
-            .header("Last-Event-ID", done.id.to_string())
-            .send()
-            .await
-            .unwrap();
-        let (tail, _) = read_sse(tail, |e| is_root_done(e, &id)).await;
+        let (tail, _) = read_sse_after(&c, &url, done.id, |e| is_root_done(e, &id)).await;
         let root_done = tail.last().unwrap();
         assert_eq!(root_done.data["subtype"], "success", "{}", root_done.data);
     });

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use super::assert_exit;
 use super::troupe_ws;
 
 const EVIL_PATH: &str = "evil\u{1b}]0;pwned\u{7}.txt";
@@ -58,13 +59,7 @@ fn model_text_and_file_names_cannot_drive_the_terminal() {
         &["exec", "--script", script.to_str().unwrap(), "say hi"],
         &ws,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_exit(&out, 0);
     // The hostile calls did run: the escapes are shown, not dropped.
     assert!(ws.join(EVIL_PATH).exists(), "the file was written");
     for shown in [

@@ -12,7 +12,9 @@ use troupe_protocol::{BoundaryStatus, CompletionSubtype, ThreadEvent, Usage};
 use troupe_test_support::wait::until;
 use troupe_testkit::{Reply, Script};
 
-use super::exec::{Server, exec, exec_cmd, session_dir, session_events};
+use super::exec::{Server, exec, exec_cmd, session_events};
+use super::session_id;
+use super::write_vtcode_pipeline;
 use super::{stderr, stdout};
 
 pub fn example(name: &str) -> String {
@@ -141,12 +143,7 @@ fn demo_output_labels_agents_names_the_merge_and_marks_the_failing_test() {
 
     // `sessions show` says the status as `list` does, and a finished
     // session has no running agent.
-    let id = session_dir(&dir)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = session_id(&dir);
     let ws = dir.to_str().unwrap();
     let show = stdout(
         &bin(&["sessions", "show", &id, "--workspace", ws], tmp.path())
@@ -196,27 +193,10 @@ fn a_proposer_that_never_hands_off_is_not_reported_done() {
                 Reply::text("Wrote b.txt without a word of handoff."),
             ],
         );
-    std::fs::write(
-        dir.join(".vtcode-pipeline.toml"),
-        "[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
-    let out = bin(
-        &[
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-        ],
-        dir,
-    )
-    .output()
-    .unwrap();
+    let pipeline = "[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n";
+    let out = bin(&write_vtcode_pipeline(dir, pipeline, &script), dir)
+        .output()
+        .unwrap();
     let text = stdout(&out);
     assert!(
         text.contains(

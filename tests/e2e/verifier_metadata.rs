@@ -11,7 +11,9 @@ use serde_json::json;
 use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_testkit::{Reply, Script};
 
+use super::assert_exit;
 use super::exec::session_events;
+use super::write_vtcode_pipeline;
 use troupe_test_support::git::CALC_SH;
 
 const ATTACKS: [&str; 5] = [
@@ -56,37 +58,18 @@ fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
                 Reply::text("fixed"),
             ],
         );
-    std::fs::write(
-        dir.join(".vtcode-pipeline.toml"),
-        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join(".vtcode-script.json"),
-        serde_json::to_string(&script).unwrap(),
-    )
-    .unwrap();
+    let pipeline =
+        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh.\"\n";
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            ".vtcode-pipeline.toml",
-            "--script",
-            ".vtcode-script.json",
-            "--workspace",
-        ])
+        .args(write_vtcode_pipeline(dir, pipeline, &script))
+        .arg("--workspace")
         .arg(dir)
         .current_dir(dir)
         .env("TROUPE_LOG", "warn")
         .output()
         .unwrap();
     super::vtcode::check_output(&out, "troupe run");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
 
     // Every attempt ran in the sandbox and failed with EPERM.
     let events = session_events(dir);

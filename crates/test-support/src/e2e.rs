@@ -90,6 +90,17 @@ impl Run {
             .collect()
     }
 
+    /// The status and output of the call `call_id` (panics, listing every
+    /// output, when it has none).
+    pub fn output_of(&self, call_id: &str) -> (ItemStatus, String) {
+        let outputs = self.outputs();
+        outputs
+            .iter()
+            .find(|(c, _, _)| c == call_id)
+            .map(|(_, status, text)| (*status, text.clone()))
+            .unwrap_or_else(|| panic!("no output for {call_id}: {outputs:?}"))
+    }
+
     /// The outcome of the call `call_id`'s `tool_output`.
     pub fn outcome(&self, call_id: &str) -> Option<ToolOutcome> {
         events::tool_outputs(&self.events)

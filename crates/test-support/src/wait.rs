@@ -22,11 +22,32 @@ pub struct WaitTimeout {
     pub after: Duration,
 }
 
-impl WaitTimeout {
-    fn new(what: &str, after: Duration) -> Self {
-        WaitTimeout {
-            what: what.to_string(),
-            after,
+/// The deadline of one wait, shared by the async and blocking poll loops.
+struct Deadline<'a> {
+    what: &'a str,
+    timeout: Duration,
+    at: Instant,
+}
+
+impl<'a> Deadline<'a> {
+    fn after(what: &'a str, timeout: Duration) -> Self {
+        Deadline {
+            what,
+            timeout,
+            at: Instant::now() + timeout,
+        }
+    }
+
+    /// What one poll that yielded `polled` decides: `None` to poll again,
+    /// else the wait's result (the value, or the timeout once it is due).
+    fn check<T>(&self, polled: Option<T>) -> Option<Result<T, WaitTimeout>> {
+        match polled {
+            Some(v) => Some(Ok(v)),
+            None if Instant::now() >= self.at => Some(Err(WaitTimeout {
+                what: self.what.to_string(),
+                after: self.timeout,
+            })),
+            None => None,
         }
     }
 }
@@ -37,16 +58,7 @@ pub async fn poll_for<T>(
     timeout: Duration,
     mut f: impl FnMut() -> Option<T>,
 ) -> Result<T, WaitTimeout> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(WaitTimeout::new(what, timeout));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    poll_for_async(what, timeout, || std::future::ready(f())).await
 }
 
 /// Polls `cond` until it holds, for at most `timeout`.
@@ -69,13 +81,27 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + timeout;
+    poll_for_async(what, timeout, || {
+        let holds = cond();
+        async move { holds.await.then_some(()) }
+    })
+    .await
+}
+
+/// The one async poll loop: `f`'s future until it yields `Some`, for at
+/// most `timeout`.
+async fn poll_for_async<T, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Fut,
+) -> Result<T, WaitTimeout>
+where
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Deadline::after(what, timeout);
     loop {
-        if cond().await {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(WaitTimeout::new(what, timeout));
+        if let Some(done) = deadline.check(f().await) {
+            return done;
         }
         tokio::time::sleep(POLL).await;
     }
@@ -87,13 +113,10 @@ pub fn poll_for_blocking<T>(
     timeout: Duration,
     mut f: impl FnMut() -> Option<T>,
 ) -> Result<T, WaitTimeout> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(what, timeout);
     loop {
-        if let Some(v) = f() {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(WaitTimeout::new(what, timeout));
+        if let Some(done) = deadline.check(f()) {
+            return done;
         }
         std::thread::sleep(POLL);
     }
