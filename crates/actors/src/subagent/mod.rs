@@ -5,8 +5,8 @@
 //! # Layout
 //! - this file: [`SpawnSubagentTool`] (start, continue, wait, commit a
 //!   worktree child's work);
-//! - [`handoff_tool`]: [`HandoffTool`];
-//! - [`child`]: a child's sandbox, actor, tools, child spec and worktree id.
+//! - `handoff_tool.rs`: [`HandoffTool`];
+//! - `child.rs`: a child's sandbox, actor, tools, child spec and worktree id.
 
 mod child;
 mod handoff_tool;
