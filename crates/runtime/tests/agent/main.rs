@@ -33,6 +33,16 @@ pub struct Sleepy {
     pub runs: Arc<Mutex<Vec<(String, Instant, Instant)>>>,
 }
 
+impl Sleepy {
+    /// A `sleepy` tool that sleeps `ms` and records its runs in `runs`.
+    pub fn new(ms: u64, runs: &Arc<Mutex<Vec<(String, Instant, Instant)>>>) -> Arc<Sleepy> {
+        Arc::new(Sleepy {
+            ms,
+            runs: Arc::clone(runs),
+        })
+    }
+}
+
 impl Tool for Sleepy {
     fn name(&self) -> &str {
         "sleepy"
