@@ -20,6 +20,7 @@ fn is_root() -> bool {
 
 /// True, after saying so, when this test is not root (as a user there
 /// are no capabilities to drop).
+#[allow(clippy::print_stderr)] // a skipped test says so, as the tests do
 fn skipped_unless_root() -> bool {
     if is_root() {
         return false;
