@@ -8,13 +8,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use troupe_actors::SupervisorConfig;
 use troupe_protocol::CompletionSubtype;
 use troupe_runtime::store::SessionLog;
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
+use troupe_runtime::tools::{Capability, ToolContext, ToolError, TypedTool};
 use troupe_test_support::SessionFixture;
 use troupe_testkit::{Reply, Script, ScriptedServer};
 
@@ -26,41 +25,31 @@ struct Probe {
     seen: Mutex<Vec<(String, bool, bool)>>,
 }
 
-impl Tool for Probe {
+impl TypedTool for Probe {
+    type Args = Value;
+    type Output = &'static str;
     fn name(&self) -> &str {
         "probe"
     }
     fn description(&self) -> &str {
         "writes something"
     }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]})
-    }
     fn capability(&self) -> Capability {
         Capability::Write
     }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let token = args["token"].as_str().unwrap().to_string();
-            let text = std::fs::read_to_string(&self.events).unwrap();
-            let line = text
-                .lines()
-                .position(|l| l.contains("\"item.started\"") && l.contains(&token));
-            // Lines are written in sequence order: line i holds event i+1.
-            let durable = match (line, self.log.lock().as_ref()) {
-                (Some(i), Some(log)) => log.progress().borrow().committed > i as u64,
-                _ => false,
-            };
-            self.seen.lock().push((token, line.is_some(), durable));
-            Ok(ToolOutput {
-                output: "written".into(),
-                ..ToolOutput::default()
-            })
-        })
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<&'static str, ToolError> {
+        let token = args["token"].as_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&self.events).unwrap();
+        let line = text
+            .lines()
+            .position(|l| l.contains("\"item.started\"") && l.contains(&token));
+        // Lines are written in sequence order: line i holds event i+1.
+        let durable = match (line, self.log.lock().as_ref()) {
+            (Some(i), Some(log)) => log.progress().borrow().committed > i as u64,
+            _ => false,
+        };
+        self.seen.lock().push((token, line.is_some(), durable));
+        Ok("written")
     }
 }
 

@@ -24,14 +24,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use troupe_protocol::Usage;
 use troupe_runtime::agent::{AgentConfig, AgentLoop, NullSink, StepOutcome};
 use troupe_runtime::provider::{
     FinishReason, Message, ModelCatalog, ModelClient, ModelEvent, ModelEventStream, ModelRequest,
     ModelResponse, ToolCall,
 };
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use troupe_runtime::tools::{Tool, ToolContext, ToolRegistry, tool_fn};
 
 const TURNS: usize = 10;
 
@@ -86,28 +85,13 @@ impl ModelClient for ScriptedModel {
     }
 }
 
-struct Noop;
+/// The arguments of `noop`: none.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
 
-impl Tool for Noop {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> &str {
-        "does nothing"
-    }
-    fn schema(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object", "properties": {}})
-    }
-    fn capability(&self) -> Capability {
-        Capability::ReadOnly
-    }
-    fn call<'a>(
-        &'a self,
-        _args: serde_json::Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async { Ok(ToolOutput::default()) })
-    }
+/// A tool that does nothing.
+fn noop() -> impl Tool {
+    tool_fn("noop", "does nothing", |_: NoArgs| async { Ok("") })
 }
 
 struct Shared {
@@ -119,7 +103,7 @@ struct Shared {
 
 fn shared() -> Shared {
     let mut tools = ToolRegistry::new();
-    tools.register(Arc::new(Noop));
+    tools.register(Arc::new(noop()));
     Shared {
         client: Arc::new(ScriptedModel),
         tools: Arc::new(tools),

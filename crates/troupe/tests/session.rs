@@ -79,15 +79,20 @@ async fn names_are_unique_and_valid_in_a_session() {
     assert_eq!(ev.last().unwrap()["subtype"], "success");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn abort_cancels_a_turn_in_flight_and_close_records_it() {
-    let ws = tempfile::tempdir().unwrap();
-    let server = ScriptedServer::start(Script::replies(vec![Reply::stall_then(
+/// A server whose one reply stalls for 30 s: a turn stays in flight.
+async fn stalling_server() -> ScriptedServer {
+    ScriptedServer::start(Script::replies(vec![Reply::stall_then(
         30_000,
         Reply::text("too late"),
     )]))
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn abort_cancels_a_turn_in_flight_and_close_records_it() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = stalling_server().await;
     let s = session(ws.path(), &server).await;
     let a = s.spawn_agent(AgentSpec::new("slow", "wait")).await.unwrap();
     // The request is in flight once the server has it.
@@ -116,12 +121,7 @@ async fn abort_cancels_a_turn_in_flight_and_close_records_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn close_aborts_agents_still_running() {
     let ws = tempfile::tempdir().unwrap();
-    let server = ScriptedServer::start(Script::replies(vec![Reply::stall_then(
-        30_000,
-        Reply::text("too late"),
-    )]))
-    .await
-    .unwrap();
+    let server = stalling_server().await;
     let s = session(ws.path(), &server).await;
     let _a = s
         .spawn_agent(AgentSpec::new("never", "wait"))

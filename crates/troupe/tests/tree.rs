@@ -22,6 +22,23 @@ fn handoff(what: &str, status: &str) -> Value {
     json!({"state_summary": what, "boundary_status": [{"name": what, "status": status}]})
 }
 
+/// A `spawn_subagent` call `id` of a child `name` given `task`.
+fn spawn(id: &str, name: &str, task: &str) -> Reply {
+    Reply::tool_call(id, "spawn_subagent", json!({"name": name, "task": task}))
+}
+
+/// The root (task "delegate") spawns `a` on "task A"; `a` replies
+/// `a`, and `b` (on "task B") replies `b`.
+fn delegating(b: Vec<Reply>, a: Vec<Reply>) -> Script {
+    Script::replies(vec![])
+        .with_route("task B", b)
+        .with_route("task A", a)
+        .with_route(
+            "delegate",
+            vec![spawn("r1", "a", "task A"), Reply::text("root done")],
+        )
+}
+
 async fn run(script: Script, panics: u32) -> (SessionFixture, ScriptedServer, RunEnd, PathBuf) {
     let ws = tempfile::tempdir().unwrap().keep();
     let side = ws.join("side.txt");
@@ -65,38 +82,18 @@ fn restarts_of(events: &[ThreadEvent], agent: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_grandchild_is_restarted_by_its_parent_and_resumes() {
-    let script = Script::replies(vec![])
-        .with_route(
-            "task B",
-            vec![
-                Reply::tool_call("b1", "record", json!({})),
-                Reply::tool_call("b2", "handoff", handoff("record", "done")),
-                Reply::text("b done"),
-            ],
-        )
-        .with_route(
-            "task A",
-            vec![
-                Reply::tool_call(
-                    "a1",
-                    "spawn_subagent",
-                    json!({"name": "b", "task": "task B"}),
-                ),
-                Reply::tool_call("a2", "handoff", handoff("delegate to b", "done")),
-                Reply::text("a done"),
-            ],
-        )
-        .with_route(
-            "delegate",
-            vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "a", "task": "task A"}),
-                ),
-                Reply::text("root done"),
-            ],
-        );
+    let script = delegating(
+        vec![
+            Reply::tool_call("b1", "record", json!({})),
+            Reply::tool_call("b2", "handoff", handoff("record", "done")),
+            Reply::text("b done"),
+        ],
+        vec![
+            spawn("a1", "b", "task B"),
+            Reply::tool_call("a2", "handoff", handoff("delegate to b", "done")),
+            Reply::text("a done"),
+        ],
+    );
     let (f, server, end, side) = run(script, 2).await;
     let RunEnd::Finished(outcome) = &end else {
         panic!("{end:?}")
@@ -141,37 +138,25 @@ async fn a_crashing_grandchild_is_restarted_by_its_parent_and_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exceeding_the_intensity_escalates_to_the_parent_agent_not_the_session() {
-    let script = Script::replies(vec![])
-        .with_route(
-            "task B",
-            // Every incarnation calls the crashing tool again (its earlier
-            // call is reported interrupted).
-            vec![
-                Reply::tool_call("b1", "record", json!({})),
-                Reply::tool_call("b2", "record", json!({})),
-                Reply::tool_call("b3", "record", json!({})),
-                Reply::tool_call("b4", "record", json!({})),
-            ],
-        )
-        .with_route(
-            "task A",
-            vec![
-                Reply::tool_call(
-                    "a1",
-                    "spawn_subagent",
-                    json!({"name": "b", "task": "task B", "supervision": {"max_restarts": 1, "within_secs": 60}}),
-                ),
-                Reply::tool_call("a2", "handoff", handoff("b was given up", "blocked")),
-                Reply::text("a done"),
-            ],
-        )
-        .with_route(
-            "delegate",
-            vec![
-                Reply::tool_call("r1", "spawn_subagent", json!({"name": "a", "task": "task A"})),
-                Reply::text("root done"),
-            ],
-        );
+    let script = delegating(
+        // Every incarnation calls the crashing tool again (its earlier
+        // call is reported interrupted).
+        vec![
+            Reply::tool_call("b1", "record", json!({})),
+            Reply::tool_call("b2", "record", json!({})),
+            Reply::tool_call("b3", "record", json!({})),
+            Reply::tool_call("b4", "record", json!({})),
+        ],
+        vec![
+            Reply::tool_call(
+                "a1",
+                "spawn_subagent",
+                json!({"name": "b", "task": "task B", "supervision": {"max_restarts": 1, "within_secs": 60}}),
+            ),
+            Reply::tool_call("a2", "handoff", handoff("b was given up", "blocked")),
+            Reply::text("a done"),
+        ],
+    );
     let (f, server, end, _side) = run(script, 100).await;
     let RunEnd::Finished(outcome) = &end else {
         panic!("the session escalated: {end:?}")

@@ -102,3 +102,18 @@ pub fn check_grammar(events: &[ModelEvent]) {
         assert!(state.values().all(|s| *s == 2), "call left open at Finish");
     }
 }
+
+/// Asserts the Responses input of a reasoning turn that called a tool: the
+/// user message, the reasoning item sent back, the call and its output.
+pub fn assert_reasoning_turn_kinds(input: &[serde_json::Value]) {
+    let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output"
+        ]
+    );
+}

@@ -174,21 +174,18 @@ fn errors_inside_a_200_stream_are_typed() {
         d.errors
     );
 
+    // A prompt too long, in Anthropic's and in Gemini's words.
     let too_long = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}\n\n";
-    let d = decode("anthropic", too_long.as_bytes());
-    assert!(
-        d.errors
-            .first()
-            .is_some_and(ProviderError::is_context_overflow)
-    );
-
     let gemini = "data: {\"error\":{\"code\":400,\"message\":\"The input token count (2000000) exceeds the maximum number of tokens allowed (1048576).\",\"status\":\"INVALID_ARGUMENT\"}}\n\n";
-    let d = decode("gemini", gemini.as_bytes());
-    assert!(
-        d.errors
-            .first()
-            .is_some_and(ProviderError::is_context_overflow)
-    );
+    for (provider, body) in [("anthropic", too_long), ("gemini", gemini)] {
+        let d = decode(provider, body.as_bytes());
+        assert!(
+            d.errors
+                .first()
+                .is_some_and(ProviderError::is_context_overflow),
+            "{provider}"
+        );
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use troupe_provider::{
     ModelEvent, ProviderClient, ProviderConfig, ProviderError, RetryPolicy, Timeouts,
 };
 
-use crate::scripted::{call, request};
+use crate::scripted::{Outcome, call, request};
 
 /// Answers every request with headers, one text chunk, then a stall;
 /// counts the requests.
@@ -40,6 +40,22 @@ async fn stalling_server() -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle
     (format!("http://{addr}/v1"), served, task)
 }
 
+/// One call of the usual request through a client of `config` that
+/// retries `max_retries` times, backing off from `initial_backoff`.
+async fn call_retrying(
+    config: ProviderConfig,
+    max_retries: u32,
+    initial_backoff: Duration,
+) -> Outcome {
+    let config = config.with_retry(RetryPolicy {
+        max_retries,
+        initial_backoff,
+        max_backoff: Duration::from_secs(1),
+    });
+    let client = ProviderClient::new(config).unwrap();
+    call(&client, &request()).await
+}
+
 #[tokio::test]
 async fn idle_timeout_after_delivery_is_stream_broken_and_not_retried() {
     let (base, served, server) = stalling_server().await;
@@ -49,14 +65,8 @@ async fn idle_timeout_after_delivery_is_stream_broken_and_not_retried() {
         .with_timeouts(Timeouts {
             idle: Duration::from_millis(300),
             ..Timeouts::default()
-        })
-        .with_retry(RetryPolicy {
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_secs(1),
         });
-    let client = ProviderClient::new(config).unwrap();
-    let o = call(&client, &request()).await;
+    let o = call_retrying(config, 3, Duration::from_millis(10)).await;
     assert_eq!(o.events, vec![ModelEvent::TextDelta { text: "Hel".into() }]);
     match &o.error {
         Some(ProviderError::StreamBroken { message }) => assert!(message.contains("idle timeout")),
@@ -81,14 +91,8 @@ async fn connection_refused_is_retried_then_reported() {
         .unwrap();
     let config = ProviderConfig::openai()
         .with_base_url(format!("http://{addr}/v1"))
-        .without_key()
-        .with_retry(RetryPolicy {
-            max_retries: 2,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(1),
-        });
-    let client = ProviderClient::new(config).unwrap();
-    let o = call(&client, &request()).await;
+        .without_key();
+    let o = call_retrying(config, 2, Duration::from_millis(100)).await;
     assert!(o.events.is_empty());
     match &o.error {
         Some(ProviderError::Retryable { status: None, .. }) => {}

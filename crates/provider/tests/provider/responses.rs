@@ -8,7 +8,7 @@ use troupe_provider::{
     ProviderError, ReasoningBlock, ReasoningEffort, ToolCall, ToolDefinition, responses,
 };
 
-use crate::common::{decode, fixtures_dir};
+use crate::common::{assert_reasoning_turn_kinds, decode, fixtures_dir};
 
 fn tool() -> ToolDefinition {
     ToolDefinition {
@@ -151,16 +151,7 @@ fn a_decoded_reasoning_turn_round_trips_into_the_next_input() {
         })
         .with_message(Message::tool_result(call.id.clone(), "sunny"));
     let input = responses::input_items(&req.messages);
-    let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "message",
-            "reasoning",
-            "function_call",
-            "function_call_output"
-        ]
-    );
+    assert_reasoning_turn_kinds(&input);
     assert_eq!(
         input[1]["id"],
         "rs_017e85da2ae23b69016a3c1251dcec819daf72930a854fd4d1"

@@ -15,7 +15,7 @@ use troupe_provider::{
     ReasoningEffort, RetryPolicy, ToolDefinition,
 };
 
-use crate::common::fixtures_dir;
+use crate::common::{assert_reasoning_turn_kinds, fixtures_dir};
 
 /// One request as received: the request line's path, the headers, the body.
 #[derive(Debug, Clone)]
@@ -136,16 +136,7 @@ async fn a_reasoning_turn_goes_back_with_its_encrypted_content() {
         assert_eq!(s.body["include"][0], "reasoning.encrypted_content");
     }
     let input = seen[1].body["input"].as_array().unwrap();
-    let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "message",
-            "reasoning",
-            "function_call",
-            "function_call_output"
-        ]
-    );
+    assert_reasoning_turn_kinds(input);
     let sent = input[1]["encrypted_content"].as_str().unwrap();
     let expected = first.reasoning_blocks[0].signature.as_deref().unwrap();
     assert_eq!(sent, expected);

@@ -92,7 +92,7 @@ pub async fn call(client: &ProviderClient, req: &ModelRequest) -> Outcome {
 }
 
 /// Runs one request of `kind` against a server playing `replies`.
-async fn run(
+async fn run_with(
     kind: ProviderKind,
     replies: Vec<Reply>,
     tweak: impl Fn(ProviderConfig) -> ProviderConfig,
@@ -105,6 +105,11 @@ async fn run(
     (server, outcome)
 }
 
+/// [`run_with`] the provider's config as it is.
+async fn run(kind: ProviderKind, replies: Vec<Reply>) -> (ScriptedServer, Outcome) {
+    run_with(kind, replies, |c| c).await
+}
+
 fn ok(kind: ProviderKind, o: &Outcome) -> ModelResponse {
     assert!(o.error.is_none(), "{kind:?}: {:?}", o.error);
     let r = o.response();
@@ -115,7 +120,7 @@ fn ok(kind: ProviderKind, o: &Outcome) -> ModelResponse {
 #[tokio::test]
 async fn plain_text_and_request_shape() {
     for kind in KINDS {
-        let (server, o) = run(kind, vec![Reply::text("Hello!")], |c| c).await;
+        let (server, o) = run(kind, vec![Reply::text("Hello!")]).await;
         let r = ok(kind, &o);
         assert_eq!(r.text, "Hello!", "{kind:?}");
         assert_eq!(r.finish, Some(FinishReason::Stop));
@@ -150,7 +155,7 @@ async fn plain_text_and_request_shape() {
 async fn streamed_text_arrives_in_several_deltas() {
     let text = "Streaming text, in pieces: caf\u{e9} \u{1F600} and more words to split up.";
     for kind in KINDS {
-        let (_server, o) = run(kind, vec![Reply::text(text)], |c| c).await;
+        let (_server, o) = run(kind, vec![Reply::text(text)]).await;
         let deltas = o
             .events
             .iter()
@@ -169,7 +174,7 @@ async fn one_tool_call() {
             "read_file",
             json!({"path": "src/main.rs", "lines": [1, 20]}),
         );
-        let (_server, o) = run(kind, vec![reply], |c| c).await;
+        let (_server, o) = run(kind, vec![reply]).await;
         let r = ok(kind, &o);
         assert_eq!(r.tool_calls.len(), 1, "{kind:?}");
         let call = &r.tool_calls[0];
@@ -192,7 +197,7 @@ async fn parallel_tool_calls() {
             ToolCallSpec::new("c2", "grep", json!({"q": "fn main", "n": 3})),
         ])
         .with_text("Looking.");
-        let (_server, o) = run(kind, vec![reply], |c| c).await;
+        let (_server, o) = run(kind, vec![reply]).await;
         let r = ok(kind, &o);
         assert_eq!(r.text, "Looking.", "{kind:?}");
         let got: Vec<(&str, &str)> = r
@@ -210,7 +215,7 @@ async fn parallel_tool_calls() {
 async fn tool_calls_with_finish_reason_stop_are_tool_calls() {
     for kind in KINDS {
         let reply = Reply::tool_call("c1", "read_file", json!({})).with_finish_reason("stop");
-        let (_server, o) = run(kind, vec![reply], |c| c).await;
+        let (_server, o) = run(kind, vec![reply]).await;
         let r = ok(kind, &o);
         assert_eq!(r.tool_calls.len(), 1);
         assert_eq!(r.tool_calls[0].arguments, "{}");
@@ -227,7 +232,7 @@ async fn tool_calls_with_finish_reason_stop_are_tool_calls() {
 #[tokio::test]
 async fn empty_step() {
     for kind in KINDS {
-        let (_server, o) = run(kind, vec![Reply::empty()], |c| c).await;
+        let (_server, o) = run(kind, vec![Reply::empty()]).await;
         let r = ok(kind, &o);
         assert!(r.text.is_empty() && r.tool_calls.is_empty(), "{kind:?}");
         assert_eq!(r.finish, Some(FinishReason::Stop));
@@ -241,7 +246,7 @@ async fn rate_limit_with_retry_after_then_success() {
             Reply::http_error(429, r#"{"error":{"message":"slow down"}}"#).with_retry_after(1),
             Reply::text("ok"),
         ];
-        let (server, o) = run(kind, replies, |c| c).await;
+        let (server, o) = run(kind, replies).await;
         assert_eq!(ok(kind, &o).text, "ok");
         assert_eq!(server.request_count(), 2);
         // The 10 ms backoff was replaced by the server's 1 s.
@@ -259,7 +264,6 @@ async fn server_error_then_success() {
         let (server, o) = run(
             kind,
             vec![Reply::http_error(500, "boom"), Reply::text("ok")],
-            |c| c,
         )
         .await;
         assert_eq!(ok(kind, &o).text, "ok");
@@ -271,7 +275,7 @@ async fn server_error_then_success() {
 async fn retries_are_capped() {
     for kind in KINDS {
         let replies = vec![Reply::http_error(503, "down"); 5];
-        let (server, o) = run(kind, replies, |c| c).await;
+        let (server, o) = run(kind, replies).await;
         let err = o.error.expect("fails");
         assert!(
             matches!(
@@ -289,7 +293,7 @@ async fn retries_are_capped() {
             Reply::http_error(429, "later").with_retry_after(120),
             Reply::text("x"),
         ];
-        let (server, o) = run(kind, replies, |c| c).await;
+        let (server, o) = run(kind, replies).await;
         assert_eq!(
             o.error.and_then(|e| e.retry_after()),
             Some(Duration::from_secs(120))
@@ -306,7 +310,6 @@ async fn non_retryable_errors_are_classified_and_not_retried() {
         let (server, o) = run(
             kind,
             vec![Reply::http_error(401, "bad key"), Reply::text("x")],
-            |c| c,
         )
         .await;
         assert!(
@@ -324,7 +327,6 @@ async fn non_retryable_errors_are_classified_and_not_retried() {
         let (server, o) = run(
             kind,
             vec![Reply::http_error(400, overflow), Reply::text("x")],
-            |c| c,
         )
         .await;
         assert!(
@@ -370,7 +372,7 @@ async fn stream_cut_in_the_middle_of_a_tool_call() {
         };
         let at = offset_of(kind, reply(), "CUT-HERE").await + 3;
         let replies = vec![Reply::cut_after_bytes(reply(), at), Reply::text("next")];
-        let (server, o) = run(kind, replies, |c| c).await;
+        let (server, o) = run(kind, replies).await;
         if kind == ProviderKind::Gemini {
             // Gemini sends a call whole, in one chunk: cut inside it, nothing
             // was handed over yet, so the request is sent again, marked as a
@@ -409,7 +411,7 @@ async fn cut_before_anything_was_delivered_is_retried() {
             Reply::cut_after_bytes(Reply::text("first"), 5),
             Reply::text("second"),
         ];
-        let (server, o) = run(kind, replies, |c| c).await;
+        let (server, o) = run(kind, replies).await;
         // The retry gets the answer the cut broke, not the next one.
         assert_eq!(ok(kind, &o).text, "first", "{kind:?}");
         assert_eq!(server.request_count(), 2);
@@ -420,7 +422,7 @@ async fn cut_before_anything_was_delivered_is_retried() {
 #[tokio::test]
 async fn malformed_chunk() {
     for kind in KINDS {
-        let (_server, o) = run(kind, vec![Reply::malformed_chunk()], |c| {
+        let (_server, o) = run_with(kind, vec![Reply::malformed_chunk()], |c| {
             c.with_retry(RetryPolicy::none())
         })
         .await;
@@ -429,12 +431,7 @@ async fn malformed_chunk() {
             "{kind:?}: {:?}",
             o.error
         );
-        let (server, o) = run(
-            kind,
-            vec![Reply::malformed_chunk(), Reply::text("fine")],
-            |c| c,
-        )
-        .await;
+        let (server, o) = run(kind, vec![Reply::malformed_chunk(), Reply::text("fine")]).await;
         if kind == ProviderKind::Gemini {
             // Gemini's first chunk already carried text ("partial"), handed
             // to the caller before the bad chunk: not retried.
@@ -465,7 +462,7 @@ fn short_idle(c: ProviderConfig) -> ProviderConfig {
 #[tokio::test]
 async fn stall_trips_the_idle_timeout() {
     for kind in KINDS {
-        let (_server, o) = run(kind, vec![Reply::stall_ms(3_000)], |c| {
+        let (_server, o) = run_with(kind, vec![Reply::stall_ms(3_000)], |c| {
             short_idle(c).with_retry(RetryPolicy::none())
         })
         .await;
@@ -480,7 +477,7 @@ async fn stall_trips_the_idle_timeout() {
             "{kind:?}: {:?}",
             o.elapsed
         );
-        let (server, o) = run(
+        let (server, o) = run_with(
             kind,
             vec![Reply::stall_ms(3_000), Reply::text("awake")],
             short_idle,
@@ -501,7 +498,7 @@ async fn slow_headers_trip_the_first_byte_timeout() {
         };
         c.with_timeouts(t).with_retry(RetryPolicy::none())
     };
-    let (_server, o) = run(kind, vec![Reply::text("late").with_delay_ms(3_000)], fast).await;
+    let (_server, o) = run_with(kind, vec![Reply::text("late").with_delay_ms(3_000)], fast).await;
     assert!(
         matches!(&o.error, Some(ProviderError::Retryable { message, .. }) if message.contains("first-byte")),
         "{:?}",

@@ -30,7 +30,20 @@ pub fn usage(input: u64, output: u64) -> Usage {
 /// `sleepy {"tag": t}` (read-only): sleeps `ms`, records when it ran.
 pub struct Sleepy {
     pub ms: u64,
-    pub runs: Arc<Mutex<Vec<(String, Instant, Instant)>>>,
+    pub runs: Runs,
+}
+
+/// What a `sleepy` tool ran: (tag, start, end) per call.
+pub type Runs = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+
+impl Sleepy {
+    /// A `sleepy` tool that sleeps `ms` and records its runs in `runs`.
+    pub fn new(ms: u64, runs: &Runs) -> Arc<Sleepy> {
+        Arc::new(Sleepy {
+            ms,
+            runs: Arc::clone(runs),
+        })
+    }
 }
 
 impl Tool for Sleepy {

@@ -4,9 +4,10 @@
 //! the log, and again after a resume from the log.
 
 use serde_json::{Value, json};
-use troupe_protocol::{CompletionSubtype, ItemDetails, ThreadEvent};
+use troupe_protocol::{CompletionSubtype, ItemDetails};
 use troupe_runtime::provider::{ModelCatalog, ProviderKind, ReasoningEffort};
-use troupe_test_support::events::log_before_turn;
+// The loop's warnings are `error` events.
+use troupe_test_support::events::{errors as warnings, items_of, log_before_turn};
 use troupe_test_support::{AgentBuilder, AgentHarness};
 use troupe_testkit::Reply;
 
@@ -20,16 +21,6 @@ fn thinking_then_call() -> Vec<Reply> {
             .with_redacted_thinking("EqkECkYIBxgCredacted"),
         Reply::text("a.txt says hello"),
     ]
-}
-
-fn warnings(events: &[ThreadEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ThreadEvent::Error(e) => Some(e.message.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The assistant message of an Anthropic request body that holds `tool_use`.
@@ -100,14 +91,11 @@ async fn anthropic_thinking_goes_back_first_on_the_next_tool_turn() {
     assert_eq!(content[..2], expected_blocks()[..], "{content:?}");
     assert_eq!(content[2]["type"], "tool_use");
     // The log keeps the blocks on the reasoning item.
-    let items: Vec<_> = h
-        .events()
+    let events = h.events();
+    let items: Vec<_> = items_of(&events, "reasoning")
         .into_iter()
-        .filter_map(|e| match e {
-            ThreadEvent::ItemCompleted(i) => match i.item.details {
-                ItemDetails::Reasoning(r) => Some(r),
-                _ => None,
-            },
+        .filter_map(|d| match d {
+            ItemDetails::Reasoning(r) => Some(r),
             _ => None,
         })
         .collect();

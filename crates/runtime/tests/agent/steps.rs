@@ -12,18 +12,20 @@ use troupe_testkit::{Reply, ToolCallSpec};
 
 use crate::Sleepy;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_tool_calls_overlap_and_results_keep_call_order() {
-    let runs = Arc::default();
-    let calls = ["a", "b", "c"]
+/// One step of `sleepy` calls, `c_<tag>` for each tag, then "done".
+fn sleepy_step(tags: &[&str]) -> Vec<Reply> {
+    let calls = tags
         .iter()
         .map(|t| ToolCallSpec::new(format!("c_{t}"), "sleepy", json!({"tag": t})))
         .collect();
-    let mut h = AgentBuilder::new(vec![Reply::tool_calls(calls), Reply::text("done")])
-        .tool(Arc::new(Sleepy {
-            ms: 300,
-            runs: Arc::clone(&runs),
-        }))
+    vec![Reply::tool_calls(calls), Reply::text("done")]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_tool_calls_overlap_and_results_keep_call_order() {
+    let runs = Arc::default();
+    let mut h = AgentBuilder::new(sleepy_step(&["a", "b", "c"]))
+        .tool(Sleepy::new(300, &runs))
         .build()
         .await
         .unwrap();
@@ -51,16 +53,9 @@ async fn parallel_tool_calls_overlap_and_results_keep_call_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_parallel_tools_one_runs_calls_one_after_another() {
     let runs = Arc::default();
-    let calls = ["a", "b"]
-        .iter()
-        .map(|t| ToolCallSpec::new(format!("c_{t}"), "sleepy", json!({"tag": t})))
-        .collect();
-    let mut h = AgentBuilder::new(vec![Reply::tool_calls(calls), Reply::text("done")])
+    let mut h = AgentBuilder::new(sleepy_step(&["a", "b"]))
         .config(|c| c.max_parallel_tools = 1)
-        .tool(Arc::new(Sleepy {
-            ms: 100,
-            runs: Arc::clone(&runs),
-        }))
+        .tool(Sleepy::new(100, &runs))
         .build()
         .await
         .unwrap();

@@ -5,20 +5,27 @@ use troupe_runtime::config::{ConfigError, ConfigOverrides};
 
 use crate::common::{load, load_err, workspace};
 
-#[test]
-fn an_unknown_key_names_itself_its_line_its_table_and_the_valid_keys() {
-    let e = load_err("# comment\n[agent]\nprovider = \"openai\"\nmax_turn = 3\n");
+/// An unknown key's place as the error names it: its line, the key, its
+/// table and the keys that table accepts.
+fn unknown_key(e: &ConfigError) -> (Option<usize>, &str, &str, &[String]) {
     let ConfigError::UnknownKey {
         line,
         key,
         table,
         valid,
         ..
-    } = &e
+    } = e
     else {
         panic!("{e:?}")
     };
-    assert_eq!(*line, Some(4));
+    (*line, key, table, valid)
+}
+
+#[test]
+fn an_unknown_key_names_itself_its_line_its_table_and_the_valid_keys() {
+    let e = load_err("# comment\n[agent]\nprovider = \"openai\"\nmax_turn = 3\n");
+    let (line, key, table, valid) = unknown_key(&e);
+    assert_eq!(line, Some(4));
     assert_eq!(key, "max_turn");
     assert_eq!(table, "agent");
     for k in ["provider", "model", "max_turns", "fallback", "harness"] {
@@ -38,20 +45,8 @@ fn an_unknown_key_names_itself_its_line_its_table_and_the_valid_keys() {
 #[test]
 fn an_unknown_key_in_a_nested_table_names_the_nested_table() {
     let e = load_err("[agent]\nmax_turns = 3\n\n[agent.harness]\nmax_budget = 1.0\n");
-    let ConfigError::UnknownKey {
-        line,
-        key,
-        table,
-        valid,
-        ..
-    } = &e
-    else {
-        panic!("{e:?}")
-    };
-    assert_eq!(
-        (*line, key.as_str(), table.as_str()),
-        (Some(5), "max_budget", "agent.harness")
-    );
+    let (line, key, table, valid) = unknown_key(&e);
+    assert_eq!((line, key, table), (Some(5), "max_budget", "agent.harness"));
     assert!(valid.iter().any(|v| v == "max_budget_usd"), "{valid:?}");
     assert!(e.to_string().contains("in [agent.harness]"), "{e}");
 }
@@ -59,20 +54,8 @@ fn an_unknown_key_in_a_nested_table_names_the_nested_table() {
 #[test]
 fn an_unknown_table_lists_the_top_level_keys() {
     let e = load_err("[agnet]\nmax_turns = 3\n");
-    let ConfigError::UnknownKey {
-        line,
-        key,
-        table,
-        valid,
-        ..
-    } = &e
-    else {
-        panic!("{e:?}")
-    };
-    assert_eq!(
-        (*line, key.as_str(), table.as_str()),
-        (Some(1), "agnet", "")
-    );
+    let (line, key, table, valid) = unknown_key(&e);
+    assert_eq!((line, key, table), (Some(1), "agnet", ""));
     assert!(valid.iter().any(|v| v == "agent"), "{valid:?}");
     assert!(
         !valid.iter().any(|v| v == "model_pinned"),
@@ -91,16 +74,8 @@ fn an_unknown_table_lists_the_top_level_keys() {
 #[test]
 fn a_dotted_key_at_the_top_level_is_located() {
     let e = load_err("agent.max_turns = 3\nagent.harness.max_budget = 1.0\n");
-    let ConfigError::UnknownKey {
-        line, key, table, ..
-    } = &e
-    else {
-        panic!("{e:?}")
-    };
-    assert_eq!(
-        (*line, key.as_str(), table.as_str()),
-        (Some(2), "max_budget", "agent.harness")
-    );
+    let (line, key, table, _) = unknown_key(&e);
+    assert_eq!((line, key, table), (Some(2), "max_budget", "agent.harness"));
 }
 
 #[test]

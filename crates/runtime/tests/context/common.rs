@@ -1,7 +1,7 @@
 //! Shared fixtures: test tools, the loop against a scripted server, and
 //! event helpers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -104,6 +104,12 @@ pub fn call(id: &str, tool: &str, path: &str) -> Reply {
         tool,
         serde_json::json!({"path": path}),
     )])
+}
+
+/// Writes the workspace memory file `.vtcode/memory.md`.
+pub fn write_memory(ws: &Path, text: &str) {
+    std::fs::create_dir_all(ws.join(".vtcode")).unwrap();
+    std::fs::write(ws.join(".vtcode/memory.md"), text).unwrap();
 }
 
 /// One agent against a scripted server in a temp workspace (built by

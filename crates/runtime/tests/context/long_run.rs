@@ -38,12 +38,7 @@ async fn two_hundred_turns_stay_under_the_window() {
             settings: ContextSettings::default(),
             max_turns: TURNS as u32,
             before: Some(Box::new(|ws| {
-                std::fs::create_dir_all(ws.join(".vtcode")).unwrap();
-                std::fs::write(
-                    ws.join(".vtcode/memory.md"),
-                    "MEMORY-FACT: the build uses cargo nextest.\n",
-                )
-                .unwrap();
+                write_memory(ws, "MEMORY-FACT: the build uses cargo nextest.\n");
             })),
             ..Setup::default()
         },

@@ -102,12 +102,7 @@ fn transient(failures: usize) -> Vec<Reply> {
 fn with_memory() -> Setup {
     Setup {
         before: Some(Box::new(|ws| {
-            std::fs::create_dir_all(ws.join(".vtcode")).unwrap();
-            std::fs::write(
-                ws.join(".vtcode/memory.md"),
-                "MEMORY: keep the tests green\n",
-            )
-            .unwrap();
+            write_memory(ws, "MEMORY: keep the tests green\n");
         })),
         ..setup()
     }

@@ -58,20 +58,12 @@ async fn remember_appends_notes_and_decisions_to_the_workspace_state_dir() {
     .await
     .unwrap();
     assert!(out.contains("notes.md"), "{out}");
-    call(
-        &registry,
-        &ctx,
+    for args in [
         json!({"kind": "decision", "text": "use parking_lot\nbecause it is already a dep"}),
-    )
-    .await
-    .unwrap();
-    call(
-        &registry,
-        &ctx,
         json!({"kind": "note", "text": "second note"}),
-    )
-    .await
-    .unwrap();
+    ] {
+        call(&registry, &ctx, args).await.unwrap();
+    }
 
     let notes = memory.notes(10).unwrap();
     let texts: Vec<&str> = notes.iter().map(|e| e.text.as_str()).collect();

@@ -18,6 +18,17 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
 
+/// True, after saying so, when this test is not root (as a user there
+/// are no capabilities to drop).
+#[allow(clippy::print_stderr)] // a skipped test says so, as the tests do
+fn skipped_unless_root() -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("skipped: as a user there are no capabilities to drop");
+    true
+}
+
 /// The `CapBnd` mask printed by `grep CapBnd /proc/self/status`.
 fn bounding(out: &str) -> u64 {
     let hex = out
@@ -48,8 +59,7 @@ fn assert_dropped(mask: u64, what: &str) {
 
 #[tokio::test]
 async fn exec_command_runs_without_the_dropped_capabilities() {
-    if !is_root() {
-        eprintln!("skipped: as a user there are no capabilities to drop");
+    if skipped_unless_root() {
         return;
     }
     let fx = Fixture::new();
@@ -68,8 +78,7 @@ async fn exec_command_runs_without_the_dropped_capabilities() {
 
 #[tokio::test]
 async fn hooks_run_without_the_dropped_capabilities() {
-    if !is_root() {
-        eprintln!("skipped: as a user there are no capabilities to drop");
+    if skipped_unless_root() {
         return;
     }
     let fx = Fixture::new();

@@ -39,6 +39,14 @@ fn assert_escape(err: &ToolError, what: &str, reason_has: &str) {
     assert_eq!(err.class(), "path_escape");
 }
 
+/// The file outside the workspace still holds what the fixture wrote.
+fn assert_secret_untouched(fx: &Fixture) {
+    assert_eq!(
+        std::fs::read_to_string(fx.outside.join("secret.txt")).unwrap(),
+        "top secret\n"
+    );
+}
+
 #[tokio::test]
 async fn dot_dot_escapes_are_refused_by_every_tool() {
     let fx = Fixture::new();
@@ -52,10 +60,7 @@ async fn dot_dot_escapes_are_refused_by_every_tool() {
             assert_escape(&err, &format!("{name} {p}"), "`..`");
         }
     }
-    assert_eq!(
-        std::fs::read_to_string(fx.outside.join("secret.txt")).unwrap(),
-        "top secret\n"
-    );
+    assert_secret_untouched(&fx);
 }
 
 #[tokio::test]
@@ -73,7 +78,7 @@ async fn absolute_paths_outside_are_refused_by_every_tool() {
             assert_escape(&err, &format!("{name} {p}"), "absolute");
         }
     }
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "top secret\n");
+    assert_secret_untouched(&fx);
 }
 
 #[tokio::test]
@@ -98,10 +103,7 @@ async fn symlinks_leading_out_are_refused_for_read_and_write() {
         !fx.outside.join("new.txt").exists(),
         "a write leaked through a symlink"
     );
-    assert_eq!(
-        std::fs::read_to_string(fx.outside.join("secret.txt")).unwrap(),
-        "top secret\n"
-    );
+    assert_secret_untouched(&fx);
 }
 
 #[tokio::test]

@@ -2,11 +2,8 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_runtime::tools::{
-    Capability, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, schema,
-};
+use troupe_runtime::tools::{Capability, Tool, ToolError, ToolRegistry, schema, tool_fn};
 
 const BUILTIN: [&str; 6] = [
     "edit_file",
@@ -38,15 +35,15 @@ fn definitions_are_sorted_by_name_and_carry_schemas() {
 #[test]
 fn registration_order_does_not_change_the_order() {
     let mut a = ToolRegistry::new();
-    a.register(Arc::new(Echo("zeta")));
-    a.register(Arc::new(Echo("alpha")));
+    a.register(Arc::new(echo("zeta")));
+    a.register(Arc::new(echo("alpha")));
     let mut b = ToolRegistry::new();
-    b.register(Arc::new(Echo("alpha")));
-    b.register(Arc::new(Echo("zeta")));
+    b.register(Arc::new(echo("alpha")));
+    b.register(Arc::new(echo("zeta")));
     assert_eq!(a.definitions(), b.definitions());
     assert_eq!(a.names(), ["alpha", "zeta"]);
     assert!(
-        a.register(Arc::new(Echo("alpha"))).is_some(),
+        a.register(Arc::new(echo("alpha"))).is_some(),
         "same name replaces"
     );
     assert_eq!(a.len(), 2);
@@ -138,32 +135,11 @@ fn every_builtin_schema_accepts_its_minimal_call() {
     }
 }
 
-/// A trivial tool for registry tests.
-struct Echo(&'static str);
-
-impl Tool for Echo {
-    fn name(&self) -> &str {
-        self.0
-    }
-    fn description(&self) -> &str {
-        "echo"
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn capability(&self) -> Capability {
-        Capability::ReadOnly
-    }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            Ok(ToolOutput {
-                output: args.to_string(),
-                ..ToolOutput::default()
-            })
-        })
-    }
+/// A trivial tool for registry tests: answers with its arguments.
+fn echo(name: &'static str) -> impl Tool {
+    tool_fn(
+        name,
+        "echo",
+        |args: Value| async move { Ok(args.to_string()) },
+    )
 }

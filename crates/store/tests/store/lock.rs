@@ -3,17 +3,14 @@
 
 use std::sync::{Arc, Barrier};
 
-use troupe_store::{LogConfig, PID_FILE, SessionLock, SessionStore, StoreError};
+use troupe_store::{LogConfig, PID_FILE, SessionLock, StoreError};
 
-use super::ROOT;
+use super::store_with_log;
 
 #[test]
 fn a_second_claim_is_refused_naming_the_holder_until_the_first_is_released() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = SessionStore::for_workspace(tmp.path());
-    let log = store
-        .create_with_thread("s1", ROOT, LogConfig::default())
-        .unwrap();
+    let (store, log) = store_with_log(tmp.path());
     let dir = log.dir().to_path_buf();
     assert!(SessionLock::is_held(&dir));
     assert_eq!(

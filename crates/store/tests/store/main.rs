@@ -76,6 +76,15 @@ pub fn new_log(dir: &Path, config: LogConfig) -> SessionLog {
         .unwrap()
 }
 
+/// The store of the workspace `dir` and its new session `s1`
+/// (default config).
+pub fn store_with_log(dir: &Path) -> (SessionStore, SessionLog) {
+    (
+        SessionStore::for_workspace(dir),
+        new_log(dir, LogConfig::default()),
+    )
+}
+
 /// Every line of a log, parsed; panics on a bad line.
 pub fn read_all(path: &Path) -> Vec<VersionedThreadEvent> {
     EventReader::open(path)

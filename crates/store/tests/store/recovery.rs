@@ -10,10 +10,7 @@ use super::*;
 #[test]
 fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = SessionStore::for_workspace(tmp.path());
-    let log = store
-        .create_with_thread("s1", ROOT, LogConfig::default())
-        .unwrap();
+    let (store, log) = store_with_log(tmp.path());
     let w = log.start_writer(|_| {}).unwrap();
     log.sender().emit(&started()).unwrap();
     log.sender().emit(&turn()).unwrap();
@@ -76,10 +73,7 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
 #[test]
 fn reader_skips_unknown_types_and_reports_bad_lines() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = SessionStore::for_workspace(tmp.path());
-    let log = store
-        .create_with_thread("s1", ROOT, LogConfig::default())
-        .unwrap();
+    let (store, log) = store_with_log(tmp.path());
     let w = log.start_writer(|_| {}).unwrap();
     log.sender().emit(&msg("one")).unwrap();
     log.close();

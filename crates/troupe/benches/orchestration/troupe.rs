@@ -5,42 +5,25 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
 use troupe::{AgentSpec, Session};
 use troupe_protocol::CompletionSubtype;
 use troupe_runtime::config::Config;
 use troupe_runtime::provider::{ModelClient, ProviderClient, ProviderConfig};
 use troupe_runtime::store::FsyncPolicy;
-use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
-struct Add;
+use troupe_runtime::tools::{Tool, tool_fn};
+/// The arguments of `add`; a missing one counts as 0.
+#[derive(Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+struct AddArgs {
+    a: i64,
+    b: i64,
+}
 
-impl Tool for Add {
-    fn name(&self) -> &str {
-        "add"
-    }
-    fn description(&self) -> &str {
-        "Adds two integers."
-    }
-    fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]})
-    }
-    fn capability(&self) -> Capability {
-        Capability::ReadOnly
-    }
-    fn call<'a>(
-        &'a self,
-        args: Value,
-        _ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let n = |k: &str| args.get(k).and_then(Value::as_i64).unwrap_or(0);
-            Ok(ToolOutput {
-                output: (n("a") + n("b")).to_string(),
-                ..ToolOutput::default()
-            })
-        })
-    }
+/// The `add` tool every agent has.
+fn add() -> impl Tool {
+    tool_fn("add", "Adds two integers.", |x: AddArgs| async move {
+        Ok(x.a + x.b)
+    })
 }
 
 /// The provider and its client, made once per process like the raw
@@ -83,7 +66,7 @@ pub async fn run(
         .model(model)
         .max_turns(u32::try_from(k + 5).unwrap())
         .system_prompt("You are a careful calculator.")
-        .tool(Add)
+        .tool(add())
         .build()
         .await
         .unwrap();

@@ -166,7 +166,7 @@ fn killed_create(fx: &Fixture, id: &str, owner: &str) -> PathBuf {
 #[test]
 fn a_lock_left_by_a_killed_creator_is_pruned() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     // A creator that ran and was killed: its pid is gone.
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
     let dead = format!("{} {}\n", child.id(), start_time(child.id()));
@@ -199,7 +199,7 @@ fn a_lock_left_by_a_killed_creator_is_pruned() {
 #[test]
 fn a_running_creators_lock_is_kept() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let me = std::process::id();
     let admin = killed_create(&fx, "w1", &format!("{me} {}\n", start_time(me)));
     // Its directory is being written; its branch exists.

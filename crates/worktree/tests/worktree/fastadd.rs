@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use troupe_worktree::{MergeOutcome, Workspace};
+use troupe_worktree::MergeOutcome;
 
 use super::*;
 
@@ -37,7 +37,7 @@ fn index_entries(path: &Path) -> Vec<(Vec<u8>, Oid, u32, u32)> {
 #[test]
 fn threaded_checkout_matches_libgit2() {
     let fx = plain_fixture(400);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let ours = ws.create_worktree("fast").unwrap();
     let reference = fx.dir.path().join("reference");
     fx.repo.worktree("reference", &reference, None).unwrap();
@@ -84,7 +84,7 @@ fn a_tree_with_attributes_is_checked_out_by_libgit2() {
     let fx = plain_fixture(300);
     fx.write(".gitattributes", "*.txt text eol=crlf\n");
     fx.commit_all("attributes");
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("attr").unwrap();
     let text = std::fs::read_to_string(wt.path().join("src/m0/deep/f0.txt")).unwrap();
     assert_eq!(text, "file 0\r\n", "the eol=crlf filter was not applied");

@@ -23,7 +23,7 @@ fn edited_worktree() -> (Fixture, Workspace, troupe_worktree::Worktree) {
         ],
     );
     let base = fx.head();
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("w1").unwrap();
 
     assert_eq!(wt.path(), fx.root().join(".vtcode/worktrees/w1"));
@@ -122,7 +122,7 @@ fn fast_forward_merge_then_remove() {
 #[test]
 fn vtcode_is_excluded_once_and_list_reports_worktrees() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let w1 = ws.create_worktree("w1").unwrap();
     let w2 = ws.create_worktree("w2").unwrap();
     let exclude = std::fs::read_to_string(fx.dir.path().join(".git/info/exclude")).unwrap();
@@ -153,17 +153,22 @@ fn vtcode_is_excluded_once_and_list_reports_worktrees() {
     assert_eq!(again, w2);
 }
 
+/// Commits a change to `a.txt` in a new worktree `id`; the commit.
+fn commit_a_change(fx: &Fixture) -> git2::Commit<'_> {
+    let ws = fx.workspace();
+    let wt = ws.create_worktree("id").unwrap();
+    write(wt.path(), "a.txt", "b\n");
+    let oid = wt.commit("change").unwrap().unwrap();
+    fx.repo.find_commit(oid.parse().unwrap()).unwrap()
+}
+
 #[test]
 fn commit_uses_the_configured_identity() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
     let mut cfg = fx.repo.config().unwrap();
     cfg.set_str("user.name", "Ada Lovelace").unwrap();
     cfg.set_str("user.email", "ada@example.com").unwrap();
-    let ws = Workspace::open(fx.dir.path()).unwrap();
-    let wt = ws.create_worktree("id").unwrap();
-    write(wt.path(), "a.txt", "b\n");
-    let oid = wt.commit("change").unwrap().unwrap();
-    let c = fx.repo.find_commit(oid.parse().unwrap()).unwrap();
+    let c = commit_a_change(&fx);
     assert_eq!(c.author().name().ok(), Some("Ada Lovelace"));
     assert_eq!(c.committer().email().ok(), Some("ada@example.com"));
     assert_eq!(c.message().ok(), Some("change"));
@@ -189,11 +194,7 @@ fn commit_falls_back_to_troupe_identity_without_config() {
         fx.repo.signature().is_err(),
         "an identity is still configured"
     );
-    let ws = Workspace::open(fx.dir.path()).unwrap();
-    let wt = ws.create_worktree("id").unwrap();
-    write(wt.path(), "a.txt", "b\n");
-    let oid = wt.commit("change").unwrap().unwrap();
-    let c = fx.repo.find_commit(oid.parse().unwrap()).unwrap();
+    let c = commit_a_change(&fx);
     assert_eq!(c.author().name().ok(), Some("troupe"));
     assert_eq!(c.author().email().ok(), Some("troupe@localhost"));
 }
@@ -203,7 +204,7 @@ fn detached_head_create_and_merge() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("b.txt", "b\n")]);
     let first = fx.head();
     fx.repo.set_head_detached(first).unwrap();
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
 
     // Fast-forward of a detached parent moves HEAD, still detached.
     let w1 = ws.create_worktree("d1").unwrap();

@@ -13,6 +13,7 @@ mod refusals;
 use std::path::{Path, PathBuf};
 
 use git2::{IndexAddOption, Oid, Repository, RepositoryInitOptions, Signature};
+use troupe_worktree::Workspace;
 
 /// A parent repository in a temp dir, on branch `branch`, with a first
 /// commit of `files`.
@@ -33,6 +34,11 @@ impl Fixture {
         }
         fx.commit_all("first");
         fx
+    }
+
+    /// The parent repository opened as a troupe workspace.
+    pub fn workspace(&self) -> Workspace {
+        Workspace::open(self.dir.path()).unwrap()
     }
 
     pub fn root(&self) -> PathBuf {

@@ -1,13 +1,13 @@
 //! Three-way merges and conflicts.
 
-use troupe_worktree::{MergeOutcome, Workspace};
+use troupe_worktree::MergeOutcome;
 
 use super::*;
 
 #[test]
 fn three_way_merge_when_the_parent_moved_on() {
     let fx = Fixture::new("trunk", &[("x.txt", "x\n"), ("y.txt", "y\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("w").unwrap();
     write(wt.path(), "x.txt", "x from the worktree\n");
     write(wt.path(), "added.txt", "new in worktree\n");
@@ -44,7 +44,7 @@ fn conflict_reports_paths_and_leaves_the_parent_untouched() {
         "trunk",
         &[("a.txt", "line\n"), ("b.txt", "b\n"), ("c.txt", "c\n")],
     );
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("w").unwrap();
     write(wt.path(), "a.txt", "worktree line\n");
     write(wt.path(), "b.txt", "worktree b\n");

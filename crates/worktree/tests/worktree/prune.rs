@@ -1,13 +1,13 @@
 //! Prune: what a crash leaves behind, made by hand.
 
-use troupe_worktree::{Workspace, WorktreeError};
+use troupe_worktree::WorktreeError;
 
 use super::*;
 
 #[test]
 fn a_deleted_worktree_directory_is_pruned_and_the_id_reused() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let keep = ws.create_worktree("keep").unwrap();
     let wt = ws.create_worktree("gone").unwrap();
     std::fs::remove_dir_all(wt.path()).unwrap();
@@ -45,7 +45,7 @@ fn a_deleted_worktree_directory_is_pruned_and_the_id_reused() {
 #[test]
 fn a_locked_half_created_entry_and_a_stray_directory_are_pruned() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("half").unwrap();
     // As if killed inside libgit2's add: still locked, no troupe marker.
     let admin = fx.dir.path().join(".git/worktrees/half");
@@ -80,7 +80,7 @@ fn a_locked_half_created_entry_and_a_stray_directory_are_pruned() {
 #[test]
 fn a_left_over_branch_with_unmerged_work_is_kept() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("work").unwrap();
     write(wt.path(), "a.txt", "precious\n");
     wt.commit("unmerged").unwrap().unwrap();
@@ -107,7 +107,7 @@ fn a_foreign_locked_worktree_is_left_alone() {
     let wt = fx.repo.worktree("mine", &path, None).unwrap();
     wt.lock(Some("on a USB disk")).unwrap();
     std::fs::remove_dir_all(&path).unwrap();
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let report = ws.prune().unwrap();
     assert!(report.worktrees.is_empty(), "{report:?}");
     assert!(fx.dir.path().join(".git/worktrees/mine").is_dir());

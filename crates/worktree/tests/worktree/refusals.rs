@@ -40,7 +40,7 @@ fn a_repo_without_commits_is_refused_clearly() {
 #[test]
 fn bad_and_duplicate_ids_are_refused() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     for id in ["../evil", "a/b", "..", "", ".x", "x y"] {
         let err = ws.create_worktree(id).unwrap_err();
         assert!(
@@ -63,7 +63,7 @@ fn bad_and_duplicate_ids_are_refused() {
 #[test]
 fn a_dirty_parent_is_refused_for_merge() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("b.txt", "b\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("w").unwrap();
     write(wt.path(), "b.txt", "from worktree\n");
     wt.commit("w").unwrap().unwrap();
@@ -103,7 +103,7 @@ fn a_dirty_parent_is_refused_for_merge() {
 #[test]
 fn paths_escaping_the_worktree_are_refused() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("sub/b.txt", "b\n")]);
-    let ws = Workspace::open(fx.dir.path()).unwrap();
+    let ws = fx.workspace();
     let wt = ws.create_worktree("w").unwrap();
     assert_eq!(
         resolve_in_worktree(&wt, "sub/../a.txt").unwrap(),
