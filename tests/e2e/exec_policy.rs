@@ -15,20 +15,7 @@ fn path_escapes_are_refused() {
     std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
     std::os::unix::fs::symlink(outside.path(), ws.path().join("link")).unwrap();
     let s = Server::start(vec![
-        Reply::tool_calls(vec![
-            ToolCallSpec::new("dotdot", "read_file", json!({"path": "../secret.txt"})),
-            ToolCallSpec::new(
-                "abs",
-                "read_file",
-                json!({"path": outside.path().join("secret.txt")}),
-            ),
-            ToolCallSpec::new("sym", "read_file", json!({"path": "link/secret.txt"})),
-            ToolCallSpec::new(
-                "symw",
-                "write_file",
-                json!({"path": "link/new.txt", "content": "x"}),
-            ),
-        ]),
+        troupe_test_support::scripts::escape_attempts(outside.path()),
         Reply::text("ok"),
     ]);
     let run = exec(ws.path(), &s, &[], "escape");

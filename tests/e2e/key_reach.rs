@@ -14,7 +14,7 @@ use std::path::Path;
 use serde_json::json;
 use troupe_testkit::{Reply, Script, ToolCallSpec};
 
-use super::assert_exit;
+use super::{assert_exit, scripted_run};
 use crate::exec::{Server, exec_cmd};
 
 /// troupe's environment, then each ancestor's environment and command
@@ -259,19 +259,7 @@ fn the_verifier_cannot_read_troupes_key_either() {
             ],
         );
     let s = Server::with_script(script);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            "p.toml",
-            "--model",
-            "scripted",
-            "--base-url",
-            &s.url(),
-        ])
-        .arg("--workspace")
-        .arg(ws.path())
-        .current_dir(ws.path())
-        .env("TROUPE_LOG", "warn")
+    let out = scripted_run(ws.path(), &s.url())
         .env("OPENAI_API_KEY", &canary)
         .output()
         .unwrap();

@@ -62,6 +62,18 @@ pub fn troupe(args: &[&str], cwd: &Path) -> Output {
     out
 }
 
+/// `troupe run p.toml --model scripted --base-url URL --workspace WS`, in
+/// WS with `TROUPE_LOG=warn`, to run or spawn.
+pub fn scripted_run(ws: &Path, url: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_troupe"));
+    cmd.args(["run", "p.toml", "--model", "scripted", "--base-url", url])
+        .arg("--workspace")
+        .arg(ws)
+        .current_dir(ws)
+        .env("TROUPE_LOG", "warn");
+    cmd
+}
+
 /// `troupe ARGS --workspace WS` (`TROUPE_LOG=warn`), its output as it is.
 pub fn troupe_ws(args: &[&str], ws: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_troupe"))

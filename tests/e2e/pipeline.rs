@@ -311,18 +311,7 @@ fn ctrl_c_cancels_a_pipeline_cleanly() {
     )
     .unwrap();
     let s = super::exec::Server::start(vec![Reply::stall_ms(60_000)]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_troupe"))
-        .args([
-            "run",
-            "p.toml",
-            "--model",
-            "scripted",
-            "--base-url",
-            &s.url(),
-            "--workspace",
-        ])
-        .arg(ws.path())
-        .current_dir(ws.path())
+    let mut child = super::scripted_run(ws.path(), &s.url())
         .env_remove("OPENAI_API_KEY")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

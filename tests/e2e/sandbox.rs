@@ -189,6 +189,28 @@ fn commands_of(
         .collect()
 }
 
+impl Case {
+    /// Runs every attack and every benign command in one `troupe exec` (as
+    /// user `uid`, or this one): the run succeeds, every attack fails and
+    /// every benign command works.
+    fn every_escape_refused_as(&self, uid: Option<u32>) {
+        let mut commands = self.attacks();
+        commands.extend(Case::benign());
+        let (code, stdout, items) = self.exec_as(uid, &[], &commands, vec![]);
+        assert_eq!(code, Some(0), "{stdout}");
+        for (name, _) in self.attacks() {
+            assert_ne!(
+                exit_of(&items, name),
+                Some(0),
+                "`{name}` succeeded: {items:?}"
+            );
+        }
+        for (name, _) in Case::benign() {
+            assert_eq!(exit_of(&items, name), Some(0), "`{name}` failed: {items:?}");
+        }
+    }
+}
+
 fn exit_of(items: &[(String, CommandExecutionItem)], name: &str) -> Option<i32> {
     items
         .iter()
@@ -206,20 +228,7 @@ fn settings(ws: &Path) -> Value {
 #[test]
 fn workspace_write_is_exec_s_default_and_refuses_every_escape() {
     let case = Case::new();
-    let mut commands = case.attacks();
-    commands.extend(Case::benign());
-    let (code, stdout, items) = case.exec(&[], &commands, vec![]);
-    assert_eq!(code, Some(0), "{stdout}");
-    for (name, _) in case.attacks() {
-        assert_ne!(
-            exit_of(&items, name),
-            Some(0),
-            "`{name}` succeeded: {items:?}"
-        );
-    }
-    for (name, _) in Case::benign() {
-        assert_eq!(exit_of(&items, name), Some(0), "`{name}` failed: {items:?}");
-    }
+    case.every_escape_refused_as(None);
     assert!(!case.outside.join("escape.txt").exists());
     assert_eq!(
         std::fs::read_to_string(case.ws.join(".git/config")).unwrap(),
@@ -245,20 +254,7 @@ fn workspace_write_holds_for_an_ordinary_user_too() {
         return;
     }
     let case = Case::new();
-    let mut commands = case.attacks();
-    commands.extend(Case::benign());
-    let (code, stdout, items) = case.exec_as(Some(65534), &[], &commands, vec![]);
-    assert_eq!(code, Some(0), "{stdout}");
-    for (name, _) in case.attacks() {
-        assert_ne!(
-            exit_of(&items, name),
-            Some(0),
-            "`{name}` succeeded: {items:?}"
-        );
-    }
-    for (name, _) in Case::benign() {
-        assert_eq!(exit_of(&items, name), Some(0), "`{name}` failed: {items:?}");
-    }
+    case.every_escape_refused_as(Some(65534));
     assert_eq!(
         std::fs::read_to_string(case.ws.join(".git/config")).unwrap(),
         "[core]\n"

@@ -1,6 +1,9 @@
 //! Supervision strategies (one_for_all, rest_for_one), per-supervisor
 //! restart intensity, nested supervisors and backoff, with real actors and
 //! a real session log in a temp dir.
+//!
+//! Over 600 lines: one suite over one fixture (the test actors and their
+//! supervisor), each strategy beside the others it differs from.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -55,6 +55,36 @@ pub fn wait_for_steps(ws: &Path, n: usize, timeout: Duration) -> Result<(), Wait
     )
 }
 
+/// One step of four calls that try to leave the workspace: `read_file` of
+/// `../secret.txt` (`dotdot`), of `outside/secret.txt` by absolute path
+/// (`abs`), through the symlink `link` to `outside` (`sym`), and
+/// `write_file` through it (`symw`).
+pub fn escape_attempts(outside: &Path) -> troupe_testkit::Reply {
+    use troupe_testkit::{Reply, ToolCallSpec};
+    Reply::tool_calls(vec![
+        ToolCallSpec::new(
+            "dotdot",
+            "read_file",
+            serde_json::json!({"path": "../secret.txt"}),
+        ),
+        ToolCallSpec::new(
+            "abs",
+            "read_file",
+            serde_json::json!({"path": outside.join("secret.txt")}),
+        ),
+        ToolCallSpec::new(
+            "sym",
+            "read_file",
+            serde_json::json!({"path": "link/secret.txt"}),
+        ),
+        ToolCallSpec::new(
+            "symw",
+            "write_file",
+            serde_json::json!({"path": "link/new.txt", "content": "x"}),
+        ),
+    ])
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

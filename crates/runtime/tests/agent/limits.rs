@@ -39,16 +39,7 @@ async fn the_turn_limit_ends_the_run_with_error_max_turns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_budget_stops_right_after_the_model_call_that_crossed_it() {
-    let mut h = AgentBuilder::new(vec![
-        Reply::tool_call("c1", "list_files", json!({"path": "."})).with_usage(usage(1_000_000, 10)),
-        Reply::text("never"),
-    ])
-    .model("gpt-4.1")
-    .catalog(ModelCatalog::builtin())
-    .config(|c| c.max_budget_usd = Some(0.01))
-    .build()
-    .await
-    .unwrap();
+    let mut h = one_cent_budget("gpt-4.1", Reply::text("never")).await;
     let done = h.run().await;
     assert_eq!(done.subtype, CompletionSubtype::ErrorMaxBudgetUsd);
     assert!(done.total_cost_usd.unwrap() > 0.01, "{done:?}");
@@ -61,16 +52,11 @@ async fn the_cost_budget_stops_right_after_the_model_call_that_crossed_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_pricing_is_null_with_one_warning_and_no_budget_stop() {
-    let mut h = AgentBuilder::new(vec![
-        Reply::tool_call("c1", "list_files", json!({"path": "."})).with_usage(usage(1_000_000, 10)),
+    let mut h = one_cent_budget(
+        "my-local-model",
         Reply::text("ok").with_usage(usage(1_000_000, 10)),
-    ])
-    .model("my-local-model")
-    .catalog(ModelCatalog::builtin())
-    .config(|c| c.max_budget_usd = Some(0.01))
-    .build()
-    .await
-    .unwrap();
+    )
+    .await;
     let done = h.run().await;
     assert_eq!(done.subtype, CompletionSubtype::Success);
     assert!(done.total_cost_usd.is_none(), "unknown is null, not zero");
@@ -228,4 +214,19 @@ async fn cancelling_a_run_stalled_on_the_model_ends_it_cancelled() {
     assert!(
         matches!(last, ThreadEvent::ThreadCompleted(c) if c.subtype == CompletionSubtype::Cancelled)
     );
+}
+
+/// `model` with the built-in catalog and a budget of $0.01: a first call
+/// that lists files and uses a million input tokens, then `then`.
+async fn one_cent_budget(model: &str, then: Reply) -> AgentHarness {
+    AgentBuilder::new(vec![
+        Reply::tool_call("c1", "list_files", json!({"path": "."})).with_usage(usage(1_000_000, 10)),
+        then,
+    ])
+    .model(model)
+    .catalog(ModelCatalog::builtin())
+    .config(|c| c.max_budget_usd = Some(0.01))
+    .build()
+    .await
+    .unwrap()
 }

@@ -325,20 +325,7 @@ async fn paths_outside_the_workspace_are_refused() {
     std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
     let link_target = outside.path().to_path_buf();
     let mut h = AgentBuilder::new(vec![
-        Reply::tool_calls(vec![
-            ToolCallSpec::new("dotdot", "read_file", json!({"path": "../secret.txt"})),
-            ToolCallSpec::new(
-                "abs",
-                "read_file",
-                json!({"path": outside.path().join("secret.txt")}),
-            ),
-            ToolCallSpec::new("sym", "read_file", json!({"path": "link/secret.txt"})),
-            ToolCallSpec::new(
-                "symw",
-                "write_file",
-                json!({"path": "link/new.txt", "content": "x"}),
-            ),
-        ]),
+        troupe_test_support::scripts::escape_attempts(outside.path()),
         Reply::text("ok"),
     ])
     .prepare(move |ws| std::os::unix::fs::symlink(&link_target, ws.join("link")).unwrap())

@@ -98,6 +98,15 @@ pub fn big_call(id: &str, bytes: usize) -> Reply {
     Reply::tool_call(id, "big", serde_json::json!({"bytes": bytes}))
 }
 
+/// Three `big` results of 6,000 bytes, a fourth of 24,000 (past a 10,000
+/// token threshold at once), then `done`.
+pub fn small_reads_then_a_big_one() -> Vec<Reply> {
+    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
+    replies.push(big_call("c4", 24_000));
+    replies.push(Reply::text("done"));
+    replies
+}
+
 pub fn call(id: &str, tool: &str, path: &str) -> Reply {
     Reply::tool_calls(vec![ToolCallSpec::new(
         id,

@@ -11,7 +11,6 @@ use troupe_runtime::agent::EventSink;
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::hooks::{HookConfig, HookRunner};
 use troupe_runtime::store::EmitError;
-use troupe_testkit::Reply;
 
 use crate::common::*;
 
@@ -42,11 +41,8 @@ impl EventSink for Watch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_compact_runs_before_the_boundary_with_the_seed_payload() {
     let watch = Arc::new(Watch::default());
-    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
-    replies.push(big_call("c4", 24_000));
-    replies.push(Reply::text("done"));
     let mut h = harness(
-        replies,
+        small_reads_then_a_big_one(),
         Setup {
             settings: ContextSettings {
                 auto_compaction_threshold_tokens: Some(10_000),
@@ -109,11 +105,8 @@ async fn pre_compact_runs_before_the_boundary_with_the_seed_payload() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_start_runs_with_source_compact_after_a_compaction() {
-    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
-    replies.push(big_call("c4", 24_000));
-    replies.push(Reply::text("done"));
     let mut h = harness(
-        replies,
+        small_reads_then_a_big_one(),
         Setup {
             settings: ContextSettings {
                 auto_compaction_threshold_tokens: Some(10_000),

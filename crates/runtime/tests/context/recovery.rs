@@ -46,16 +46,7 @@ async fn overflow_after_tool_output_compacts_the_prefix_and_retries_with_tools()
             .map(|t| t.starts_with("[Compacted context]")),
         Some(true)
     );
-    assert!(
-        request_text(retry).contains(TASK),
-        "the current request is kept"
-    );
-    assert_eq!(
-        retry.function_call_output_text("c3").unwrap().len(),
-        2_000,
-        "the last tool results are kept verbatim"
-    );
-    assert!(retry.function_call_output_text("c1").is_none());
+    keeps_the_request_and_the_last_result(retry, "the last tool results are kept verbatim");
     assert!(retry.function_call_output_text("c2").is_none());
     let b = h.boundaries();
     assert_eq!(b.len(), 1);
@@ -123,16 +114,7 @@ async fn a_transient_failure_after_tool_output_compacts_the_prefix_and_retries_o
         first.contains("MEMORY: keep the tests green"),
         "the memory envelope"
     );
-    assert!(
-        request_text(retry).contains(TASK),
-        "the current request is kept"
-    );
-    assert_eq!(
-        retry.function_call_output_text("c3").unwrap().len(),
-        2_000,
-        "the completed tool output is kept verbatim"
-    );
-    assert!(retry.function_call_output_text("c1").is_none());
+    keeps_the_request_and_the_last_result(retry, "the completed tool output is kept verbatim");
     assert_eq!(h.boundaries().len(), 1, "one compact boundary");
     let warned = h.events().into_iter().any(|e| {
         matches!(e, troupe_protocol::ThreadEvent::Error(e)
@@ -191,4 +173,19 @@ async fn after_a_failed_recovery_retry_a_fallback_still_takes_over() {
     let done = h.agent.run().await;
     assert_eq!(done.result.as_deref(), Some("from the backup"), "{done:?}");
     assert_eq!(h.boundaries().len(), 1);
+}
+
+/// The retry after a recovery compaction keeps the current request and
+/// the last tool result (`c3`, 2,000 bytes) verbatim (`why`), not `c1`.
+fn keeps_the_request_and_the_last_result(retry: &troupe_testkit::RecordedRequest, why: &str) {
+    assert!(
+        request_text(retry).contains(TASK),
+        "the current request is kept"
+    );
+    assert_eq!(
+        retry.function_call_output_text("c3").unwrap().len(),
+        2_000,
+        "{why}"
+    );
+    assert!(retry.function_call_output_text("c1").is_none());
 }

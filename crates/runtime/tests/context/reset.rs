@@ -141,11 +141,8 @@ async fn off_never_resets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_compaction_resets_after_an_auto_compaction() {
-    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
-    replies.push(big_call("c4", 24_000));
-    replies.push(Reply::text("done"));
     let mut h = harness(
-        replies,
+        small_reads_then_a_big_one(),
         Setup {
             settings: ContextSettings {
                 auto_compaction_threshold_tokens: Some(10_000),

@@ -113,11 +113,8 @@ async fn soft_threshold_waits_for_a_turn_boundary_and_uses_a_model_summary() {
 /// as a preview naming its spool file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_threshold_compacts_at_once_locally_mid_tool_loop() {
-    let mut replies: Vec<Reply> = (1..=3).map(|i| big_call(&format!("c{i}"), 6_000)).collect();
-    replies.push(big_call("c4", 24_000));
-    replies.push(Reply::text("done"));
     let mut h = harness(
-        replies,
+        small_reads_then_a_big_one(),
         Setup {
             settings: explicit(10_000),
             ..Setup::default()
