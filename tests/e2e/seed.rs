@@ -427,15 +427,7 @@ fn plan_then_implement_clears_the_transcript_and_keeps_the_plan() {
         write_call("w1", "greet.txt", "hello\n"),
         Reply::text("built"),
     ]);
-    let out = troupe_test_support::e2e::exec_command(
-        bin(),
-        ws.path(),
-        &builder.url(),
-        &["--implement"],
-        &id,
-    )
-    .output()
-    .unwrap();
+    let out = implement(ws.path(), &builder, &id);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         std::fs::read_to_string(ws.path().join("greet.txt")).unwrap(),
@@ -495,15 +487,7 @@ fn plan_then_implement_clears_the_transcript_and_keeps_the_plan() {
     );
 
     // Approving twice is refused.
-    let out = troupe_test_support::e2e::exec_command(
-        bin(),
-        ws.path(),
-        &builder.url(),
-        &["--implement"],
-        &id,
-    )
-    .output()
-    .unwrap();
+    let out = implement(ws.path(), &builder, &id);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("already approved"),
@@ -555,4 +539,11 @@ fn plan_and_implement_in_one_command_and_bad_sessions_are_refused() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `troupe exec --implement ID` against `builder`, to its end.
+fn implement(ws: &Path, builder: &Server, id: &str) -> Output {
+    troupe_test_support::e2e::exec_command(bin(), ws, &builder.url(), &["--implement"], id)
+        .output()
+        .unwrap()
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 use troupe_protocol::{CompletionSubtype, ItemDetails, ItemStatus, ThreadEvent, ToolOutcome};
 use troupe_runtime::tools::PermissionPolicy;
-use troupe_test_support::AgentBuilder;
 use troupe_test_support::events::{self, position, tool_calls_named, tool_outputs};
+use troupe_test_support::{AgentBuilder, AgentHarness};
 use troupe_testkit::{Reply, ToolCallSpec};
 
 use crate::Sleepy;
@@ -72,7 +72,7 @@ async fn max_parallel_tools_one_runs_calls_one_after_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_run_once_and_writes_to_one_path_keep_their_order() {
-    let mut h = AgentBuilder::new(vec![
+    let h = ran_to_success(vec![
         Reply::tool_calls(vec![
             ToolCallSpec::new(
                 "d1",
@@ -97,11 +97,7 @@ async fn duplicates_run_once_and_writes_to_one_path_keep_their_order() {
         ]),
         Reply::text("done"),
     ])
-    .build()
-    .await
-    .unwrap();
-    let done = h.run().await;
-    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    .await;
     let read = |f: &str| std::fs::read_to_string(h.path().join(f)).unwrap();
     assert_eq!(read("dup.txt"), "x\n", "the duplicate ran once");
     assert_eq!(read("f.txt"), "second", "writes to one path ran in order");
@@ -295,7 +291,7 @@ async fn a_pre_tool_use_hook_exiting_2_declines_the_call_with_its_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_with_finish_reason_stop_run_once_and_are_not_replayed() {
-    let mut h = AgentBuilder::new(vec![
+    let h = ran_to_success(vec![
         Reply::tool_call(
             "c1",
             "exec_command",
@@ -304,11 +300,7 @@ async fn tool_calls_with_finish_reason_stop_run_once_and_are_not_replayed() {
         .with_finish_reason("stop"),
         Reply::text("done"),
     ])
-    .build()
-    .await
-    .unwrap();
-    let done = h.run().await;
-    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    .await;
     assert_eq!(
         std::fs::read_to_string(h.path().join("side.txt")).unwrap(),
         "ran\n"
@@ -342,4 +334,12 @@ async fn paths_outside_the_workspace_are_refused() {
         assert!(!o.output.contains("top secret"), "{o:?}");
     }
     assert!(!outside.path().join("new.txt").exists());
+}
+
+/// An agent on `replies`, run to its end, which is a success.
+async fn ran_to_success(replies: Vec<Reply>) -> AgentHarness {
+    let mut h = AgentBuilder::new(replies).build().await.unwrap();
+    let done = h.run().await;
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    h
 }

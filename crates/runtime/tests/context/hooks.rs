@@ -44,11 +44,7 @@ async fn pre_compact_runs_before_the_boundary_with_the_seed_payload() {
     let mut h = harness(
         small_reads_then_a_big_one(),
         Setup {
-            settings: ContextSettings {
-                auto_compaction_threshold_tokens: Some(10_000),
-                calibrate: false,
-                ..ContextSettings::default()
-            },
+            settings: compacting_at_10k(),
             sink: Some(watch.clone()),
             hooks: Some(Box::new(|ws| {
                 HookRunner::new(
@@ -108,11 +104,7 @@ async fn session_start_runs_with_source_compact_after_a_compaction() {
     let mut h = harness(
         small_reads_then_a_big_one(),
         Setup {
-            settings: ContextSettings {
-                auto_compaction_threshold_tokens: Some(10_000),
-                calibrate: false,
-                ..ContextSettings::default()
-            },
+            settings: compacting_at_10k(),
             hooks: Some(Box::new(|ws| {
                 HookRunner::new(
                     HookConfig {
@@ -130,4 +122,14 @@ async fn session_start_runs_with_source_compact_after_a_compaction() {
     assert_eq!(h.boundaries().len(), 1);
     let starts = std::fs::read_to_string(h.ws.path().join("starts.txt")).unwrap();
     assert_eq!(starts, "startup\ncompact\n");
+}
+
+/// Auto compaction past 10,000 tokens, uncalibrated (the count is the
+/// estimate): [`small_reads_then_a_big_one`] crosses it.
+fn compacting_at_10k() -> ContextSettings {
+    ContextSettings {
+        auto_compaction_threshold_tokens: Some(10_000),
+        calibrate: false,
+        ..ContextSettings::default()
+    }
 }
