@@ -37,6 +37,9 @@ pub struct PipelineSpec {
     pub proposers: Vec<ProposerSpec>,
 }
 
+/// The default `check_timeout_sec`: ten minutes.
+pub const DEFAULT_CHECK_TIMEOUT_SEC: u64 = 600;
+
 /// `[pipeline]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -47,6 +50,15 @@ pub struct PipelineSection {
     pub max_rounds: u32,
     /// The verifier's model (default: the session's).
     pub verifier_model: Option<String>,
+    /// Required checks of every proposer: commands troupe itself runs,
+    /// read-only, on each proposal's head and base. A proposal merges only
+    /// when every one passes on its head, whatever the verdict says.
+    pub checks: Vec<String>,
+    /// How long one check may run, in seconds (default 600).
+    pub check_timeout_sec: u64,
+    /// Merge a proposal whose handoff has a `blocked` deliverable or no
+    /// `done` one (default false: such a proposal ends `blocked`).
+    pub merge_blocked: bool,
 }
 
 impl Default for PipelineSection {
@@ -55,6 +67,9 @@ impl Default for PipelineSection {
             name: "pipeline".into(),
             max_rounds: 3,
             verifier_model: None,
+            checks: Vec::new(),
+            check_timeout_sec: DEFAULT_CHECK_TIMEOUT_SEC,
+            merge_blocked: false,
         }
     }
 }
@@ -91,6 +106,23 @@ pub struct ProposerSpec {
     /// plan as the previous agent's handoff.
     #[serde(default)]
     pub mode: ProposerMode,
+    /// Its required checks, run besides `[pipeline] checks` (the union).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+    /// Whether its task expects a change (default true): a proposal with
+    /// no change against its base ends `no_change`. False for an
+    /// analysis-only proposer, whose approved proposal has nothing to merge.
+    #[serde(default = "yes")]
+    pub expect_change: bool,
+    /// Paths it must not change (globs: `test_*.py`, `tests/**`), added to
+    /// `[tools] protected_paths` for it, its subagents and its commands; a
+    /// proposal that changes one anyway is refused (`protected_path`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A proposer's `mode`.
@@ -135,6 +167,23 @@ impl PipelineSpec {
         }
         if spec.pipeline.max_rounds == 0 {
             return Err(invalid("[pipeline] max_rounds must be at least 1".into()));
+        }
+        if spec.pipeline.check_timeout_sec == 0 {
+            return Err(invalid(
+                "[pipeline] check_timeout_sec must be at least 1 (seconds; default 600)".into(),
+            ));
+        }
+        let where_empty = std::iter::once(("[pipeline]".to_string(), &spec.pipeline.checks))
+            .chain(
+                spec.proposers
+                    .iter()
+                    .map(|p| (format!("proposer `{}`", p.name), &p.checks)),
+            )
+            .find(|(_, checks)| checks.iter().any(|c| c.trim().is_empty()));
+        if let Some((place, _)) = where_empty {
+            return Err(invalid(format!(
+                "{place}: a check is empty; each check is a shell command, such as \"cargo test\""
+            )));
         }
         let mut names = std::collections::HashSet::new();
         for p in &spec.proposers {
