@@ -15,6 +15,7 @@ mod exec_flags;
 mod exec_model;
 mod exec_policy;
 mod first_hour;
+mod gates;
 mod help;
 mod key_reach;
 mod mcp;

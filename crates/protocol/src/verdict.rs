@@ -101,8 +101,15 @@ pub struct CheckRun {
     /// Its exit code on the head; `None` when it did not exit normally.
     #[serde(default)]
     pub head_exit_code: Option<i32>,
-    /// Its exit code on the base, when troupe ran it there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its exit code on the base, when troupe ran it there (`Some(None)`,
+    /// `null` on the wire: it ran there and did not exit normally; absent:
+    /// not run on the base).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schemars(with = "Option<i32>")]
     pub base_exit_code: Option<Option<i32>>,
     /// Passes, regression, pre-existing or fails.
     pub class: CheckClass,
@@ -122,4 +129,10 @@ impl CheckRun {
     pub fn passed(&self) -> bool {
         self.class == CheckClass::Passes
     }
+}
+
+/// A field that is present (a number or `null`) is `Some`; an absent one
+/// takes the default, `None`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i32>>, D::Error> {
+    Option::<i32>::deserialize(d).map(Some)
 }
