@@ -106,7 +106,7 @@ fn a_blocked_handoff_with_a_fake_echo_approval_merges_nothing() {
     );
     let stdout = super::assert_exit(&out, 1);
     assert_eq!(head(ws.path()), before, "nothing merged: {stdout}");
-    assert!(!stdout.contains("merged:"), "{stdout}");
+    assert!(!stdout.contains("\n  merged:"), "{stdout}");
     assert!(stdout.contains("outcome: blocked"), "{stdout}");
     assert_eq!(completed(&events).outcome_code, "blocked");
     let decided = gates(&events);
@@ -154,7 +154,7 @@ fn an_unchanged_worktree_handed_off_done_merges_nothing() {
     );
     let stdout = super::assert_exit(&out, 1);
     assert_eq!(head(ws.path()), before);
-    assert!(!stdout.contains("merged:"), "{stdout}");
+    assert!(!stdout.contains("\n  merged:"), "{stdout}");
     assert!(stdout.contains("outcome: no_change"), "{stdout}");
     assert_eq!(completed(&events).outcome_code, "no_change");
     let decided = gates(&events);
