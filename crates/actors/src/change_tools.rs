@@ -311,6 +311,10 @@ impl Tool for MergeWorktreeTool {
                     "Merged subagent {name}'s change: the workspace's HEAD is now {head}; its \
                      worktree was removed."
                 ),
+                MergeResult::UpToDate => format!(
+                    "Nothing to merge: the workspace already holds subagent {name}'s change; its \
+                     worktree was removed."
+                ),
                 MergeResult::Conflict { paths } => format!(
                     "CONFLICT: subagent {name}'s change overlaps the workspace in: {}. Nothing \
                      was changed; its worktree is kept.",

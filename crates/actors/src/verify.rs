@@ -200,6 +200,9 @@ pub enum MergeResult {
         /// The commit the workspace's branch points at now.
         head: String,
     },
+    /// Nothing to merge: the workspace already holds the change (another
+    /// proposal made the same one). The workspace is untouched.
+    UpToDate,
     /// The changes overlap; the workspace is untouched.
     Conflict {
         /// The conflicting paths.
@@ -246,9 +249,7 @@ pub fn merge_change(
         Ok(MergeOutcome::FastForward { head }) | Ok(MergeOutcome::Merged { commit: head }) => {
             MergeResult::Merged { head }
         }
-        Ok(MergeOutcome::UpToDate) => MergeResult::Merged {
-            head: wt.status().map(|s| s.head).unwrap_or_default(),
-        },
+        Ok(MergeOutcome::UpToDate) => MergeResult::UpToDate,
         Ok(MergeOutcome::Conflict { paths }) => MergeResult::Conflict { paths },
         Err(e) => MergeResult::Failed {
             reason: e.to_string(),
@@ -256,6 +257,13 @@ pub fn merge_change(
     };
     let status = match &result {
         MergeResult::Merged { .. } => ItemStatus::Completed,
+        // No file changed: no file_change item to record.
+        MergeResult::UpToDate => {
+            if let Err(e) = workspace.remove(wt) {
+                tracing::warn!(error = %e, "worktree not removed after an empty merge");
+            }
+            return result;
+        }
         _ => ItemStatus::Failed,
     };
     let event = ThreadEvent::ItemCompleted(ItemEvent {

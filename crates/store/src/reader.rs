@@ -121,6 +121,15 @@ pub enum TranscriptEntry {
         /// The findings' messages.
         findings: Vec<String>,
     },
+    /// The runtime's decision on a proposal (`troupe.gate`).
+    Gate {
+        /// `passed` or the gate that failed.
+        outcome_code: String,
+        /// Whether the change may merge.
+        merge_allowed: bool,
+        /// Why.
+        reason: String,
+    },
     /// An error.
     Error(String),
     /// The thread ended.
@@ -177,6 +186,11 @@ impl Transcript {
             ThreadEvent::Verdict(v) => self.entries.push(TranscriptEntry::Verdict {
                 approved: v.verdict.approved,
                 findings: v.verdict.findings.into_iter().map(|f| f.message).collect(),
+            }),
+            ThreadEvent::Gate(g) => self.entries.push(TranscriptEntry::Gate {
+                outcome_code: g.outcome_code,
+                merge_allowed: g.merge_allowed,
+                reason: g.reason,
             }),
             ThreadEvent::Error(e) => self.entries.push(TranscriptEntry::Error(e.message)),
             ThreadEvent::ThreadCompleted(c) => self.entries.push(TranscriptEntry::Completed {
@@ -241,6 +255,11 @@ impl Transcript {
                     let word = if *approved { "approved" } else { "rejected" };
                     format!("verdict: {word} {}", findings.join("; "))
                 }
+                TranscriptEntry::Gate {
+                    outcome_code,
+                    reason,
+                    ..
+                } => format!("gate: {outcome_code}: {reason}"),
                 TranscriptEntry::Error(m) => format!("error: {m}"),
                 TranscriptEntry::Completed { subtype, result } => match result {
                     Some(r) => format!("completed: {subtype}: {r}"),

@@ -181,6 +181,14 @@ pub fn entry_json(e: &TranscriptEntry) -> Value {
         TranscriptEntry::Verdict { approved, findings } => {
             json!({"kind": "verdict", "approved": approved, "findings": findings})
         }
+        TranscriptEntry::Gate {
+            outcome_code,
+            merge_allowed,
+            reason,
+        } => json!({
+            "kind": "gate", "outcome_code": outcome_code,
+            "merge_allowed": merge_allowed, "reason": reason,
+        }),
         TranscriptEntry::Error(m) => json!({"kind": "error", "message": m}),
         TranscriptEntry::Completed { subtype, result } => {
             json!({"kind": "completed", "subtype": subtype, "result": result})

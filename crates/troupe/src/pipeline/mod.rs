@@ -44,8 +44,9 @@ pub enum ProposalStatus {
         /// The commit the parent's branch points at now.
         head: String,
     },
-    /// Passed every gate with no change to merge (an analysis-only
-    /// proposer, `expect_change = false`); the parent is untouched.
+    /// Passed every gate with nothing to merge: no change (an
+    /// analysis-only proposer, `expect_change = false`), or the workspace
+    /// already holds it. The parent is untouched.
     NothingToMerge,
     /// Passed, but merging conflicted; the parent is untouched.
     Conflict {
@@ -482,6 +483,7 @@ async fn merge(
     let agent_id = format!("{}/pipeline", run.tree.supervisor_address().name());
     match merge_change(&run.env, workspace, wt, &agent_id) {
         MergeResult::Merged { head } => ProposalStatus::Merged { head },
+        MergeResult::UpToDate => ProposalStatus::NothingToMerge,
         MergeResult::Conflict { paths } => ProposalStatus::Conflict { paths },
         MergeResult::Refused { reason } | MergeResult::Failed { reason } => {
             ProposalStatus::Failed { reason }
