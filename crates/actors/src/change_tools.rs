@@ -126,6 +126,7 @@ impl VerifyChangeTool {
             base: change.worktree.base(),
             head: change.head.clone(),
             worktree: change.worktree.path().to_path_buf(),
+            protect: self.parent.spec.protect.clone(),
         };
         // The verifier runs under the caller's supervisor node, beside the
         // subagents: `agent.started` names the agent that asked for it.

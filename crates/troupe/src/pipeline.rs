@@ -209,6 +209,13 @@ impl PipelineSpec {
                     p.name
                 )));
             }
+            if let Some(e) = p
+                .protect
+                .iter()
+                .find_map(|e| troupe_runtime::tools::ProtectedPaths::entry_error(e))
+            {
+                return Err(invalid(format!("proposer `{}`: protect: {e}", p.name)));
+            }
             if p.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
                 return Err(invalid(format!(
                     "proposer `{}`: model is empty; give a model name or remove the key",
@@ -392,6 +399,7 @@ async fn run_proposer(
             base: wt.base(),
             head,
             worktree: wt.path().to_path_buf(),
+            protect: p.protect.clone(),
         };
         let verdict = verify(run, spec, &p.name, round, request).await;
         if !verdict.approved {
@@ -467,6 +475,7 @@ async fn propose(
         sandbox,
         supervision: p.supervision,
         handoff,
+        protect: p.protect.clone(),
         ..AgentSpec::default()
     };
     let outcome = run_agent(run, &p.name, agent_id, spec, round > 1, wt.path()).await?;

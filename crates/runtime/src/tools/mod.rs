@@ -90,6 +90,11 @@ pub struct ToolContext {
     /// `danger-full-access`): `exec_command` confines its commands, and
     /// the write tools refuse in `read-only`.
     pub sandbox: Option<ToolSandbox>,
+    /// The calling agent's own protected paths (a pipeline proposer's
+    /// `protect`, [`ProtectedPaths::for_task`]): `write_file` and
+    /// `edit_file` refuse them besides the session's list, and the
+    /// `workspace-write` sandbox mounts the existing ones read-only.
+    pub protect: ProtectedPaths,
 }
 
 /// A process group a tool started.
@@ -133,12 +138,19 @@ impl ToolContext {
             cancel: tokio_util::sync::CancellationToken::new(),
             on_spawn: None,
             sandbox: None,
+            protect: ProtectedPaths::none(),
         }
     }
 
     /// This context with the agent's sandbox.
     pub fn with_sandbox(mut self, sandbox: ToolSandbox) -> Self {
         self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// This context with the agent's own protected paths.
+    pub fn with_protect(mut self, protect: ProtectedPaths) -> Self {
+        self.protect = protect;
         self
     }
 

@@ -57,6 +57,10 @@ pub struct VerifyRequest {
     pub head: String,
     /// The worktree checked out at `head`; the verifier's tools' workspace.
     pub worktree: PathBuf,
+    /// The proposer's protected paths (its `protect` list): the first
+    /// message lists the changed files that match them or a test pattern.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
 }
 
 /// How a verifier runs. [`VerifierSettings::default`] is a sandboxed
@@ -242,6 +246,7 @@ pub async fn run_verifier(
         cancel: settings.cancel.clone(),
         on_spawn: None,
         sandbox: None,
+        protect: crate::tools::ProtectedPaths::none(),
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);

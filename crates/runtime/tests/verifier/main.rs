@@ -95,6 +95,7 @@ impl Repo {
             base: self.base.clone(),
             head: self.head.clone(),
             worktree: self.root.clone(),
+            protect: Vec::new(),
         }
     }
 }

@@ -207,7 +207,8 @@ impl ExecCommandTool {
                 })?;
                 let sandbox = match agent.mode {
                     SandboxMode::ReadOnly => Sandbox::read_only(scratch),
-                    _ => Sandbox::workspace_write(&ctx.workspace, scratch),
+                    _ => Sandbox::workspace_write(&ctx.workspace, scratch)
+                        .with_protected(ctx.protect.clone()),
                 };
                 sandbox.with_network_denied(!self.config.network_access)
             }
