@@ -37,9 +37,9 @@ mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
-    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, PROTECTED_ENTRIES,
-    SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus, ToolSandbox,
-    UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
+    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, MAX_PROTECTED_MOUNTS,
+    PROTECTED_ENTRIES, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus,
+    ToolSandbox, UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
     make_undumpable, spawn_tied, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
