@@ -25,6 +25,7 @@ mod otel;
 mod pipeline;
 mod pipeline_plan;
 mod previous_release;
+mod protect;
 mod reasoning;
 mod remote;
 mod remote_cli;

@@ -165,6 +165,7 @@ impl VerifyChangeTool {
             head: change.head.clone(),
             worktree: change.worktree.path().to_path_buf(),
             required_checks: Vec::new(),
+            protect: self.parent.spec.protect.clone(),
         };
         // The verifier runs under the caller's supervisor node, beside the
         // subagents: `agent.started` names the agent that asked for it.
@@ -182,8 +183,11 @@ impl VerifyChangeTool {
             settings: env.verification.settings.clone(),
             cancel: &ctx.cancel,
         };
+        // The subagent inherited its parent's protected paths: a change to
+        // one of them is refused here too.
         let needs = Requirements {
             checks,
+            protect: self.parent.spec.protect.clone(),
             ..Requirements::default()
         };
         let proposal = Proposal {

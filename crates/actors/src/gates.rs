@@ -264,7 +264,7 @@ async fn decide(
             ),
         ));
     }
-    let guarded = ProtectedPaths::new(needs.protect.iter().cloned());
+    let guarded = ProtectedPaths::for_task(needs.protect.iter().cloned());
     let touched: Vec<String> = judgement
         .changed
         .iter()

@@ -112,12 +112,20 @@ pub struct AgentSpec {
     /// `spawn_subagent` tool drops a model's value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
+    /// Paths it must not change (a pipeline proposer's `protect`: names,
+    /// paths or globs such as `test_*.py`, `tests/**`), refused by its
+    /// write and edit tools besides the session's `[tools]
+    /// protected_paths`, and read-only in its `workspace-write` commands.
+    /// Its subagents inherit it. Set by troupe, never by a model (the
+    /// `spawn_subagent` tool drops a model's value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
 }
 
 impl AgentSpec {
     /// The fields only troupe sets, never a model: what a model's
     /// `spawn_subagent` arguments may not carry.
-    pub const TROUPE_ONLY_FIELDS: [&'static str; 2] = ["plan_mode", "handoff"];
+    pub const TROUPE_ONLY_FIELDS: [&'static str; 3] = ["plan_mode", "handoff", "protect"];
 
     /// An agent named `name` (unique among its siblings) on `task`, with
     /// the session's tools, model and limits.

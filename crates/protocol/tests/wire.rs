@@ -49,6 +49,7 @@ fn full_spec() -> AgentSpec {
         placement: Some(Placement::Remote),
         plan_mode: true,
         handoff: Some("## Plan\n1. read the test".into()),
+        protect: vec!["tests/**".into(), "test_*.py".into()],
     }
 }
 
@@ -76,9 +77,11 @@ fn an_agent_spec_round_trips_with_plan_mode_and_handoff() {
     assert_eq!(json["handoff"], "## Plan\n1. read the test");
     assert_eq!(json["sandbox"], "read-only");
     assert_eq!(json["supervision"]["strategy"], "one_for_all");
+    assert_eq!(json["protect"], json!(["tests/**", "test_*.py"]));
     let minimal = round_trip(&AgentSpec::new("a", "t"));
     assert_eq!(minimal["plan_mode"], false);
     assert!(minimal.get("handoff").is_none(), "{minimal}");
+    assert!(minimal.get("protect").is_none(), "{minimal}");
     // Absent (an earlier troupe's spec): off, none.
     let old: AgentSpec = serde_json::from_value(json!({"name": "a", "task": "t"})).unwrap();
     assert_eq!(old, AgentSpec::new("a", "t"));
@@ -149,6 +152,7 @@ fn a_task_queued_by_an_earlier_troupe_reads_the_same() {
     let t: TaskMessage = serde_json::from_str(&golden("task-message-previous.json")).unwrap();
     let mut want = full_spec();
     want.model = None;
+    want.protect = Vec::new();
     want.handoff = Some("## Plan\n1. read the test\n2. fix it".into());
     assert_eq!(t.spec, want);
     assert_eq!(t.agent_id, "0190aa11-s1/root/planner");

@@ -108,13 +108,7 @@ fn shared() -> Shared {
         client: Arc::new(ScriptedModel),
         tools: Arc::new(tools),
         catalog: Arc::new(ModelCatalog::builtin()),
-        ctx: ToolContext {
-            workspace: std::env::temp_dir(),
-            spool_dir: None,
-            cancel: tokio_util::sync::CancellationToken::new(),
-            on_spawn: None,
-            sandbox: None,
-        },
+        ctx: ToolContext::new(std::env::temp_dir()),
     }
 }
 

@@ -44,6 +44,7 @@ pub(crate) async fn plan_step(
         max_turns: Some(p.max_turns.unwrap_or(env.max_turns)),
         sandbox,
         plan_mode: true,
+        protect: p.protect.clone(),
         ..AgentSpec::default()
     };
     let outcome = run_agent(run, &p.name, &agent_id, spec, false, wt.path()).await?;

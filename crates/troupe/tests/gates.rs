@@ -82,6 +82,7 @@ async fn judge_refuses_a_failing_required_check_whatever_the_verifier_approves()
             head,
             worktree: wt.path().to_path_buf(),
             required_checks: Vec::new(),
+            protect: Vec::new(),
         };
         let proposal = Proposal {
             proposer: &format!("session/{n}"),

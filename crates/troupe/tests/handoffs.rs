@@ -74,13 +74,7 @@ async fn a_restarted_parent_takes_a_finished_childs_handoff_from_the_journal_onc
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let first = SpawnSubagentTool::new(parent);
-    let ctx = ToolContext {
-        workspace: ws.path().to_path_buf(),
-        spool_dir: None,
-        cancel: tokio_util::sync::CancellationToken::new(),
-        on_spawn: None,
-        sandbox: None,
-    };
+    let ctx = ToolContext::new(ws.path());
     let live = tokio::time::timeout(Duration::from_secs(30), first.call(args.clone(), &ctx))
         .await
         .unwrap()

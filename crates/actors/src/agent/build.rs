@@ -11,7 +11,7 @@ use troupe_protocol::{CompletionSubtype, ThreadEvent, Usage};
 use troupe_runtime::agent::{AgentConfig, AgentLoop, EventSink, LogSink, SpendGuard};
 use troupe_runtime::state::{BudgetNode, BudgetStatus, LoopMemory, RememberTool};
 use troupe_runtime::store::EmitError;
-use troupe_runtime::tools::{ToolContext, ToolRegistry, ToolSandbox};
+use troupe_runtime::tools::{ProtectedPaths, ToolContext, ToolRegistry, ToolSandbox};
 
 use super::args::AgentArgs;
 use super::msg::AgentMsg;
@@ -124,6 +124,7 @@ pub(super) fn build_loop(
             .spec
             .sandbox
             .map(|mode| ToolSandbox::new(mode, args.agent_id.clone())),
+        protect: ProtectedPaths::for_task(args.spec.protect.iter().cloned()),
     };
     let sink = Arc::new(EndingSink {
         log: LogSink::new(env.log.clone(), env.call_timeout),

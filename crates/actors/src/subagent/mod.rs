@@ -35,7 +35,7 @@ use troupe_worktree::{Workspace, Worktree};
 
 /// A model's `spawn_subagent` arguments as a spec. The fields only troupe
 /// sets ([`AgentSpec::TROUPE_ONLY_FIELDS`]: plan mode, the previous
-/// handoff) are dropped before parsing, whatever their value, as unknown
+/// handoff, the protected paths, which a child inherits) are dropped before parsing, whatever their value, as unknown
 /// fields are: a model never sets them.
 fn model_spec(args: &Value) -> Result<AgentSpec, serde_json::Error> {
     let mut args = args.clone();
@@ -91,6 +91,8 @@ impl SpawnSubagentTool {
     ) -> Result<(AgentArgs, Option<Worktree>), ToolError> {
         let p = &self.parent;
         spec.sandbox = child_sandbox(p.spec.sandbox, spec.sandbox, spec.isolation)?;
+        // A proposer's helpers must not edit its tests either.
+        spec.protect.clone_from(&p.spec.protect);
         let depth = p.depth + 1;
         if depth > p.env.limits.max_depth {
             return Err(ToolError::Denied(format!(
@@ -540,17 +542,19 @@ mod tests {
     }
 
     #[test]
-    fn a_model_never_sets_plan_mode_or_the_handoff() {
+    fn a_model_never_sets_plan_mode_the_handoff_or_protect() {
         let args = serde_json::json!({
             "name": "fixer",
             "task": "fix it",
             "plan_mode": true,
             "handoff": "## Plan\nwrite everything",
+            "protect": ["src/**"],
         });
         let spec = model_spec(&args).unwrap();
         assert_eq!(spec, AgentSpec::new("fixer", "fix it"));
         assert!(!spec.plan_mode);
         assert_eq!(spec.handoff, None);
+        assert!(spec.protect.is_empty());
         // Ignored whatever their type, as when they were not part of the
         // spec's serde form.
         let args = serde_json::json!({

@@ -420,19 +420,16 @@ impl FileChecker<'_> {
 }
 
 /// A `[tools] protected_paths` entry: a non-empty workspace-relative path
-/// without `..`.
+/// without `..`, or a valid glob.
 fn relative_entry(entry: &str) -> Result<(), Problem> {
-    use std::path::{Component, Path};
-    let path = Path::new(entry);
-    let fix = "use a path relative to the workspace root, such as `.git` or `config/prod`";
-    if entry.trim_end_matches('/').is_empty() {
-        Err(Problem::new("an empty entry protects nothing", "remove it"))
-    } else if path.is_absolute() {
-        Err(Problem::new(format!("`{entry}` is absolute"), fix))
-    } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        Err(Problem::new(format!("`{entry}` climbs out with `..`"), fix))
-    } else {
-        Ok(())
+    let fix = "use a path relative to the workspace root, such as `.git` or `config/prod`, \
+               or a glob such as `tests/**`";
+    match crate::tools::ProtectedPaths::entry_error(entry) {
+        None => Ok(()),
+        Some(_) if entry.trim_end_matches('/').is_empty() => {
+            Err(Problem::new("an empty entry protects nothing", "remove it"))
+        }
+        Some(why) => Err(Problem::new(why, fix)),
     }
 }
 

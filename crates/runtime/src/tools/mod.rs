@@ -37,9 +37,9 @@ mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
 pub use exec::{
-    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, PROTECTED_ENTRIES,
-    SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus, ToolSandbox,
-    UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
+    DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, MAX_PROTECTED_MOUNTS,
+    PROTECTED_ENTRIES, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus,
+    ToolSandbox, UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
     make_undumpable, spawn_tied, start_time,
 };
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
@@ -90,6 +90,11 @@ pub struct ToolContext {
     /// `danger-full-access`): `exec_command` confines its commands, and
     /// the write tools refuse in `read-only`.
     pub sandbox: Option<ToolSandbox>,
+    /// The calling agent's own protected paths (a pipeline proposer's
+    /// `protect`, [`ProtectedPaths::for_task`]): `write_file` and
+    /// `edit_file` refuse them besides the session's list, and the
+    /// `workspace-write` sandbox mounts the existing ones read-only.
+    pub protect: ProtectedPaths,
 }
 
 /// A process group a tool started.
@@ -133,12 +138,19 @@ impl ToolContext {
             cancel: tokio_util::sync::CancellationToken::new(),
             on_spawn: None,
             sandbox: None,
+            protect: ProtectedPaths::none(),
         }
     }
 
     /// This context with the agent's sandbox.
     pub fn with_sandbox(mut self, sandbox: ToolSandbox) -> Self {
         self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// This context with the agent's own protected paths.
+    pub fn with_protect(mut self, protect: ProtectedPaths) -> Self {
+        self.protect = protect;
         self
     }
 

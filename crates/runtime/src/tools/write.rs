@@ -14,7 +14,7 @@ use super::{Capability, ProtectedPaths, Tool, ToolContext, ToolError, ToolOutput
 /// Creates or overwrites a file; creates missing parent directories. The
 /// write is atomic (temp file and rename) and keeps an existing file's
 /// permissions. Refuses [`ProtectedPaths`] (by default `.vtcode/`, `.git`
-/// and troupe.toml).
+/// and troupe.toml) and the agent's own ([`ToolContext::protect`]).
 #[derive(Debug, Default, Clone)]
 pub struct WriteFileTool {
     protected: ProtectedPaths,
@@ -83,8 +83,9 @@ impl Tool for WriteFileTool {
             let content = required_str(&args, "content")?.to_string();
             let root = paths::canonical_workspace(&ctx.workspace)?;
             let path = paths::resolve(&ctx.workspace, &user_path, false)?;
-            self.protected
-                .check(&paths::relative(&root, &path), &user_path)?;
+            let rel = paths::relative(&root, &path);
+            self.protected.check(&rel, &user_path)?;
+            ctx.protect.check(&rel, &user_path)?;
             bound::blocking(move || write(&root, &path, &user_path, content.as_bytes())).await
         })
     }
@@ -186,8 +187,9 @@ impl Tool for EditFileTool {
             }
             let root = paths::canonical_workspace(&ctx.workspace)?;
             let path = paths::resolve(&ctx.workspace, &edit.shown, true)?;
-            self.protected
-                .check(&paths::relative(&root, &path), &edit.shown)?;
+            let rel = paths::relative(&root, &path);
+            self.protected.check(&rel, &edit.shown)?;
+            ctx.protect.check(&rel, &edit.shown)?;
             bound::blocking(move || edit.apply(&root, &path)).await
         })
     }

@@ -112,13 +112,9 @@ impl CheckRunner {
             process_group: None,
         };
         self.emit(ThreadEvent::ItemStarted, &item_id, &item);
-        let ctx = ToolContext {
-            workspace: dir.to_path_buf(),
-            spool_dir: self.settings.spool_dir.clone(),
-            cancel: self.settings.cancel.clone(),
-            on_spawn: None,
-            sandbox: None,
-        };
+        let mut ctx = ToolContext::new(dir);
+        ctx.spool_dir.clone_from(&self.settings.spool_dir);
+        ctx.cancel = self.settings.cancel.clone();
         let args =
             json!({"command": command, "timeout_ms": self.timeout.as_millis() as u64 + 10_000});
         let (exit_code, output) = match self.tool.call(args, &ctx).await {

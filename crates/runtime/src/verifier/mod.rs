@@ -65,6 +65,10 @@ pub struct VerifyRequest {
     /// their results (shown to the verifier; it need not run them again).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_checks: Vec<CheckRun>,
+    /// The proposer's protected paths (its `protect` list): the first
+    /// message lists the changed files that match them or a test pattern.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
 }
 
 /// How a verifier runs. [`VerifierSettings::default`] is a sandboxed
@@ -261,6 +265,7 @@ pub async fn run_verifier(
         cancel: settings.cancel.clone(),
         on_spawn: None,
         sandbox: None,
+        protect: crate::tools::ProtectedPaths::none(),
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);

@@ -321,6 +321,7 @@ fn protected_paths_entries_must_stay_inside_the_workspace() {
         ("/etc", "is absolute"),
         ("../outside", "climbs out"),
         ("", "empty entry"),
+        ("tests/[a", "`tests/[a` is not a valid glob"),
     ] {
         let e = load_err(&format!(
             "[tools]\nprotected_paths = [\".git\", \"{entry}\"]\n"

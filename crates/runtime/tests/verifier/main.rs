@@ -97,6 +97,7 @@ impl Repo {
             head: self.head.clone(),
             worktree: self.root.clone(),
             required_checks: Vec::new(),
+            protect: Vec::new(),
         }
     }
 }

@@ -315,3 +315,48 @@ fn the_schema_is_generated_from_verdict_and_self_contained() {
     let finding = &schema["properties"]["findings"]["items"];
     assert_eq!(finding["required"], json!(["message"]));
 }
+
+#[tokio::test]
+async fn the_first_message_lists_the_changed_files_that_match_a_test_pattern() {
+    let repo = Repo::new();
+    // The change under review, on top of the repository's head: code, a
+    // test beside it, a file of a test tree, and a file the task protects.
+    std::fs::create_dir_all(repo.root.join("tests")).unwrap();
+    std::fs::create_dir_all(repo.root.join("pkg")).unwrap();
+    for (rel, text) in [
+        ("lib.sh", "add() { echo 4; }\n"),
+        ("pkg/test_lib.sh", "exit 0\n"),
+        ("tests/cases.txt", "2 2 4\n"),
+        ("golden.txt", "4\n"),
+    ] {
+        std::fs::write(repo.root.join(rel), text).unwrap();
+    }
+    crate::git(&repo.root, &["add", "-A"]);
+    crate::git(&repo.root, &["commit", "-q", "-m", "the change"]);
+    let mut request = repo.request();
+    request.base = repo.head.clone();
+    request.head = crate::git(&repo.root, &["rev-parse", "HEAD"]);
+    request.protect = vec!["golden.txt".into()];
+    let text = troupe_runtime::verifier::first_message(&request).await;
+    let heading = "Changed files that match a test pattern (a change that edits tests instead \
+                   of code is suspect):\n";
+    let at = text.find(heading).unwrap_or_else(|| panic!("{text}"));
+    let section: Vec<&str> = text[at + heading.len()..]
+        .lines()
+        .take_while(|l| l.starts_with("- "))
+        .collect();
+    assert_eq!(
+        section,
+        [
+            "- golden.txt (protected by the task: `golden.txt`)",
+            "- pkg/test_lib.sh",
+            "- tests/cases.txt",
+        ],
+        "{text}"
+    );
+    // A change that touches no test (the repository's own: lib.sh) has no
+    // such section.
+    let plain = troupe_runtime::verifier::first_message(&repo.request()).await;
+    assert!(plain.contains("lib.sh"), "{plain}");
+    assert!(!plain.contains("match a test pattern"), "{plain}");
+}

@@ -251,6 +251,7 @@ async fn run_proposer(
             head,
             worktree: wt.path().to_path_buf(),
             required_checks: Vec::new(),
+            protect: p.protect.clone(),
         };
         let judgement = judged(run, spec, p, &agent_id, round, request).await;
         if judgement.verdict.is_some() {
@@ -337,6 +338,7 @@ async fn propose(
         sandbox,
         supervision: p.supervision,
         handoff,
+        protect: p.protect.clone(),
         ..AgentSpec::default()
     };
     let outcome = run_agent(run, &p.name, agent_id, spec, round > 1, wt.path()).await?;

@@ -188,6 +188,13 @@ impl PipelineSpec {
                     p.name
                 )));
             }
+            if let Some(e) = p
+                .protect
+                .iter()
+                .find_map(|e| troupe_runtime::tools::ProtectedPaths::entry_error(e))
+            {
+                return Err(invalid(format!("proposer `{}`: protect: {e}", p.name)));
+            }
             if p.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
                 return Err(invalid(format!(
                     "proposer `{}`: model is empty; give a model name or remove the key",

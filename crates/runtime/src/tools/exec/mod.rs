@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
 pub use self::lifetime::{GroupFate, kill_group, kill_recorded_group, spawn_tied, start_time};
 pub use self::mode::{SandboxMode, ToolSandbox, UnknownSandboxMode};
-pub use self::namespace::PROTECTED_ENTRIES;
+pub use self::namespace::{MAX_PROTECTED_MOUNTS, PROTECTED_ENTRIES};
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
 pub use self::sandbox::{LANDLOCK_ABI, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxStatus};
@@ -207,7 +207,8 @@ impl ExecCommandTool {
                 })?;
                 let sandbox = match agent.mode {
                     SandboxMode::ReadOnly => Sandbox::read_only(scratch),
-                    _ => Sandbox::workspace_write(&ctx.workspace, scratch),
+                    _ => Sandbox::workspace_write(&ctx.workspace, scratch)
+                        .with_protected(ctx.protect.clone()),
                 };
                 sandbox.with_network_denied(!self.config.network_access)
             }

@@ -1,6 +1,7 @@
 //! The mount-namespace half of the `workspace-write` sandbox: the
-//! workspace's control entries (`.git`, `.vtcode`, `troupe.toml`) made
-//! read-only for one command.
+//! workspace's control entries (`.git`, `.vtcode`, `troupe.toml`), and
+//! the existing files and directories the agent's `protect` list matches
+//! (a pipeline proposer's tests), made read-only for one command.
 //!
 //! Landlock is an allow-list: it can make the whole workspace writable,
 //! but not the workspace minus `.git/`. So the command's shell, between
@@ -18,8 +19,16 @@
 //! seccomp filter and Landlock, applied after, refuse `mount`/`umount`,
 //! so the command cannot take the mounts off.
 //!
+//! A `protect` list is matched against what exists when the command
+//! starts: each matching file or directory (a directory whole, so a file
+//! created in `tests/` fails too) is one more read-only bind mount, at
+//! most [`MAX_PROTECTED_MOUNTS`] (past it the command is refused). A new
+//! file matching a name glob (`test_*.py`) where no protected directory
+//! holds it is not stopped here; the pipeline refuses a proposal that
+//! changes a protected path anyway.
+//!
 //! Everything is computed in the parent ([`Protect::prepare`]): the
-//! paths as C strings, the flags each read-only remount must keep (a
+//! paths as C strings, the protected files found, the flags each read-only remount must keep (a
 //! user namespace may not clear `nosuid`, `nodev`, `noexec` or the atime
 //! flags of a mount it inherited). The child
 //! ([`Protect::apply_in_child`]) makes only raw system calls.
@@ -29,8 +38,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use super::SandboxError;
+use crate::tools::ProtectedPaths;
+
 /// The entries of a workspace that stay read-only in `workspace-write`.
 pub const PROTECTED_ENTRIES: [&str; 3] = [".git", crate::store::STATE_DIR, "troupe.toml"];
+
+/// Most files and directories an agent's `protect` list may make
+/// read-only in one command (one bind mount each); past it the command is
+/// refused, not run with some of them writable.
+pub const MAX_PROTECTED_MOUNTS: usize = 256;
 
 /// What the child does, prepared in the parent.
 #[derive(Debug)]
@@ -43,17 +60,32 @@ pub(super) struct Protect {
 
 impl Protect {
     /// The entries of `workspace` that exist now (a symlinked one
-    /// protects its target), and how to enter the namespace.
-    pub(super) fn prepare(workspace: &Path) -> Result<Protect, String> {
-        let mut mounts = Vec::new();
+    /// protects its target), the existing files and directories the
+    /// agent's `protect` matches (at most [`MAX_PROTECTED_MOUNTS`]), and
+    /// how to enter the namespace.
+    pub(super) fn prepare(
+        workspace: &Path,
+        protect: &ProtectedPaths,
+    ) -> Result<Protect, SandboxError> {
+        let namespace =
+            |e: String| SandboxError::NotEnforced(format!("the workspace's mount namespace: {e}"));
+        let mut paths = Vec::new();
         for name in PROTECTED_ENTRIES {
             let path = workspace.join(name);
             if path.symlink_metadata().is_err() || !path.exists() {
                 continue;
             }
+            paths.push(path);
+        }
+        let task = protect
+            .existing_under(workspace, MAX_PROTECTED_MOUNTS)
+            .map_err(|e| SandboxError::Protected(format!("the agent's `protect` list: {e}")))?;
+        paths.extend(task);
+        let mut mounts = Vec::with_capacity(paths.len());
+        for path in paths {
             let c = CString::new(path.as_os_str().as_bytes())
-                .map_err(|_| format!("`{}` holds a NUL byte", path.display()))?;
-            let flags = kept_flags(&c)?;
+                .map_err(|_| namespace(format!("`{}` holds a NUL byte", path.display())))?;
+            let flags = kept_flags(&c).map_err(namespace)?;
             mounts.push((c, flags));
         }
         Ok(Protect {
@@ -178,7 +210,7 @@ fn probe_uncached() -> Result<(), String> {
     ));
     let result = (|| {
         std::fs::create_dir_all(dir.join(".git")).map_err(|e| e.to_string())?;
-        let protect = Protect::prepare(&dir)?;
+        let protect = Protect::prepare(&dir, &ProtectedPaths::none()).map_err(|e| e.to_string())?;
         let mut command = std::process::Command::new("sh");
         command.arg("-c").arg(":");
         // SAFETY: the hook makes raw system calls only (`apply_in_child`).

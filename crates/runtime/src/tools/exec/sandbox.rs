@@ -49,6 +49,7 @@ use std::sync::OnceLock;
 
 use super::namespace::Protect;
 use super::seccomp::Filter;
+use crate::tools::ProtectedPaths;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd,
     RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
@@ -75,11 +76,14 @@ pub enum Sandbox {
         deny_network: bool,
     },
     /// Like [`Sandbox::ReadOnly`], and `workspace` is writable too, but
-    /// for its control entries (`.git`, `.vtcode`, `troupe.toml`), which
-    /// a private mount namespace makes read-only (`namespace.rs`).
+    /// for its control entries (`.git`, `.vtcode`, `troupe.toml`) and the
+    /// existing files and directories `protect` matches, which a private
+    /// mount namespace makes read-only (`namespace.rs`).
     WorkspaceWrite {
         /// The agent's workspace or worktree.
         workspace: PathBuf,
+        /// The agent's own protected paths (a proposer's `protect`).
+        protect: ProtectedPaths,
         /// The scratch directory (TMPDIR, HOME, caches).
         writable: PathBuf,
         /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
@@ -118,6 +122,10 @@ pub enum SandboxError {
     /// Landlock cannot fully enforce the ruleset here.
     #[error("the sandbox is not available here: {0}")]
     NotEnforced(String),
+    /// The agent's protected paths cannot all be made read-only (too
+    /// many match, or the workspace cannot be searched).
+    #[error("{0}")]
+    Protected(String),
 }
 
 /// A ruleset built in the parent, ready for the child, and the
@@ -145,9 +153,20 @@ impl Sandbox {
     pub fn workspace_write(workspace: impl Into<PathBuf>, writable: impl Into<PathBuf>) -> Self {
         Sandbox::WorkspaceWrite {
             workspace: workspace.into(),
+            protect: ProtectedPaths::none(),
             writable: writable.into(),
             deny_network: false,
         }
+    }
+
+    /// This sandbox with `paths` (those that exist when a command starts)
+    /// read-only too, for [`Sandbox::WorkspaceWrite`]; no change to
+    /// [`Sandbox::ReadOnly`], where nothing of the workspace is writable.
+    pub fn with_protected(mut self, paths: ProtectedPaths) -> Self {
+        if let Sandbox::WorkspaceWrite { protect, .. } = &mut self {
+            *protect = paths;
+        }
+        self
     }
 
     /// This sandbox with TCP `connect`/`bind` refused (`deny`) or not.
@@ -265,13 +284,12 @@ impl Sandbox {
                 "Landlock (ABI v5) cannot be fully enforced on this kernel: {e}"
             ))
         })?;
-        let protect = self
-            .workspace()
-            .map(Protect::prepare)
-            .transpose()
-            .map_err(|e| {
-                SandboxError::NotEnforced(format!("the workspace's mount namespace: {e}"))
-            })?;
+        let protect = match self {
+            Sandbox::ReadOnly { .. } => None,
+            Sandbox::WorkspaceWrite {
+                workspace, protect, ..
+            } => Some(Protect::prepare(workspace, protect)?),
+        };
         let fd: Option<OwnedFd> = ruleset.into();
         let ruleset = fd.ok_or_else(|| {
             SandboxError::NotEnforced("Landlock is not supported by this kernel".into())
