@@ -117,7 +117,7 @@ fn verify_change_tells_the_verifier_the_task_and_merge_needs_an_approval() {
     assert_eq!(status, ItemStatus::Failed, "{refused}");
     assert!(refused.contains("call verify_change first"), "{refused}");
     let (_, verdict) = run.output_of("r3");
-    assert!(verdict.contains("APPROVED"), "{verdict}");
+    assert!(verdict.contains(": PASSED"), "{verdict}");
     let (status, merged) = run.output_of("r4");
     assert_eq!(status, ItemStatus::Completed, "{merged}");
     assert!(merged.contains("Merged subagent fixer"), "{merged}");
@@ -194,13 +194,13 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
     let server = Server::with_script(script);
     let run = delegate_calc_fix(ws.path(), &server);
     let out = |id: &str| run.output_of(id).1;
-    assert!(out("r2").contains("REJECTED"), "{}", out("r2"));
+    assert!(out("r2").contains("NOT PASSED (rejected)"), "{}", out("r2"));
     assert!(
         out("r2").contains("add 2 2 still prints 5"),
         "{}",
         out("r2")
     );
-    assert!(out("r4").contains("APPROVED"), "{}", out("r4"));
+    assert!(out("r4").contains(": PASSED"), "{}", out("r4"));
     assert!(out("r5").contains("Merged subagent fixer"), "{}", out("r5"));
     assert_eq!(verdicts(&run.events), vec![false, true]);
     assert!(tests_pass(ws.path()));

@@ -143,6 +143,9 @@ fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
         .with_route(
             "Fix calc.sh",
             vec![
+                // A change that does not fix anything: the verifier is
+                // asked (an unchanged worktree would stop at `no_change`).
+                Reply::tool_call("p0", "write_file", json!({"path": "NOTES.md", "content": "looked\n"})),
                 Reply::tool_call("p1", "handoff", handoff("H-55e0 looked, changed nothing")),
                 Reply::text("done, I think"),
                 fix(),
@@ -172,7 +175,7 @@ fn a_rejected_rounds_handoff_and_findings_open_the_next_round() {
     let sys = system(round2);
     assert!(sys.contains("## Handoff from the previous agent"), "{sys}");
     assert!(sys.contains("H-55e0 looked, changed nothing"), "{sys}");
-    assert!(sys.contains("## Verdict: rejected"), "{sys}");
+    assert!(sys.contains("## Not accepted: rejected"), "{sys}");
     let events = session_events(ws.path());
     let verdicts: Vec<bool> = events
         .iter()

@@ -41,10 +41,13 @@ fn a_verifier_cannot_chmod_chown_chattr_or_setxattr() {
         .enumerate()
         .map(|(i, c)| Reply::tool_call(format!("v{i}"), "exec_command", json!({"command": c})))
         .collect();
+    // Every attempt fails on the head; the approval stands only because
+    // the verdict calls them pre-existing and troupe's own (sandboxed)
+    // runs of them on the base fail too.
     verifier.push(Reply::tool_call(
         "vz",
         "submit_verdict",
-        json!({"approved": true, "checks": [{"command": "true", "exit_code": 0, "output_excerpt": ""}]}),
+        json!({"approved": true, "pre_existing": ATTACKS}),
     ));
     verifier.push(Reply::text("approved"));
     let handoff = json!({"state_summary": "fixed add (MARK-meta)", "boundary_status": [{"name": "fix add", "status": "done"}], "modified_files": ["calc.sh"]});

@@ -1,24 +1,23 @@
 //! `verify_change` and `merge_worktree`: any agent that spawns worktree
-//! subagents can have their changes verified by a fresh read-only verifier
-//! and merge the approved ones (the code path of `troupe run`,
-//! [`crate::verify`]).
+//! subagents can have their changes judged (the runtime's gates, required
+//! checks, a fresh read-only verifier: [`crate::gates`]) and merge the
+//! ones that passed (the code path of `troupe run`, [`crate::verify`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_protocol::{HandoffRequest, Verdict};
+use troupe_protocol::HandoffRequest;
 use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
 use troupe_runtime::verifier::VerifyRequest;
 use troupe_worktree::{Workspace, Worktree};
 
 use crate::agent::args::AgentArgs;
+use crate::gates::{Judgement, Proposal, Requirements, judge, passed_at};
 use crate::handoff::journaled_handoff;
 use crate::subagent::worktree_id;
-use crate::verify::{
-    MergeResult, VerifyCall, approved_at, merge_change, render_verdict, verify_proposed_change,
-};
+use crate::verify::{MergeResult, VerifyCall, merge_change, render_judgement};
 
 /// A subagent's change as its parent finds it: its worktree (committed)
 /// and its last handoff.
@@ -78,6 +77,44 @@ fn name_schema() -> Value {
     })
 }
 
+fn verify_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The worktree subagent's name."},
+            "checks": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Required checks: shell commands troupe runs itself, read-only, on \
+                    the change (and on its base when one fails); the change passes only if each \
+                    exits 0, whatever the verifier says."
+            }
+        },
+        "required": ["name"],
+        "additionalProperties": false
+    })
+}
+
+fn checks_arg(args: &Value) -> Result<Vec<String>, ToolError> {
+    let Some(list) = args.get("checks") else {
+        return Ok(Vec::new());
+    };
+    let items = list
+        .as_array()
+        .ok_or_else(|| ToolError::Schema("`checks` must be an array of commands".into()))?;
+    items
+        .iter()
+        .map(|c| {
+            c.as_str()
+                .filter(|c| !c.trim().is_empty())
+                .map(String::from)
+                .ok_or_else(|| {
+                    ToolError::Schema("each of `checks` must be a non-empty command".into())
+                })
+        })
+        .collect()
+}
+
 fn name_arg(args: &Value) -> Result<String, ToolError> {
     args.get("name")
         .and_then(Value::as_str)
@@ -102,13 +139,14 @@ impl VerifyChangeTool {
         }
     }
 
-    /// Verifies subagent `name`'s change: the typed verdict and the head it
-    /// judged.
+    /// Judges subagent `name`'s change against `checks` and the runtime's
+    /// gates ([`crate::gates::judge`]).
     pub async fn verify(
         &self,
         name: &str,
+        checks: Vec<String>,
         ctx: &ToolContext,
-    ) -> Result<(Verdict, String), ToolError> {
+    ) -> Result<Judgement, ToolError> {
         let change = child_change(&self.parent, name)?;
         let env = &self.parent.env;
         let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
@@ -126,6 +164,7 @@ impl VerifyChangeTool {
             base: change.worktree.base(),
             head: change.head.clone(),
             worktree: change.worktree.path().to_path_buf(),
+            required_checks: Vec::new(),
         };
         // The verifier runs under the caller's supervisor node, beside the
         // subagents: `agent.started` names the agent that asked for it.
@@ -143,7 +182,16 @@ impl VerifyChangeTool {
             settings: env.verification.settings.clone(),
             cancel: &ctx.cancel,
         };
-        Ok((verify_proposed_change(call, request).await, change.head))
+        let needs = Requirements {
+            checks,
+            ..Requirements::default()
+        };
+        let proposal = Proposal {
+            proposer: &change.agent_id,
+            round: None,
+            request,
+        };
+        Ok(judge(call, proposal, &needs).await)
     }
 }
 
@@ -153,13 +201,15 @@ impl Tool for VerifyChangeTool {
     }
 
     fn description(&self) -> &str {
-        "Have a fresh, independent, read-only verifier check the change a worktree subagent \
-         handed off (it sees the task, the handoff and the diff, nothing else) and return its \
-         verdict: approved or rejected, with findings and the checks it ran."
+        "Judge the change a worktree subagent handed off: troupe runs the required `checks` \
+         itself (read-only), then a fresh, independent, read-only verifier reviews it (it sees \
+         the task, the handoff and the diff, nothing else). Returns PASSED (merge it with \
+         merge_worktree) or the gate that failed: blocked, no_change, check_failed, \
+         verdict_inconsistent or rejected, with findings and every check's result."
     }
 
     fn schema(&self) -> Value {
-        name_schema()
+        verify_schema()
     }
 
     fn capability(&self) -> Capability {
@@ -173,9 +223,10 @@ impl Tool for VerifyChangeTool {
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let name = name_arg(&args)?;
-            let (verdict, head) = self.verify(&name, ctx).await?;
-            let mut output = render_verdict(&format!("subagent {name}"), &head, &verdict);
-            output.push_str(if verdict.approved {
+            let checks = checks_arg(&args)?;
+            let judgement = self.verify(&name, checks, ctx).await?;
+            let mut output = render_judgement(&format!("subagent {name}"), &judgement);
+            output.push_str(if judgement.merge_allowed() {
                 "\nMerge it with `merge_worktree`.\n"
             } else {
                 "\nTo fix it, call spawn_subagent again with the same name and the findings as \
@@ -201,19 +252,19 @@ impl MergeWorktreeTool {
         MergeWorktreeTool { parent }
     }
 
-    /// Merges subagent `name`'s worktree if a verifier approved its head
-    /// (or `[verifier] allow_unverified_merge` is set).
+    /// Merges subagent `name`'s worktree if its head passed the gates
+    /// (`verify_change`), or `[verifier] allow_unverified_merge` is set.
     pub async fn merge(&self, name: &str) -> Result<MergeResult, ToolError> {
         let change = child_change(&self.parent, name)?;
         let env = &self.parent.env;
         if !env.verification.allow_unverified_merge
-            && !approved_at(env.log.events_path(), &change.head)
+            && !passed_at(env.log.events_path(), &change.head)
         {
             return Ok(MergeResult::Refused {
                 reason: format!(
-                    "no verifier approved subagent `{name}`'s change at commit {}: call \
-                     verify_change first (or set `[verifier] allow_unverified_merge = true` in \
-                     troupe.toml)",
+                    "subagent `{name}`'s change at commit {} has not passed verify_change (its \
+                     gates and an approving verifier): call verify_change first (or set \
+                     `[verifier] allow_unverified_merge = true` in troupe.toml)",
                     change.head
                 ),
             });
@@ -236,7 +287,7 @@ impl Tool for MergeWorktreeTool {
     }
 
     fn description(&self) -> &str {
-        "Merge a worktree subagent's change into your workspace once verify_change approved it. \
+        "Merge a worktree subagent's change into your workspace once verify_change passed it. \
          A conflict leaves your workspace untouched and lists the conflicting paths."
     }
 

@@ -36,6 +36,7 @@ pub mod agent;
 pub mod change_tools;
 pub mod directory;
 pub mod drain;
+pub mod gates;
 pub mod handoff;
 pub mod orient;
 pub mod placement;

@@ -15,15 +15,36 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 use troupe_protocol::Verdict;
 use troupe_runtime::agent::LogSink;
-use troupe_runtime::verifier::{VerifierSettings, VerifyRequest, run_verifier};
+use troupe_runtime::verifier::{Ran, VerifierSettings, VerifyRequest, run_verifier};
 
 use crate::agent::env::AgentEnv;
 
 /// Messages of the [`VerifierActor`].
 pub enum VerifierMsg {
-    /// Judge one proposal; the reply is the verdict (a rejection when the
+    /// Judge one proposal; the reply is the review (a rejection when the
     /// verifier could not decide).
-    Verify(Box<VerifyRequest>, RpcReplyPort<Verdict>),
+    Verify(Box<VerifyRequest>, RpcReplyPort<Review>),
+}
+
+/// A verifier's review: its verdict and the evidence beside it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Review {
+    /// The verdict as recorded (its checks are the log's runs).
+    pub verdict: Verdict,
+    /// Every command the verifier ran on the head.
+    pub ran: Vec<Ran>,
+    /// Its verdict was inconsistent with the log twice (failed closed).
+    pub inconsistent: bool,
+}
+
+impl Review {
+    /// A review that is only a rejection (the verifier could not decide).
+    pub fn rejection(verdict: Verdict) -> Self {
+        Review {
+            verdict,
+            ..Review::default()
+        }
+    }
 }
 
 /// The verifier actor.
@@ -88,7 +109,7 @@ impl Actor for VerifierActor {
         state.run = Some(tokio::spawn(
             async move {
                 let sink = Arc::new(LogSink::new(env.log.clone(), Duration::from_secs(30)));
-                let verdict = match run_verifier(
+                let review = match run_verifier(
                     &request,
                     Arc::clone(&env.client),
                     &model,
@@ -98,13 +119,17 @@ impl Actor for VerifierActor {
                 )
                 .await
                 {
-                    Ok(outcome) => outcome.verdict,
+                    Ok(outcome) => Review {
+                        verdict: outcome.verdict,
+                        ran: outcome.ran,
+                        inconsistent: outcome.inconsistent,
+                    },
                     Err(e) => {
                         tracing::warn!(error = %e, "verifier could not decide; rejecting");
-                        e.rejection()
+                        Review::rejection(e.rejection())
                     }
                 };
-                let _ = reply.send(verdict);
+                let _ = reply.send(review);
             }
             .instrument(span),
         ));

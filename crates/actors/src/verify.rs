@@ -11,10 +11,8 @@
 //!   merge at a time per session) and records a `file_change` item; a
 //!   conflict leaves the workspace untouched and is a typed
 //!   [`MergeResult::Conflict`].
-//! - [`approved_at`]: whether a `troupe.verdict` in the log approved a
-//!   given head commit (what `merge_worktree` requires).
+//! - [`render_judgement`]: a [`crate::gates::judge`] decision for a model.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,14 +22,14 @@ use troupe_protocol::{
     FileChange, FileChangeItem, FileChangeKind, Finding, ItemDetails, ItemEvent, ItemStatus,
     ThreadEvent, ThreadItem, Verdict,
 };
-use troupe_runtime::store::EventReader;
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
 use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
 
 use crate::address::Address;
 use crate::agent::env::AgentEnv;
+use crate::gates::{Judgement, exit_text};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
-use crate::verifier::{VerifierActor, VerifierArgs, VerifierMsg};
+use crate::verifier::{Review, VerifierActor, VerifierArgs, VerifierMsg};
 
 /// How long one verifier may take.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -57,8 +55,10 @@ pub struct VerifyCall<'a> {
     pub cancel: &'a CancellationToken,
 }
 
-/// Runs a fresh read-only verifier on `request`; see the module doc.
-pub async fn verify_proposed_change(call: VerifyCall<'_>, request: VerifyRequest) -> Verdict {
+/// Runs a fresh read-only verifier on `request`; see the module doc. The
+/// review is the verifier's say only: [`crate::gates::judge`] weighs it
+/// against the runtime's evidence.
+pub async fn verify_proposed_change(call: VerifyCall<'_>, request: VerifyRequest) -> Review {
     let env = call.env;
     let mut settings = call.settings;
     settings.name.clone_from(&call.name);
@@ -77,21 +77,27 @@ pub async fn verify_proposed_change(call: VerifyCall<'_>, request: VerifyRequest
         .await;
     match started {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return rejection(format!("the verifier could not start: {e}")),
-        Err(e) => return rejection(format!("the verifier could not start: {e}")),
+        Ok(Err(e)) => {
+            return Review::rejection(rejection(format!("the verifier could not start: {e}")));
+        }
+        Err(e) => {
+            return Review::rejection(rejection(format!("the verifier could not start: {e}")));
+        }
     }
     let ask = address.call(
         |r| VerifierMsg::Verify(Box::new(request.clone()), r),
         VERIFY_TIMEOUT,
     );
-    let verdict = tokio::select! {
-        v = ask => v.unwrap_or_else(|e| rejection(format!("the verifier did not answer: {e}"))),
-        _ = call.cancel.cancelled() => rejection("cancelled".into()),
+    let review = tokio::select! {
+        v = ask => v.unwrap_or_else(|e| {
+            Review::rejection(rejection(format!("the verifier did not answer: {e}")))
+        }),
+        _ = call.cancel.cancelled() => Review::rejection(rejection("cancelled".into())),
     };
     if let Some(actor) = address.get() {
         actor.stop(Some("verdict delivered".into()));
     }
-    verdict
+    review
 }
 
 fn verifier_child(
@@ -138,48 +144,52 @@ pub fn rejection(message: String) -> Verdict {
             path: None,
         }],
         checks: Vec::new(),
+        pre_existing: Vec::new(),
     }
 }
 
-/// The verdict rendered for a model: the decision, every finding, every
-/// check.
-pub fn render_verdict(subject: &str, head: &str, verdict: &Verdict) -> String {
-    let decision = if verdict.approved {
-        "APPROVED"
+/// A judgement rendered for a model: the decision, the reason, the
+/// verdict's findings and every check's result.
+pub fn render_judgement(subject: &str, judgement: &Judgement) -> String {
+    let decision = if judgement.merge_allowed() {
+        "PASSED".to_string()
     } else {
-        "REJECTED"
+        format!("NOT PASSED ({})", judgement.gate.code())
     };
-    let mut text = format!("Verdict on {subject} at commit {head}: {decision}\n");
-    text.push_str("\nFindings:\n");
-    if verdict.findings.is_empty() {
-        text.push_str("- none\n");
-    }
-    for f in &verdict.findings {
-        match &f.path {
-            Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
-            None => text.push_str(&format!("- {}\n", f.message)),
+    let mut text = format!(
+        "Judgement on {subject} at commit {}: {decision}\n{}\n",
+        judgement.head, judgement.reason
+    );
+    match &judgement.verdict {
+        None => text.push_str("\nVerifier: not asked (an earlier gate failed)\n"),
+        Some(v) => {
+            let word = if v.approved { "approved" } else { "rejected" };
+            text.push_str(&format!("\nVerifier: {word}\nFindings:\n"));
+            if v.findings.is_empty() {
+                text.push_str("- none\n");
+            }
+            for f in &v.findings {
+                match &f.path {
+                    Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
+                    None => text.push_str(&format!("- {}\n", f.message)),
+                }
+            }
         }
     }
     text.push_str("\nChecks:\n");
-    if verdict.checks.is_empty() {
+    if judgement.checks.is_empty() {
         text.push_str("- none\n");
     }
-    for c in &verdict.checks {
-        text.push_str(&format!("- `{}` exited {}\n", c.command, c.exit_code));
+    for c in &judgement.checks {
+        let who = if c.required { "required" } else { "verifier's" };
+        text.push_str(&format!(
+            "- `{}` ({who}) exited {}: {}\n",
+            c.command,
+            exit_text(c.head_exit_code),
+            c.class.as_str()
+        ));
     }
     text
-}
-
-/// Whether a `troupe.verdict` in the log at `events_path` approved
-/// `head`.
-pub fn approved_at(events_path: &Path, head: &str) -> bool {
-    let Ok(reader) = EventReader::open(events_path) else {
-        return false;
-    };
-    reader.filter_map(Result::ok).any(|(_, ev)| {
-        matches!(&ev.event, ThreadEvent::Verdict(v)
-            if v.verdict.approved && v.head.as_deref() == Some(head))
-    })
 }
 
 /// How a merge ended.

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tracing::Instrument as _;
-use troupe::pipeline::{PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline};
+use troupe::pipeline::{
+    PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, pipeline_outcome, run_pipeline,
+};
 use troupe_protocol::{
     CompletionSubtype, ThreadCompletedEvent, ThreadEvent, Usage, UserMessageEvent,
 };
@@ -326,27 +328,16 @@ fn read_events(path: &Path) -> Vec<ThreadEvent> {
         .unwrap_or_default()
 }
 
-/// The pipeline's terminal event: success only when every proposal merged.
+/// The pipeline's terminal event: success only when every proposal
+/// merged (or passed with nothing to merge); otherwise the first failing
+/// gate's code, in the gates' order (docs/pipeline.md).
 fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> ThreadCompletedEvent {
     let merged = reports
         .iter()
         .filter(|r| matches!(r.status, ProposalStatus::Merged { .. }))
         .count();
-    let code = if merged == reports.len() {
-        "success"
-    } else if reports
-        .iter()
-        .any(|r| matches!(r.status, ProposalStatus::Conflict { .. }))
-    {
-        "merge_conflict"
-    } else if reports
-        .iter()
-        .any(|r| matches!(r.status, ProposalStatus::Failed { .. }))
-    {
-        "proposer_failed"
-    } else {
-        "rejected"
-    };
+    let code = pipeline_outcome(reports);
+    let success = code == "success";
     let mut usage = Usage::default();
     for r in tree {
         usage.add(&r.usage);
@@ -355,7 +346,6 @@ fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> Thread
         .iter()
         .filter(|r| r.turns > 0)
         .try_fold(0.0, |acc, r| r.cost_usd.map(|c| acc + c));
-    let success = merged == reports.len();
     ThreadCompletedEvent {
         thread_id: id.to_string(),
         session_id: id.to_string(),
@@ -417,24 +407,45 @@ fn print_summary(
                 }
             }
         }
-        if let Some(v) = &r.verdict {
-            let word = if v.approved { "approved" } else { "rejected" };
-            writeln!(out, "  verdict: {word}")?;
-            for c in &v.checks {
-                writeln!(out, "    check `{}` exited {}", c.command, c.exit_code)?;
+        if let Some(j) = &r.judgement {
+            for c in &j.checks {
+                let who = if c.required { "check" } else { "verifier ran" };
+                let base = match c.base_exit_code {
+                    Some(code) => format!(", base {}", troupe::actors::gates::exit_text(code)),
+                    None => String::new(),
+                };
+                writeln!(
+                    out,
+                    "  {who} `{}`: {} (exit {}{base})",
+                    c.command,
+                    c.class.as_str(),
+                    troupe::actors::gates::exit_text(c.head_exit_code)
+                )?;
             }
-            for f in &v.findings {
-                writeln!(out, "    finding: {}", f.message)?;
+            match &j.verdict {
+                Some(v) => {
+                    let word = if v.approved { "approved" } else { "rejected" };
+                    writeln!(out, "  verdict: {word}")?;
+                    for f in &v.findings {
+                        writeln!(out, "    finding: {}", f.message)?;
+                    }
+                }
+                None => writeln!(out, "  verdict: not asked (an earlier gate failed)")?,
             }
         }
         match &r.status {
             ProposalStatus::Merged { head } => writeln!(out, "  merged: {head}")?,
+            ProposalStatus::NothingToMerge => writeln!(
+                out,
+                "  nothing to merge: the proposal passed with no change"
+            )?,
             ProposalStatus::Conflict { paths } => {
                 writeln!(out, "  merge conflict in: {}", paths.join(", "))?
             }
-            ProposalStatus::Rejected => writeln!(out, "  still rejected after the last round")?,
+            ProposalStatus::Refused { reason, .. } => writeln!(out, "  not merged: {reason}")?,
             ProposalStatus::Failed { reason } => writeln!(out, "  failed: {reason}")?,
         }
+        writeln!(out, "  outcome: {}", r.status.outcome_code())?;
     }
     writeln!(out, "{}", crate::render::totals(done))?;
     if let Some(session) = session {

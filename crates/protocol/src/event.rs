@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{HandoffRequest, ThreadItem, Usage, Verdict};
+use crate::{CheckRun, HandoffRequest, ThreadItem, Usage, Verdict};
 
 /// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -97,6 +97,10 @@ pub enum ThreadEvent {
     /// A read-only verifier's decision about a proposal.
     #[serde(rename = "troupe.verdict")]
     Verdict(VerdictEvent),
+    /// The runtime's decision on one proposal, from evidence: the gates in
+    /// order, the required checks, the verdict's consistency.
+    #[serde(rename = "troupe.gate")]
+    Gate(GateEvent),
     /// The terminal event of a thread: how it ended, what it cost.
     #[serde(rename = "thread.completed")]
     ThreadCompleted(ThreadCompletedEvent),
@@ -128,13 +132,14 @@ impl ThreadEvent {
             ThreadEvent::UserMessage(_) => "troupe.user_message",
             ThreadEvent::Handoff(_) => "troupe.handoff",
             ThreadEvent::Verdict(_) => "troupe.verdict",
+            ThreadEvent::Gate(_) => "troupe.gate",
             ThreadEvent::ThreadCompleted(_) => "thread.completed",
             ThreadEvent::Unknown => "unknown",
         }
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 18] = [
+    pub const KNOWN_TYPES: [&'static str; 19] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -152,6 +157,7 @@ impl ThreadEvent {
         "troupe.user_message",
         "troupe.handoff",
         "troupe.verdict",
+        "troupe.gate",
         "thread.completed",
     ];
 }
@@ -434,6 +440,43 @@ pub struct VerdictEvent {
     pub head: Option<String>,
     /// The decision.
     pub verdict: Verdict,
+    /// The agent that emitted it, when it runs in an actor tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `troupe.gate`: how the runtime decided one proposal (one round of a
+/// pipeline proposer, one `verify_change` call), from its own evidence:
+/// the first gate that failed, or `passed`. Only a `passed` gate with
+/// `merge_allowed` lets the change merge; a verdict alone never does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GateEvent {
+    /// Unique within the session, like an item id.
+    pub id: String,
+    /// The proposal: the agent id of the proposer.
+    pub proposal: String,
+    /// The pipeline round (1-based), when a pipeline decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// The commit the change starts from.
+    pub base: String,
+    /// The commit that holds it.
+    pub head: String,
+    /// `passed`, or the first gate that failed: `blocked`, `no_change`,
+    /// `protected_path`, `check_failed`, `verdict_inconsistent`,
+    /// `rejected`.
+    pub outcome_code: String,
+    /// Whether the change may merge (a passed gate).
+    pub merge_allowed: bool,
+    /// Why, in one paragraph: what failed and what to do.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// The required checks and the verifier's commands, classified.
+    #[serde(default)]
+    pub checks: Vec<CheckRun>,
+    /// The verifier whose verdict was weighed, when one was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<String>,
     /// The agent that emitted it, when it runs in an actor tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,

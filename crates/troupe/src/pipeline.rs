@@ -2,12 +2,15 @@
 //!
 //! Each proposer is a supervised subagent working in its own git worktree
 //! (`.vtcode/worktrees/<id>`, branch `troupe/<id>`). When it hands off,
-//! its changes are committed and a fresh read-only verifier judges the
-//! commit. Approved: the change merges back into the workspace's branch
-//! (merges are serialized; a conflict is reported and leaves the branch
-//! untouched). Rejected: the findings go back to the proposer as its next
-//! turn, up to `max_rounds`. Proposers run in parallel. Every step is in the
-//! event stream: `handoff`, `verdict` and `file_change` items.
+//! its changes are committed and judged by the runtime's gates
+//! ([`troupe_actors::gates`]: the handoff's boundary status, the change
+//! itself, protected paths, required checks troupe runs, then a fresh
+//! read-only verifier whose verdict is bound to what it ran). Passed: the
+//! change merges back into the workspace's branch (merges are serialized; a
+//! conflict is reported and leaves the branch untouched). Not passed: the
+//! reason goes back to the proposer as its next turn, up to `max_rounds`.
+//! Proposers run in parallel. Every step is in the event stream:
+//! `troupe.handoff`, `troupe.verdict`, `troupe.gate` and `file_change`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, oneshot};
+use troupe_actors::gates::{Gate, Judgement, Proposal as Judged, Requirements, judge};
 use troupe_protocol::{HandoffRequest, Verdict};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
 use troupe_runtime::verifier::{VerifierSettings, VerifyRequest};
@@ -24,7 +28,7 @@ use troupe_worktree::{Workspace, Worktree};
 use troupe_actors::agent::{AgentArgs, AgentEnv, AgentShared, AgentSpec, loop_id};
 use troupe_actors::session::SessionTree;
 use troupe_actors::subagent::agent_child_spec;
-use troupe_actors::verify::{MergeResult, VerifyCall, merge_change, verify_proposed_change};
+use troupe_actors::verify::{MergeResult, VerifyCall, merge_change};
 
 /// A pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -236,23 +240,72 @@ impl PipelineSpec {
 /// How one proposal ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProposalStatus {
-    /// Approved and merged; the parent's new HEAD.
+    /// Passed every gate and merged; the parent's new HEAD.
     Merged {
         /// The commit the parent's branch points at now.
         head: String,
     },
-    /// Approved, but merging conflicted; the parent is untouched.
+    /// Passed every gate with no change to merge (an analysis-only
+    /// proposer, `expect_change = false`); the parent is untouched.
+    NothingToMerge,
+    /// Passed, but merging conflicted; the parent is untouched.
     Conflict {
         /// The conflicting paths.
         paths: Vec<String>,
     },
-    /// Still rejected after the last round.
-    Rejected,
+    /// Its last round stopped at a gate.
+    Refused {
+        /// The gate that failed.
+        gate: Gate,
+        /// Why.
+        reason: String,
+    },
     /// The proposer could not produce a change.
     Failed {
         /// Why.
         reason: String,
     },
+}
+
+/// Every `outcome_code` of a proposal, in the order the gates decide: a
+/// pipeline's code is the first of its proposals' codes in this order.
+pub const OUTCOME_CODES: [&str; 9] = [
+    "proposer_failed",
+    "blocked",
+    "no_change",
+    "protected_path",
+    "check_failed",
+    "verdict_inconsistent",
+    "rejected",
+    "merge_conflict",
+    "success",
+];
+
+impl ProposalStatus {
+    /// Its `outcome_code` (one of [`OUTCOME_CODES`]).
+    pub fn outcome_code(&self) -> &'static str {
+        match self {
+            ProposalStatus::Merged { .. } | ProposalStatus::NothingToMerge => "success",
+            ProposalStatus::Conflict { .. } => "merge_conflict",
+            ProposalStatus::Refused { gate, .. } => gate.code(),
+            ProposalStatus::Failed { .. } => "proposer_failed",
+        }
+    }
+
+    /// Whether it ended well (merged, or nothing to merge).
+    pub fn succeeded(&self) -> bool {
+        self.outcome_code() == "success"
+    }
+}
+
+/// The outcome of a whole pipeline: the first of `reports`' codes in
+/// [`OUTCOME_CODES`] order (`success` when every proposal succeeded).
+pub fn pipeline_outcome(reports: &[ProposalReport]) -> &'static str {
+    OUTCOME_CODES
+        .iter()
+        .find(|code| reports.iter().any(|r| r.status.outcome_code() == **code))
+        .copied()
+        .unwrap_or("success")
 }
 
 /// One proposer's report.
@@ -264,10 +317,12 @@ pub struct ProposalReport {
     pub rounds: u32,
     /// How it ended.
     pub status: ProposalStatus,
-    /// The last verdict.
+    /// The last verdict (absent when no round reached the verifier).
     pub verdict: Option<Verdict>,
     /// The last handoff.
     pub handoff: Option<HandoffRequest>,
+    /// The last round's judgement: the gate, the reason, every check.
+    pub judgement: Option<Judgement>,
 }
 
 /// What the pipeline needs from the session.
@@ -309,9 +364,12 @@ async fn run_proposer(
     let mut report = ProposalReport {
         name: p.name.clone(),
         rounds: 0,
-        status: ProposalStatus::Rejected,
+        status: ProposalStatus::Failed {
+            reason: "no round ran".into(),
+        },
         verdict: None,
         handoff: None,
+        judgement: None,
     };
     let short: String = run
         .env
@@ -357,7 +415,7 @@ async fn run_proposer(
         let proposal = Proposal {
             agent_id: &agent_id,
             round,
-            rejected: report.verdict.as_ref(),
+            feedback: report.judgement.as_ref().map(Judgement::feedback),
             turns_so_far,
             handoff: previous.take(),
         };
@@ -392,19 +450,30 @@ async fn run_proposer(
             base: wt.base(),
             head,
             worktree: wt.path().to_path_buf(),
+            required_checks: Vec::new(),
         };
-        let verdict = verify(run, spec, &p.name, round, request).await;
-        if !verdict.approved {
-            previous = report
-                .handoff
-                .as_ref()
-                .map(|h| crate::pipeline_plan::rejected_handoff(h, &verdict));
+        let judgement = judged(run, spec, p, &agent_id, round, request).await;
+        if judgement.verdict.is_some() {
+            report.verdict.clone_from(&judgement.verdict);
         }
-        report.verdict = Some(verdict.clone());
-        if verdict.approved {
-            report.status = merge(run, workspace, &wt, merges).await;
+        if judgement.merge_allowed() {
+            report.status = if judgement.changed.is_empty() {
+                ProposalStatus::NothingToMerge
+            } else {
+                merge(run, workspace, &wt, merges).await
+            };
+            report.judgement = Some(judgement);
             return report;
         }
+        previous = report
+            .handoff
+            .as_ref()
+            .map(|h| crate::pipeline_plan::rejected_handoff(h, &judgement));
+        report.status = ProposalStatus::Refused {
+            gate: judgement.gate,
+            reason: judgement.reason.clone(),
+        };
+        report.judgement = Some(judgement);
     }
     report
 }
@@ -413,7 +482,8 @@ async fn run_proposer(
 struct Proposal<'a> {
     agent_id: &'a str,
     round: u32,
-    rejected: Option<&'a Verdict>,
+    /// Why the previous round did not pass (its judgement's feedback).
+    feedback: Option<String>,
     /// Turns its thread ran in earlier rounds (the turn limit is per round).
     turns_so_far: u32,
     /// The previous agent's handoff for its orientation (markdown).
@@ -432,7 +502,7 @@ async fn propose(
     let Proposal {
         agent_id,
         round,
-        rejected,
+        feedback,
         turns_so_far,
         handoff,
     } = proposal;
@@ -445,7 +515,7 @@ async fn propose(
     .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let store = LoopStateStore::new(&env.workspace);
     let lid = loop_id(&env.session_id, agent_id);
-    if let Some(verdict) = rejected {
+    if let Some(feedback) = feedback {
         // The findings become the proposer's next turn: a durable steering
         // intent, applied when the agent resumes its thread.
         let mut st = store
@@ -454,7 +524,7 @@ async fn propose(
             .flatten()
             .unwrap_or_else(|| LoopState::new(lid.clone()));
         st.steering
-            .push(findings_message(verdict))
+            .push(feedback_message(&feedback))
             .map_err(|e| e.to_string())?;
         store.save(&st).map_err(|e| e.to_string())?;
     }
@@ -529,31 +599,11 @@ pub(crate) async fn run_agent(
     Ok(outcome)
 }
 
-fn findings_message(verdict: &Verdict) -> String {
-    let mut text = String::from(
-        "The independent verifier rejected your change. Fix every finding below in this worktree, \
-         run the checks again, then call `handoff` again.\n\n",
-    );
-    text.push_str(&findings_list(verdict));
-    text
-}
-
-/// The verdict's findings and failed checks, as markdown.
-pub(crate) fn findings_list(verdict: &Verdict) -> String {
-    let mut text = String::from("Findings:\n");
-    for f in &verdict.findings {
-        match &f.path {
-            Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
-            None => text.push_str(&format!("- {}\n", f.message)),
-        }
-    }
-    for c in verdict.checks.iter().filter(|c| c.exit_code != 0) {
-        text.push_str(&format!(
-            "\nCheck `{}` exited {}:\n{}\n",
-            c.command, c.exit_code, c.output_excerpt
-        ));
-    }
-    text
+fn feedback_message(feedback: &str) -> String {
+    format!(
+        "Your change was not accepted. Fix what is below in this worktree, run the checks \
+         again, then call `handoff` again.\n\n{feedback}"
+    )
 }
 
 fn commit_message(p: &ProposerSpec, handoff: &HandoffRequest) -> String {
@@ -569,17 +619,37 @@ fn commit_message(p: &ProposerSpec, handoff: &HandoffRequest) -> String {
     )
 }
 
-/// A fresh verifier (temporary child) judges one proposal, through the
-/// same code path as the `verify_change` tool.
-async fn verify(
+/// What proposer `p` must meet: the pipeline's and its own checks (in
+/// that order, each once), the check timeout, `merge_blocked`,
+/// `expect_change` and `protect`.
+pub fn requirements(spec: &PipelineSpec, p: &ProposerSpec) -> Requirements {
+    let mut checks: Vec<String> = Vec::new();
+    for c in spec.pipeline.checks.iter().chain(&p.checks) {
+        if !checks.iter().any(|k| k.trim() == c.trim()) {
+            checks.push(c.clone());
+        }
+    }
+    Requirements {
+        checks,
+        check_timeout: Duration::from_secs(spec.pipeline.check_timeout_sec),
+        merge_blocked: spec.pipeline.merge_blocked,
+        expect_change: p.expect_change,
+        protect: p.protect.clone(),
+    }
+}
+
+/// The runtime's gates and a fresh verifier (temporary child) judge one
+/// proposal, through the same code path as the `verify_change` tool.
+async fn judged(
     run: &PipelineRun<'_>,
     spec: &PipelineSpec,
-    name: &str,
+    p: &ProposerSpec,
+    agent_id: &str,
     round: u32,
     request: VerifyRequest,
-) -> Verdict {
+) -> Judgement {
     let env = &run.env;
-    let id = format!("verify-{name}-r{round}");
+    let id = format!("verify-{}-r{round}", p.name);
     let call = VerifyCall {
         env,
         supervisor: run.tree.supervisor_address(),
@@ -593,7 +663,12 @@ async fn verify(
         settings: run.verifier.clone(),
         cancel: &run.cancel,
     };
-    verify_proposed_change(call, request).await
+    let proposal = Judged {
+        proposer: agent_id,
+        round: Some(round),
+        request,
+    };
+    judge(call, proposal, &requirements(spec, p)).await
 }
 
 /// Merges an approved worktree (one merge at a time) and records it,

@@ -8,10 +8,11 @@
 //! reaches it (a fresh build context): it gets the plan as the previous
 //! agent's handoff in its orientation.
 
-use troupe_protocol::{CompletionSubtype, HandoffRequest, Verdict};
+use troupe_actors::gates::Judgement;
+use troupe_protocol::{CompletionSubtype, HandoffRequest};
 use troupe_runtime::tools::SandboxMode;
 
-use crate::pipeline::{PipelineRun, ProposerSpec, findings_list, run_agent};
+use crate::pipeline::{PipelineRun, ProposerSpec, run_agent};
 use troupe_actors::agent::{AgentSpec, Isolation};
 
 /// Appended to a planning step's task.
@@ -74,13 +75,14 @@ fn plan_handoff(p: &ProposerSpec, plan: &str) -> HandoffRequest {
     }
 }
 
-/// What round N+1 of a proposer starts from: round N's handoff and the
-/// verifier's findings that rejected it.
-pub(crate) fn rejected_handoff(handoff: &HandoffRequest, verdict: &Verdict) -> String {
+/// What round N+1 of a proposer starts from: round N's handoff and why
+/// it did not pass (the gate, the findings, the failing checks).
+pub(crate) fn rejected_handoff(handoff: &HandoffRequest, judgement: &Judgement) -> String {
     format!(
-        "{}\n## Verdict: rejected\n{}",
+        "{}\n## Not accepted: {}\n{}",
         handoff.to_markdown(),
-        findings_list(verdict)
+        judgement.gate.code(),
+        judgement.feedback()
     )
 }
 

@@ -21,7 +21,8 @@
 //! - [`Worktree`] (`worktree.rs`): path, branch, base, status, diff, commit.
 //! - [`resolve_in_worktree`] (`paths.rs`): confine a caller's path.
 //! - [`WorktreeError`] (`error.rs`): every refusal, with how to fix it.
-//! - [`init_repo_with_commit`], [`recent_commits`] (`repo.rs`): helpers for
+//! - [`init_repo_with_commit`], [`recent_commits`], [`changed_paths`],
+//!   [`export_commit`] (`repo.rs`): helpers for
 //!   callers that are not worktrees.
 //!
 //! ```no_run
@@ -59,6 +60,6 @@ pub use id::{BRANCH_PREFIX, validate_id};
 pub use merge::MergeOutcome;
 pub use paths::resolve_in_worktree;
 pub use prune::PruneReport;
-pub use repo::{init_repo_with_commit, recent_commits};
+pub use repo::{changed_paths, export_commit, init_repo_with_commit, recent_commits};
 pub use workspace::{STATE_DIR, WORKTREES_DIR, Workspace, WorktreeInfo};
 pub use worktree::{ChangeKind, ChangedFile, Diff, Status, Worktree};

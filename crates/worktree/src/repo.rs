@@ -55,3 +55,119 @@ pub fn recent_commits(dir: &Path, n: usize) -> Result<Vec<String>> {
     }
     Ok(out)
 }
+
+/// The paths that differ between commits `base` and `head` of the
+/// repository at `dir` (added, changed, deleted, renamed: both names),
+/// sorted; empty when the trees are the same.
+pub fn changed_paths(dir: &Path, base: &str, head: &str) -> Result<Vec<String>> {
+    let repo = Repository::discover(dir).git("opening the repository")?;
+    let tree = |rev: &str| {
+        repo.revparse_single(rev)
+            .and_then(|o| o.peel_to_tree())
+            .git("reading a commit's tree")
+    };
+    let (old, new) = (tree(base)?, tree(head)?);
+    if old.id() == new.id() {
+        return Ok(Vec::new());
+    }
+    let diff = repo
+        .diff_tree_to_tree(Some(&old), Some(&new), None)
+        .git("diffing two commits")?;
+    let mut paths: Vec<String> = diff
+        .deltas()
+        .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+        .flatten()
+        .map(crate::worktree::slash_path)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// Writes the files of commit `rev` of the repository at `dir` into
+/// `dest` (created if missing; a plain directory, not a worktree: no
+/// `.git`, no branch, the repository's index untouched).
+pub fn export_commit(dir: &Path, rev: &str, dest: &Path) -> Result<()> {
+    let repo = Repository::discover(dir).git("opening the repository")?;
+    let tree = repo
+        .revparse_single(rev)
+        .and_then(|o| o.peel_to_tree())
+        .git("reading the commit's tree")?;
+    std::fs::create_dir_all(dest).map_err(|source| crate::WorktreeError::Io {
+        action: "creating",
+        path: dest.to_path_buf(),
+        source,
+    })?;
+    let mut checkout = git2::build::CheckoutBuilder::new();
+    checkout
+        .target_dir(dest)
+        .update_index(false)
+        .force()
+        .recreate_missing(true);
+    repo.checkout_tree(tree.as_object(), Some(&mut checkout))
+        .git("writing the commit's files")?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_paths_and_export_see_the_commits_not_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.txt"), "two\n").unwrap();
+        let base = init_repo_with_commit(dir.path(), "first").unwrap();
+        assert!(changed_paths(dir.path(), &base, &base).unwrap().is_empty());
+        std::fs::write(dir.path().join("a.txt"), "changed\n").unwrap();
+        std::fs::remove_file(dir.path().join("sub/b.txt")).unwrap();
+        std::fs::write(dir.path().join("c.txt"), "new\n").unwrap();
+        let repo = Repository::open(dir.path()).unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_all(["*"], IndexAddOption::DEFAULT, None).unwrap();
+        index.update_all(["*"], None).unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let parent = repo.head().unwrap().peel_to_commit().unwrap();
+        let sig = signature(&repo).unwrap();
+        let head = repo
+            .commit(Some("HEAD"), &sig, &sig, "second", &tree, &[&parent])
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            changed_paths(dir.path(), &base, &head).unwrap(),
+            vec!["a.txt", "c.txt", "sub/b.txt"]
+        );
+        // An uncommitted change is not a change between commits.
+        std::fs::write(dir.path().join("a.txt"), "dirty\n").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("base");
+        export_commit(dir.path(), &base, &dest).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dest.join("a.txt")).unwrap(),
+            "one\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dest.join("sub/b.txt")).unwrap(),
+            "two\n"
+        );
+        assert!(!dest.join("c.txt").exists() && !dest.join(".git").exists());
+        // The repository's own files and index are untouched.
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "dirty\n"
+        );
+        assert!(
+            Repository::open(dir.path())
+                .unwrap()
+                .statuses(None)
+                .unwrap()
+                .iter()
+                .any(|s| s.path() == Ok("a.txt"))
+        );
+        assert!(export_commit(dir.path(), "no-such-rev", &dest).is_err());
+    }
+}

@@ -21,6 +21,8 @@
 //! [`run_verifier`] drives one [`AgentLoop`] to the end; the actor wrapper
 //! (troupe-actors) and the pipeline call it. Reference: `docs/verifier.md`.
 
+mod checks;
+mod evidence;
 mod prompt;
 mod submit;
 
@@ -29,8 +31,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use troupe_protocol::{Finding, HandoffRequest, ThreadCompletedEvent, Verdict};
+use troupe_protocol::{CheckRun, Finding, HandoffRequest, ThreadCompletedEvent, Verdict};
 
+pub use checks::{CheckOutput, CheckRunner, DEFAULT_CHECK_TIMEOUT};
+pub use evidence::{Evidence, Ran};
 pub use prompt::{VERIFIER_SYSTEM_PROMPT, first_message};
 pub use submit::{SUBMIT_VERDICT, SubmitVerdictTool, VERDICT_ITEM_ID, verdict_schema};
 
@@ -57,6 +61,10 @@ pub struct VerifyRequest {
     pub head: String,
     /// The worktree checked out at `head`; the verifier's tools' workspace.
     pub worktree: PathBuf,
+    /// The required checks troupe ran on the head before the review, with
+    /// their results (shown to the verifier; it need not run them again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_checks: Vec<CheckRun>,
 }
 
 /// How a verifier runs. [`VerifierSettings::default`] is a sandboxed
@@ -146,6 +154,11 @@ pub struct VerifierOutcome {
     /// Whether its commands ran in the read-only sandbox (false only with
     /// `allow_unsandboxed` where Landlock is unavailable).
     pub sandboxed: bool,
+    /// Every command the verifier ran on the head, from the log.
+    pub ran: Vec<Ran>,
+    /// The verdict was inconsistent with the log twice: the verification
+    /// failed closed (`verdict` is that rejection).
+    pub inconsistent: bool,
 }
 
 /// Why a review produced no verdict. The caller treats every case as a
@@ -199,6 +212,7 @@ impl VerifierError {
                 path: None,
             }],
             checks: Vec::new(),
+            pre_existing: Vec::new(),
         }
     }
 }
@@ -229,12 +243,17 @@ pub async fn run_verifier(
     let scratch = Scratch::new(settings.scratch_dir.clone(), &request.worktree)?;
     let mut exec = settings.exec.clone();
     exec.sandbox = sandboxed.then(|| Sandbox::read_only(scratch.path()));
-    let submit = Arc::new(SubmitVerdictTool::new(
-        settings.name.clone(),
-        Some(request.head.clone()),
-        Some(settings.name.clone()),
-        sink.clone(),
-    ));
+    let evidence = Evidence::new(sink);
+    let sink: Arc<dyn EventSink> = Arc::new(evidence.clone());
+    let submit = Arc::new(
+        SubmitVerdictTool::new(
+            settings.name.clone(),
+            Some(request.head.clone()),
+            Some(settings.name.clone()),
+            sink.clone(),
+        )
+        .with_evidence(evidence.clone()),
+    );
     let tools = verifier_tools(exec, submit.clone()).with_policy(settings.policy.clone());
     let ctx = ToolContext {
         workspace: request.worktree.clone(),
@@ -245,7 +264,9 @@ pub async fn run_verifier(
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);
-    agent.start(&first_message(request).await).await;
+    let mut message = first_message(request).await;
+    message.push_str(&required_checks_section(&request.required_checks));
+    agent.start(&message).await;
     let completed = agent.run().await;
     // The registry (and any process still running) goes before the
     // scratch directory does.
@@ -256,11 +277,39 @@ pub async fn run_verifier(
             verdict,
             completed,
             sandboxed,
+            ran: evidence.ran(),
+            inconsistent: submit.inconsistent(),
         }),
         None => Err(VerifierError::NoVerdict {
             completed: Box::new(completed),
         }),
     }
+}
+
+/// The required checks' results, for the first message (empty when
+/// there were none).
+fn required_checks_section(checks: &[CheckRun]) -> String {
+    if checks.is_empty() {
+        return String::new();
+    }
+    let mut text =
+        String::from("\n\n## Required checks (troupe ran them on the head, read-only)\n");
+    for c in checks {
+        let code = c.head_exit_code.map_or_else(
+            || "did not exit normally".to_string(),
+            |c| format!("exit {c}"),
+        );
+        text.push_str(&format!(
+            "- `{}`: {code}, {}\n",
+            c.command,
+            c.class.as_str()
+        ));
+    }
+    text.push_str(
+        "They pass, or the change could not reach you. Review whether the change does what the \
+         task asks; run what else you need.\n",
+    );
+    text
 }
 
 /// Whether the verifier's commands run sandboxed: yes where Landlock is

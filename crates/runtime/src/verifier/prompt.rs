@@ -25,11 +25,16 @@ Work in this order:
 2. Run the checks: the project's tests (and build or lint when relevant) with exec_command.
 3. Call submit_verdict exactly once: approved is true only if the change does what the task \
 asks and every check passes; findings lists each problem (with the path when it concerns one \
-file); checks lists every command you ran, its exit code and an excerpt of its output.
+file); checks lists commands you ran with exec_command, each with the exit code it returned.
 4. Then end your turn with a one-line summary and no tool call.
 
 Only submit_verdict counts: a decision written in prose is ignored, and a review without a \
-submit_verdict call is a rejection.";
+submit_verdict call is a rejection. troupe holds your verdict to its log: a check you cite that \
+you did not run, or with another exit code, makes the verdict inconsistent (you are asked once \
+more; twice fails the review). Every exec_command you run is evidence: an approval is void when \
+one of them exited non-zero, unless you list it in pre_existing because it failed before the \
+change too (troupe runs it on the base to confirm). Use read_file, list_files and grep to look \
+around, and exec_command for the checks.";
 
 /// Most bytes of `git diff --stat` put in the first message.
 const DIFF_STAT_MAX_BYTES: usize = 4096;

@@ -7,14 +7,22 @@
 //! fields. A verdict that fails either check goes back to the model as a
 //! tool error (self-heal); the first valid one is final and is emitted as a
 //! `verdict` item at once.
+//!
+//! With [`Evidence`] ([`SubmitVerdictTool::with_evidence`]), a verdict is
+//! also bound to what the verifier ran: one whose cited checks the log
+//! does not hold is refused with the mismatches named, once; a second
+//! inconsistent one is recorded as a rejection and the verification fails
+//! closed ([`SubmitVerdictTool::inconsistent`]). A recorded verdict's
+//! `checks` are the log's runs.
 
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
-use troupe_protocol::{ThreadEvent, Verdict, VerdictEvent};
+use troupe_protocol::{Finding, ThreadEvent, Verdict, VerdictEvent};
 
+use super::evidence::Evidence;
 use crate::agent::EventSink;
 use crate::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
 
@@ -96,7 +104,13 @@ pub struct SubmitVerdictTool {
     agent_id: Option<String>,
     sink: Arc<dyn EventSink>,
     verdict: Mutex<Option<Verdict>>,
+    evidence: Option<Evidence>,
+    /// Inconsistent verdicts submitted so far.
+    refused: Mutex<u32>,
 }
+
+/// How many inconsistent verdicts fail a verification closed.
+const INCONSISTENT_LIMIT: u32 = 2;
 
 impl std::fmt::Debug for SubmitVerdictTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -123,7 +137,22 @@ impl SubmitVerdictTool {
             agent_id,
             sink,
             verdict: Mutex::new(None),
+            evidence: None,
+            refused: Mutex::new(0),
         }
+    }
+
+    /// This tool, binding every verdict to the commands `evidence` saw the
+    /// verifier run.
+    pub fn with_evidence(mut self, evidence: Evidence) -> Self {
+        self.evidence = Some(evidence);
+        self
+    }
+
+    /// Whether the verification failed closed: the verdict was
+    /// inconsistent with the log twice.
+    pub fn inconsistent(&self) -> bool {
+        *self.refused.lock() >= INCONSISTENT_LIMIT
     }
 
     /// The verdict, once a valid one was submitted.
@@ -136,7 +165,7 @@ impl SubmitVerdictTool {
             ToolError::Schema(format!(
                 "the verdict does not match the schema: {e}; send exactly {{\"approved\": bool, \
                  \"findings\": [{{\"message\", \"path\"?}}], \"checks\": [{{\"command\", \
-                 \"exit_code\", \"output_excerpt\"}}]}}"
+                 \"exit_code\", \"output_excerpt\"}}], \"pre_existing\"?: [command]}}"
             ))
         })?;
         let mut slot = self.verdict.lock();
@@ -147,16 +176,46 @@ impl SubmitVerdictTool {
                     .to_string(),
             ));
         }
-        let event = ThreadEvent::Verdict(VerdictEvent {
-            id: VERDICT_ITEM_ID.to_string(),
-            verifier: self.verifier.clone(),
-            head: self.head.clone(),
-            verdict: verdict.clone(),
-            agent_id: self.agent_id.clone(),
-        });
-        self.sink
-            .emit(&event)
-            .map_err(|e| ToolError::Failed(format!("the verdict could not be recorded: {e}")))?;
+        let mut verdict = verdict;
+        if let Some(evidence) = &self.evidence {
+            let bad = evidence.mismatches(&verdict);
+            if !bad.is_empty() {
+                let mut refused = self.refused.lock();
+                *refused += 1;
+                let list = bad.join("\n- ");
+                if *refused < INCONSISTENT_LIMIT {
+                    tracing::info!(verifier = %self.verifier, "inconsistent verdict refused");
+                    return Err(ToolError::Failed(format!(
+                        "inconsistent verdict, not recorded: its checks do not match the commands \
+                         you ran:\n- {list}\nA verdict's checks must be commands you ran with \
+                         exec_command, each with the exit code it returned: the log is the \
+                         record, not your text. Call submit_verdict once more with consistent \
+                         checks (or none); a second inconsistent verdict fails the verification."
+                    )));
+                }
+                let closed = Verdict {
+                    approved: false,
+                    findings: vec![Finding {
+                        message: format!(
+                            "the verifier's verdict was inconsistent with the log twice, so the \
+                             verification failed closed: {}",
+                            bad.join("; ")
+                        ),
+                        path: None,
+                    }],
+                    checks: evidence.checks(),
+                    pre_existing: Vec::new(),
+                };
+                self.record(&closed)?;
+                *slot = Some(closed);
+                return Err(ToolError::Failed(format!(
+                    "inconsistent again:\n- {list}\nThe verification failed closed: the change is \
+                     rejected. End your turn now, with no further tool call."
+                )));
+            }
+            verdict.checks = evidence.checks();
+        }
+        self.record(&verdict)?;
         let summary = format!(
             "verdict recorded: approved={}, {} finding(s), {} check(s). It is final. Your review \
              is complete: end your turn now with a one-line summary and no further tool call.",
@@ -171,6 +230,21 @@ impl SubmitVerdictTool {
             ..ToolOutput::default()
         })
     }
+
+    /// Emits `verdict` as the `verdict` item.
+    fn record(&self, verdict: &Verdict) -> Result<(), ToolError> {
+        let event = ThreadEvent::Verdict(VerdictEvent {
+            id: VERDICT_ITEM_ID.to_string(),
+            verifier: self.verifier.clone(),
+            head: self.head.clone(),
+            verdict: verdict.clone(),
+            agent_id: self.agent_id.clone(),
+        });
+        self.sink
+            .emit(&event)
+            .map(|_| ())
+            .map_err(|e| ToolError::Failed(format!("the verdict could not be recorded: {e}")))
+    }
 }
 
 impl Tool for SubmitVerdictTool {
@@ -181,9 +255,12 @@ impl Tool for SubmitVerdictTool {
     fn description(&self) -> &str {
         "Submit your verdict on the proposed change, exactly once, after you have run the checks. \
          approved: true only if the change does what the task asks and every check passes. \
-         findings: each problem (message, and path when it concerns one file). checks: every \
-         command you ran, with its exit code and an excerpt of its output. Only this call counts: \
-         your prose is not read as a decision."
+         findings: each problem (message, and path when it concerns one file). checks: commands \
+         you ran with exec_command, each with the exit code it returned (a command you did not \
+         run, or another exit code, makes the verdict inconsistent). pre_existing: commands that \
+         fail here and failed before the change too (troupe checks this on the base); any other \
+         failing command voids an approval. Only this call counts: your prose is not read as a \
+         decision."
     }
 
     fn schema(&self) -> Value {

@@ -7,6 +7,7 @@
 //! says so first when it is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod evidence;
 mod metadata;
 mod refusal;
 mod run;
@@ -95,6 +96,7 @@ impl Repo {
             base: self.base.clone(),
             head: self.head.clone(),
             worktree: self.root.clone(),
+            required_checks: Vec::new(),
         }
     }
 }

@@ -15,7 +15,7 @@ use troupe_testkit::{Reply, Role, Script, ScriptedServer};
 use crate::{Repo, client, proposal};
 
 /// Runs a verifier on `repo` against a server answering `replies`.
-async fn verify(
+pub async fn verify(
     repo: &Repo,
     kind: ProviderKind,
     replies: Vec<Reply>,
@@ -70,6 +70,7 @@ fn rejection() -> Verdict {
             exit_code: 1,
             output_excerpt: "touch: cannot touch 'ok': Permission denied".into(),
         }],
+        pre_existing: vec![],
     }
 }
 
@@ -96,7 +97,24 @@ async fn a_scripted_review_runs_a_check_and_submits_a_structured_verdict() {
     )
     .await;
     let outcome = result.unwrap();
+    // The recorded checks are the log's run: the same command and exit
+    // code, with the output the command really printed.
+    let recorded_check = &outcome.verdict.checks[0];
+    assert_eq!(
+        (recorded_check.command.as_str(), recorded_check.exit_code),
+        ("touch ok; test -f ok", 1)
+    );
+    assert!(
+        recorded_check.output_excerpt.contains("Permission denied"),
+        "{recorded_check:?}"
+    );
+    let verdict = Verdict {
+        checks: outcome.verdict.checks.clone(),
+        ..verdict
+    };
     assert_eq!(outcome.verdict, verdict);
+    assert_eq!(outcome.ran.len(), 1);
+    assert!(!outcome.inconsistent);
     assert!(outcome.sandboxed);
     assert_eq!(outcome.completed.subtype, CompletionSubtype::Success);
     assert_eq!(outcome.completed.num_turns, 3);
@@ -172,14 +190,13 @@ async fn the_first_request_holds_only_the_system_prompt_and_the_proposal() {
 #[tokio::test]
 async fn an_invalid_verdict_goes_back_to_the_model_and_the_first_valid_one_is_final() {
     let repo = Repo::new();
+    // No checks cited: nothing was run (citing one would be inconsistent,
+    // which evidence.rs covers).
     let valid = Verdict {
         approved: true,
         findings: vec![],
-        checks: vec![Check {
-            command: "sh test.sh".into(),
-            exit_code: 0,
-            output_excerpt: "ok".into(),
-        }],
+        checks: vec![],
+        pre_existing: vec![],
     };
     let (result, server, sink) = verify(
         &repo,

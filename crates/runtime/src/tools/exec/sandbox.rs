@@ -211,7 +211,7 @@ impl Sandbox {
     /// The variables a sandboxed command gets, all pointing inside the
     /// writable directory: `TMPDIR`, `TMP`, `TEMP`, `HOME`,
     /// `XDG_CACHE_HOME`, `CARGO_TARGET_DIR`, `npm_config_cache`,
-    /// `PYTHONPYCACHEPREFIX`. `CARGO_HOME` and `RUSTUP_HOME` keep pointing
+    /// `PYTHONPYCACHEPREFIX`; and `PYTHONDONTWRITEBYTECODE=1`. `CARGO_HOME` and `RUSTUP_HOME` keep pointing
     /// at the real (read-only) toolchain and registry, which `HOME` would
     /// otherwise hide.
     pub fn env(&self) -> Vec<(String, OsString)> {
@@ -229,6 +229,7 @@ impl Sandbox {
         .iter()
         .map(|(name, sub)| ((*name).to_string(), w.join(sub).into_os_string()))
         .collect();
+        env.push(("PYTHONDONTWRITEBYTECODE".to_string(), "1".into()));
         let home = std::env::var_os("HOME").map(PathBuf::from);
         for (name, default) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")] {
             let real = std::env::var_os(name)
