@@ -47,6 +47,7 @@ mod terminal;
 mod truth;
 mod truth_errors;
 mod turn_failed;
+mod verification_corpus;
 mod verifier_metadata;
 mod vtcode;
 
