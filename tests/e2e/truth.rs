@@ -193,7 +193,9 @@ fn a_proposer_that_never_hands_off_is_not_reported_done() {
                 Reply::text("Wrote b.txt without a word of handoff."),
             ],
         );
-    let pipeline = "[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n";
+    // One round: a blocked handoff would otherwise go back to the proposer.
+    let pipeline =
+        "[pipeline]\nmax_rounds = 1\n[[proposers]]\nname = \"writer\"\ntask = \"Write b.txt\"\n";
     let out = bin(&write_vtcode_pipeline(dir, pipeline, &script), dir)
         .output()
         .unwrap();
@@ -206,6 +208,9 @@ fn a_proposer_that_never_hands_off_is_not_reported_done() {
         stderr(&out)
     );
     assert!(!text.contains("[done]"), "{text}");
+    // Nothing merges on the verifier's approval of a blocked proposal.
+    assert!(text.contains("outcome: blocked"), "{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
     let handoffs: Vec<BoundaryStatus> = session_events(dir)
         .iter()
         .filter_map(|e| match e {

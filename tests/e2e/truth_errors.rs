@@ -69,7 +69,7 @@ fn parse_errors_name_the_file_line_column_and_the_closest_key() {
     let e = refused(&["run", "p.toml"], dir);
     assert_eq!(
         e,
-        "troupe: p.toml:3:1: unknown field `max_round`, expected one of `name`, `max_rounds`, `verifier_model`; did you mean `max_rounds`?"
+        "troupe: p.toml:3:1: unknown field `max_round`, expected one of `name`, `max_rounds`, `verifier_model`, `checks`, `check_timeout_sec`, `merge_blocked`; did you mean `max_rounds`?"
     );
     std::fs::write(dir.join("q.toml"), "[pipeline\n").unwrap();
     let e = refused(&["run", "q.toml"], dir);

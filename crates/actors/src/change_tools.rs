@@ -37,7 +37,7 @@ pub struct ChildChange {
 pub fn child_change(parent: &AgentArgs, name: &str) -> Result<ChildChange, ToolError> {
     let env = &parent.env;
     let agent_id = format!("{}/{name}", parent.agent_id);
-    let ws = Workspace::open(&env.workspace).map_err(|e| ToolError::Failed(e.to_string()))?;
+    let ws = Workspace::open(&parent.workspace).map_err(|e| ToolError::Failed(e.to_string()))?;
     let worktree = ws
         .worktree(&worktree_id(&env.session_id, &agent_id))
         .map_err(|_| {
@@ -273,7 +273,10 @@ impl MergeWorktreeTool {
                 ),
             });
         }
-        let ws = Workspace::open(&env.workspace).map_err(|e| ToolError::Failed(e.to_string()))?;
+        // Into the caller's workspace: the session's for the root, a
+        // pipeline proposer's worktree for its helpers.
+        let ws = Workspace::open(&self.parent.workspace)
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
         let merges = Arc::clone(&env.verification.merges);
         let _one_at_a_time = merges.lock().await;
         Ok(merge_change(

@@ -113,15 +113,17 @@ impl SpawnSubagentTool {
         // resumes that run from the log: nothing it did runs again.
         let interrupted = previous.is_none() && thread_in_log(p.env.log.events_path(), &agent_id);
         let resume = previous.is_some() || interrupted;
-        // Isolation: the child writes in its own worktree of the session's
-        // workspace, on branch troupe/<id>; its changes stay there until
-        // someone merges them.
+        // Isolation: the child writes in its own worktree of its parent's
+        // workspace (the session's for the root; a pipeline proposer's own
+        // worktree for its helpers, so their merges land there and pass
+        // the pipeline's gates), on branch troupe/<id>; its changes stay
+        // there until someone merges them.
         let worktree = match spec.isolation {
             Isolation::Shared => None,
             Isolation::Worktree => {
                 let id = worktree_id(&p.env.session_id, &agent_id);
-                let ws = Workspace::open(&p.env.workspace)
-                    .map_err(|e| ToolError::Failed(e.to_string()))?;
+                let ws =
+                    Workspace::open(&p.workspace).map_err(|e| ToolError::Failed(e.to_string()))?;
                 let wt = if resume {
                     ws.worktree(&id)
                 } else {
@@ -268,7 +270,7 @@ impl Tool for SpawnSubagentTool {
             handoff.to_markdown()
         );
         if spec.isolation == Isolation::Worktree {
-            let wt = Workspace::open(&p.env.workspace)
+            let wt = Workspace::open(&p.workspace)
                 .and_then(|ws| ws.worktree(&worktree_id(&p.env.session_id, &child)));
             match wt {
                 Ok(wt) => output.push_str(&commit_worktree(&child, &wt, &handoff)),

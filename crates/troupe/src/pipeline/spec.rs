@@ -218,3 +218,65 @@ impl PipelineSpec {
         Ok(spec)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PipelineSpec, String> {
+        PipelineSpec::parse(text, Path::new("p.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_gate_keys_parse_with_their_defaults() {
+        let spec = parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\n").unwrap();
+        assert!(spec.pipeline.checks.is_empty());
+        assert_eq!(spec.pipeline.check_timeout_sec, DEFAULT_CHECK_TIMEOUT_SEC);
+        assert!(!spec.pipeline.merge_blocked);
+        let p = &spec.proposers[0];
+        assert!(p.expect_change && p.checks.is_empty() && p.protect.is_empty());
+        let spec = parse(
+            "[pipeline]\nchecks = [\"sh test.sh\"]\ncheck_timeout_sec = 30\nmerge_blocked = true\n\
+             [[proposers]]\nname = \"a\"\ntask = \"t\"\nchecks = [\"sh more.sh\"]\n\
+             expect_change = false\nprotect = [\"test_*.sh\"]\n",
+        )
+        .unwrap();
+        assert_eq!(spec.pipeline.checks, ["sh test.sh"]);
+        assert_eq!(spec.pipeline.check_timeout_sec, 30);
+        assert!(spec.pipeline.merge_blocked);
+        let p = &spec.proposers[0];
+        assert_eq!(
+            (p.checks.as_slice(), p.expect_change),
+            (&["sh more.sh".to_string()][..], false)
+        );
+        assert_eq!(p.protect, ["test_*.sh"]);
+    }
+
+    #[test]
+    fn bad_gate_keys_are_named() {
+        let cases = [
+            (
+                "[pipeline]\ncheck_timeout_sec = 0\n",
+                "check_timeout_sec must be at least 1",
+            ),
+            (
+                "[pipeline]\nchecks = [\" \"]\n",
+                "[pipeline]: a check is empty",
+            ),
+            ("[pipeline]\nchecks = \"sh test.sh\"\n", "checks"),
+            ("[pipeline]\nmerge_blocked = \"yes\"\n", "merge_blocked"),
+        ];
+        for (head, says) in cases {
+            let text = format!("{head}[[proposers]]\nname = \"a\"\ntask = \"t\"\n");
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(says), "{head}: {err}");
+        }
+        let err =
+            parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\nchecks = [\"\"]\n").unwrap_err();
+        assert!(err.contains("proposer `a`: a check is empty"), "{err}");
+        let err =
+            parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\nexpect_change = 1\n").unwrap_err();
+        assert!(err.contains("expect_change"), "{err}");
+    }
+}
