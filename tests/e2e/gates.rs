@@ -437,3 +437,64 @@ fn verify_change_with_checks_refuses_what_the_checks_refuse() {
     assert_eq!(decided[0].proposal, "session/root/fixer");
     assert_eq!(decided[0].round, None);
 }
+
+/// A proposer's worktree helper branches from, and merges into, the
+/// proposer's own worktree: its work reaches the workspace only through
+/// the pipeline's gates (here a required check that needs the helper's
+/// file, and one that fails, so nothing merges).
+#[test]
+fn a_proposers_helpers_merge_into_its_worktree_not_the_workspace() {
+    for (check, merges) in [("test -f helper.txt", true), ("test -f other.txt", false)] {
+        let ws = tempfile::tempdir().unwrap();
+        calc_repo(ws.path(), &[]);
+        let before = head(ws.path());
+        let script = Script::replies(vec![])
+            .with_route("independent verifier", approve_citing("v", json!([])))
+            .with_route(
+                "Write helper.txt",
+                vec![
+                    Reply::tool_call("h1", "write_file", json!({"path": "helper.txt", "content": "hi\n"})),
+                    Reply::tool_call("h2", "handoff", handoff("wrote helper.txt", "done")),
+                    Reply::text("done"),
+                ],
+            )
+            .with_route(
+                "Task LEAD",
+                vec![
+                    Reply::tool_call(
+                        "l1",
+                        "spawn_subagent",
+                        json!({"name": "helper", "task": "Write helper.txt", "isolation": "worktree"}),
+                    ),
+                    Reply::tool_call("l2", "verify_change", json!({"name": "helper"})),
+                    Reply::tool_call("l3", "merge_worktree", json!({"name": "helper"})),
+                    Reply::tool_call("l4", "handoff", handoff("the helper wrote it", "done")),
+                    Reply::text("ok"),
+                ],
+            );
+        let (out, events) = run(
+            ws.path(),
+            &format!(
+                "[pipeline]\nmax_rounds = 1\nchecks = [\"{check}\"]\n\
+                 [[proposers]]\nname = \"lead\"\ntask = \"Task LEAD: get helper.txt written.\"\n"
+            ),
+            script,
+        );
+        let stdout = super::assert_exit(&out, if merges { 0 } else { 1 });
+        let decided = gates(&events);
+        // The helper's own verification, then the pipeline's decision.
+        assert_eq!(decided.len(), 2, "{decided:?}");
+        assert_eq!(decided[0].proposal, "session/lead/helper");
+        assert!(decided[0].merge_allowed);
+        let lead = decided[1];
+        assert_eq!(lead.proposal, "session/lead");
+        // The helper's merge moved the proposer's branch, not the workspace's.
+        assert_ne!(lead.head, lead.base, "{stdout}");
+        assert_eq!(lead.merge_allowed, merges, "{stdout}");
+        let landed = ws.path().join("helper.txt").exists();
+        assert_eq!(landed, merges, "{stdout}");
+        if !merges {
+            assert_eq!(head(ws.path()), before, "{stdout}");
+        }
+    }
+}
