@@ -498,3 +498,130 @@ fn a_proposers_helpers_merge_into_its_worktree_not_the_workspace() {
         }
     }
 }
+
+/// Required checks run on the committed head, not the worktree: a file
+/// the proposer made but git ignores (build output, a dependency
+/// directory) does not reach the merge, so it cannot make a check pass.
+#[test]
+fn a_required_check_sees_what_merges_not_ignored_files() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path(), &[(".gitignore", "/.vtcode/\nbuild/\n")]);
+    let script = Script::replies(vec![])
+        .with_route("independent verifier", approve_citing("v", json!([])))
+        .with_route(
+            "Task BUILD",
+            vec![
+                Reply::tool_call(
+                    "b1",
+                    "write_file",
+                    json!({"path": "build/ok", "content": "1\n"}),
+                ),
+                Reply::tool_call(
+                    "b2",
+                    "write_file",
+                    json!({"path": "NOTES.md", "content": "built\n"}),
+                ),
+                Reply::tool_call("b3", "handoff", handoff("built", "done")),
+                Reply::text("ok"),
+            ],
+        );
+    let (out, events) = run(
+        ws.path(),
+        "[pipeline]\nmax_rounds = 1\nchecks = [\"test -f build/ok\"]\n\
+         [[proposers]]\nname = \"b\"\ntask = \"Task BUILD: build it.\"\n",
+        script,
+    );
+    let stdout = super::assert_exit(&out, 1);
+    let g = gates(&events)[0].clone();
+    assert_eq!(g.outcome_code, "check_failed", "{stdout}");
+    assert_eq!(g.checks[0].head_exit_code, Some(1), "{g:?}");
+}
+
+/// A verifier's claim that a failure is pre-existing stands only on
+/// troupe's own base run of the same command, in the same directory, with
+/// the same exit code: a regression in a subdirectory, or a base run
+/// killed at the timeout, voids the approval.
+#[test]
+fn a_pre_existing_claim_needs_the_same_failure_on_the_base() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(
+        ws.path(),
+        &[("sub/t.sh", "exit 0\n"), ("slow.sh", "sleep 30\n")],
+    );
+    let claim = |id: &str, command: &str, cwd: Option<&str>| {
+        let mut args = json!({"command": command});
+        if let Some(cwd) = cwd {
+            args["cwd"] = json!(cwd);
+        }
+        vec![
+            Reply::tool_call(format!("{id}1"), "exec_command", args),
+            Reply::tool_call(
+                format!("{id}2"),
+                "submit_verdict",
+                json!({"approved": true, "pre_existing": [command]}),
+            ),
+            Reply::text("approved"),
+        ]
+    };
+    let edit = |id: &str, path: &str, content: &str, mark: &str| {
+        vec![
+            Reply::tool_call(
+                format!("{id}1"),
+                "write_file",
+                json!({"path": path, "content": content}),
+            ),
+            Reply::tool_call(format!("{id}2"), "handoff", handoff(mark, "done")),
+            Reply::text("ok"),
+        ]
+    };
+    let script = Script::replies(vec![])
+        .with_route_all(
+            "independent verifier",
+            vec!["MARK-SUB".into()],
+            claim("s", "sh t.sh", Some("sub")),
+        )
+        .with_route_all(
+            "independent verifier",
+            vec!["MARK-SLOW".into()],
+            claim("w", "sh slow.sh", None),
+        )
+        .with_route("Task SUB", edit("a", "sub/t.sh", "exit 1\n", "MARK-SUB"))
+        // On the head slow.sh fails at once; on the base it runs past the
+        // one-second timeout and is killed.
+        .with_route("Task SLOW", edit("b", "slow.sh", "exit 1\n", "MARK-SLOW"));
+    let (out, events) = run(
+        ws.path(),
+        "[pipeline]\nmax_rounds = 1\ncheck_timeout_sec = 1\n\
+         [[proposers]]\nname = \"sub\"\ntask = \"Task SUB: tidy.\"\n\
+         [[proposers]]\nname = \"slow\"\ntask = \"Task SLOW: tidy.\"\n",
+        script,
+    );
+    let stdout = super::assert_exit(&out, 1);
+    let by = |who: &str| {
+        gates(&events)
+            .into_iter()
+            .find(|g| g.proposal.ends_with(who))
+            .unwrap()
+            .clone()
+    };
+    let sub = by("/sub");
+    assert_eq!(sub.outcome_code, "rejected", "{stdout}");
+    assert!(sub.reason.contains("approval is void"), "{}", sub.reason);
+    let ran = &sub.checks[0];
+    // Run on the base in sub/, where it passes: a regression.
+    assert_eq!(
+        (ran.head_exit_code, ran.base_exit_code),
+        (Some(1), Some(Some(0))),
+        "{ran:?}"
+    );
+    assert_eq!(ran.class, CheckClass::Regression);
+    let slow = by("/slow");
+    assert_eq!(slow.outcome_code, "rejected", "{stdout}");
+    let ran = &slow.checks[0];
+    assert_eq!(
+        (ran.head_exit_code, ran.base_exit_code),
+        (Some(1), Some(None)),
+        "{ran:?}"
+    );
+    assert_eq!(ran.class, CheckClass::Fails);
+}

@@ -12,8 +12,10 @@
 //! 3. `protected_path`: a changed path matches the proposer's `protect`
 //!    patterns;
 //! 4. `check_failed`: a required check, run by troupe in the read-only
-//!    sandbox ([`CheckRunner`]), fails on the head; a failing check is run
-//!    on the base too and classified `regression` or `pre_existing`;
+//!    sandbox ([`CheckRunner`]) on an export of the head commit, fails; a
+//!    failing check is run on the base's export too and classified
+//!    `regression`, `pre_existing`, or `fails` (the base run did not exit
+//!    normally);
 //! 5. `verdict_inconsistent`: the verifier's verdict cited checks its log
 //!    does not hold, twice;
 //! 6. `rejected`: the verifier rejected, or its approval is void: a
@@ -22,8 +24,11 @@
 //!    run.
 //!
 //! A gate that fails before the verdict skips the verifier. The decision is
-//! journaled as one `troupe.gate` event ([`GateEvent`]); only a `passed`
-//! gate lets a change merge (`merge_worktree` looks for it).
+//! journaled as one `troupe.gate` event ([`GateEvent`]), durable before a
+//! `passed` one is trusted; only a `passed` gate lets a change merge
+//! (`merge_worktree` looks for it), unless the user set `[verifier]
+//! allow_unverified_merge` for `merge_worktree`. A cancelled judgement
+//! never passes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -199,14 +204,21 @@ pub async fn judge(
         head: request.head.clone(),
     };
     let sink: Arc<dyn EventSink> = Arc::new(LogSink::new(env.log.clone(), env.call_timeout));
-    let mut base = BaseRuns::new(&request, needs, &call, &sink);
-    match decide(call, &mut request, needs, &mut judgement, &mut base).await {
+    let cancel = call.cancel.clone();
+    let mut runs = Runs::new(&request, needs, &call, &sink);
+    match decide(call, &mut request, needs, &mut judgement, &mut runs).await {
+        // A cancelled judgement proves nothing (its runs were cut short).
+        Ok(()) if cancel.is_cancelled() => {
+            judgement.gate = Gate::Rejected;
+            judgement.reason = "the verification was cancelled".into();
+        }
         Ok(()) => judgement.reason = "every gate passed".into(),
         Err((gate, reason)) => {
             judgement.gate = gate;
             judgement.reason = reason;
         }
     }
+    drop(runs);
     let event = ThreadEvent::Gate(GateEvent {
         id: format!("gate-{}", uuid::Uuid::new_v4().simple()),
         proposal: proposer.to_string(),
@@ -220,8 +232,16 @@ pub async fn judge(
         verifier: judgement.verdict.as_ref().map(|_| name.clone()),
         agent_id: Some(name),
     });
-    if let Err(e) = sink.emit(&event) {
-        // Unrecorded, the decision cannot let anything merge.
+    // A passed decision is trusted (merged on, or found by
+    // `merge_worktree`) only once it is durable in the log.
+    let recorded = match sink.emit(&event) {
+        Ok(seq) if judgement.gate == Gate::Passed => {
+            sink.durable(seq).await.map_err(|e| e.to_string())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = recorded {
         tracing::warn!(error = %e, "the gate's decision could not be recorded");
         if judgement.gate == Gate::Passed {
             judgement.gate = Gate::Rejected;
@@ -238,7 +258,7 @@ async fn decide(
     request: &mut VerifyRequest,
     needs: &Requirements,
     judgement: &mut Judgement,
-    base: &mut BaseRuns,
+    runs: &mut Runs,
 ) -> Result<(), Stop> {
     if !needs.merge_blocked {
         blocked(&request.proposal).map_err(|r| (Gate::Blocked, r))?;
@@ -281,14 +301,14 @@ async fn decide(
         ));
     }
     for command in &needs.checks {
-        let head = base
-            .run_head(command)
+        let head = runs
+            .on_head(command)
             .await
             .map_err(|r| (Gate::CheckFailed, r))?;
         let run = if head.passed() {
             check_run(command, true, &head, None)
         } else {
-            let on_base = base.run_base(command).await;
+            let on_base = runs.on_base(command, None).await;
             check_run(command, true, &head, on_base.as_ref())
         };
         judgement.checks.push(run);
@@ -323,10 +343,15 @@ async fn decide(
                 .into(),
         ));
     }
-    let void = weigh_commands(&review, judgement, base).await;
     if !review.verdict.approved {
+        for ran in &review.ran {
+            judgement
+                .checks
+                .push(check_run(&ran.command, false, &as_output(ran), None));
+        }
         return Err((Gate::Rejected, "the verifier rejected the change".into()));
     }
+    let void = weigh_commands(&review, judgement, runs).await;
     if !void.is_empty() {
         return Err((
             Gate::Rejected,
@@ -366,13 +391,20 @@ fn blocked(handoff: &HandoffRequest) -> Result<(), String> {
     Ok(())
 }
 
-/// Classifies every command the verifier ran, and returns why its
-/// approval is void: each failing command not both listed in
-/// `pre_existing` and failing on the base in troupe's own run.
+/// Most distinct commands of one verdict troupe runs again on the base
+/// (each up to the check timeout); a verdict that calls more failures
+/// pre-existing has its approval voided for the rest.
+const MAX_BASE_RUNS: usize = 8;
+
+/// Classifies every command an approving verifier ran, and returns why
+/// its approval is void: each failing command not both listed in
+/// `pre_existing` and failing on the base, in troupe's own run of the same
+/// command (same directory, the worktree's path rewritten to the base's),
+/// with the same exit code.
 async fn weigh_commands(
     review: &Review,
     judgement: &mut Judgement,
-    base: &mut BaseRuns,
+    runs: &mut Runs,
 ) -> Vec<String> {
     let listed: Vec<&str> = review
         .verdict
@@ -381,38 +413,52 @@ async fn weigh_commands(
         .map(|c| c.trim())
         .collect();
     let mut void = Vec::new();
+    let mut on_base: Vec<((String, Option<String>), Option<CheckOutput>)> = Vec::new();
     for ran in &review.ran {
-        let head = CheckOutput {
-            exit_code: ran.exit_code,
-            output: ran.output.clone(),
-            item_id: ran.item_id.clone(),
-        };
-        if head.passed() {
-            judgement
-                .checks
-                .push(check_run(&ran.command, false, &head, None));
-            continue;
-        }
+        let head = as_output(ran);
         let command = ran.command.trim();
-        if !listed.contains(&command) {
+        if head.passed() || !listed.contains(&command) {
             judgement
                 .checks
                 .push(check_run(&ran.command, false, &head, None));
-            void.push(format!(
-                "`{command}` exited {} on the head and the verdict does not list it as \
-                 pre-existing",
-                exit_text(ran.exit_code)
-            ));
+            if !head.passed() {
+                void.push(format!(
+                    "`{command}` exited {} on the head and the verdict does not list it as \
+                     pre-existing",
+                    exit_text(ran.exit_code)
+                ));
+            }
             continue;
         }
-        let on_base = base.run_base(&ran.command).await;
-        let run = check_run(&ran.command, false, &head, on_base.as_ref());
-        if run.class != CheckClass::PreExisting {
+        let key = (command.to_string(), ran.cwd.clone());
+        let base = match on_base.iter().find(|(k, _)| *k == key) {
+            Some((_, b)) => b.clone(),
+            None if on_base.len() >= MAX_BASE_RUNS => {
+                judgement
+                    .checks
+                    .push(check_run(&ran.command, false, &head, None));
+                void.push(format!(
+                    "`{command}` exited {} on the head; the verdict calls more than \
+                     {MAX_BASE_RUNS} commands pre-existing, and troupe checks at most that many \
+                     on the base",
+                    exit_text(ran.exit_code)
+                ));
+                continue;
+            }
+            None => {
+                let b = runs.on_base(&ran.command, ran.cwd.as_deref()).await;
+                on_base.push((key, b.clone()));
+                b
+            }
+        };
+        let run = check_run(&ran.command, false, &head, base.as_ref());
+        let same = base.as_ref().is_some_and(|b| b.exit_code == head.exit_code);
+        if run.class != CheckClass::PreExisting || !same {
             void.push(format!(
                 "`{command}` exited {} on the head; the verdict calls it pre-existing, but on the \
                  base it {}",
                 exit_text(ran.exit_code),
-                match &on_base {
+                match &base {
                     Some(b) => format!("exited {}", exit_text(b.exit_code)),
                     None => "could not be run".to_string(),
                 }
@@ -421,6 +467,15 @@ async fn weigh_commands(
         judgement.checks.push(run);
     }
     void
+}
+
+/// A verifier's run as a check's head output.
+fn as_output(ran: &troupe_runtime::verifier::Ran) -> CheckOutput {
+    CheckOutput {
+        exit_code: ran.exit_code,
+        output: ran.output.clone(),
+        item_id: ran.item_id.clone(),
+    }
 }
 
 fn check_run(
@@ -441,22 +496,26 @@ fn check_run(
     }
 }
 
-/// troupe's own runs for one judgement: on the head (the worktree) and on
-/// the base (its files exported once, on first need, into a temporary
-/// directory removed on drop).
-struct BaseRuns {
+/// troupe's own runs for one judgement, each in a clean export of a
+/// commit (exported once, on first need, into a temporary directory
+/// removed on drop): required checks on the head (what merges, not the
+/// worktree with its untracked and ignored files), and, where a class
+/// needs it, the same commands on the base.
+struct Runs {
     worktree: PathBuf,
+    head: String,
     base: String,
     timeout: Duration,
     name: String,
     settings: troupe_runtime::verifier::VerifierSettings,
     sink: Arc<dyn EventSink>,
     runner: Option<CheckRunner>,
+    head_dir: Option<Result<TempTree, String>>,
     base_dir: Option<Result<TempTree, String>>,
     count: u32,
 }
 
-impl BaseRuns {
+impl Runs {
     fn new(
         request: &VerifyRequest,
         needs: &Requirements,
@@ -466,14 +525,16 @@ impl BaseRuns {
         let mut settings = call.settings.clone();
         settings.spool_dir = Some(call.env.log.dir().join("derived"));
         settings.cancel = call.cancel.clone();
-        BaseRuns {
+        Runs {
             worktree: request.worktree.clone(),
+            head: request.head.clone(),
             base: request.base.clone(),
             timeout: needs.check_timeout,
             name: call.name.clone(),
             settings,
             sink: Arc::clone(sink),
             runner: None,
+            head_dir: None,
             base_dir: None,
             count: 0,
         }
@@ -502,30 +563,80 @@ impl BaseRuns {
         format!("check-{tail}-{}-{side}", self.count)
     }
 
-    async fn run_head(&mut self, command: &str) -> Result<CheckOutput, String> {
+    /// A required check on the head's files.
+    async fn on_head(&mut self, command: &str) -> Result<CheckOutput, String> {
+        if self.head_dir.is_none() {
+            self.head_dir = Some(TempTree::export(&self.worktree, &self.head));
+        }
+        let dir = match self.head_dir.as_ref() {
+            Some(Ok(tree)) => tree.path.clone(),
+            Some(Err(e)) => return Err(format!("troupe cannot export the head: {e}")),
+            None => return Err("troupe cannot export the head".into()),
+        };
         let id = self.item_id("head");
-        let dir = self.worktree.clone();
         let runner = self.runner()?;
         Ok(runner.run(command, &dir, id).await)
     }
 
-    /// `command` on the base; `None` when the base cannot be exported or
+    /// `command` on the base, in `cwd` (as the head's run gave it) and
+    /// with the worktree's path rewritten to the base's; `None` when the
+    /// base cannot be exported, the directory is outside the worktree, or
     /// the checks cannot run.
-    async fn run_base(&mut self, command: &str) -> Option<CheckOutput> {
+    async fn on_base(&mut self, command: &str, cwd: Option<&str>) -> Option<CheckOutput> {
         if self.base_dir.is_none() {
             self.base_dir = Some(TempTree::export(&self.worktree, &self.base));
         }
-        let dir = match self.base_dir.as_ref()? {
+        let root = match self.base_dir.as_ref()? {
             Ok(tree) => tree.path.clone(),
             Err(e) => {
                 tracing::warn!(error = %e, "the base cannot be exported; its runs are skipped");
                 return None;
             }
         };
+        let (command, dir) = on_base_of(command, cwd, &self.worktree, &root)?;
         let id = self.item_id("base");
         let runner = self.runner().ok()?;
-        Some(runner.run(command, &dir, id).await)
+        Some(runner.run(&command, &dir, id).await)
     }
+}
+
+/// The base's version of a command run in the worktree: every mention of
+/// the worktree's path replaced by the base's root, and its directory
+/// (`cwd`: relative to the worktree, or absolute inside it) moved there
+/// too. `None` for a directory outside the worktree, which has no base.
+fn on_base_of(
+    command: &str,
+    cwd: Option<&str>,
+    worktree: &Path,
+    base: &Path,
+) -> Option<(String, PathBuf)> {
+    let mut command = command.to_string();
+    let mut dir = base.to_path_buf();
+    let mut forms = vec![worktree.to_path_buf()];
+    if let Ok(real) = worktree.canonicalize() {
+        forms.push(real);
+    }
+    for form in &forms {
+        if let Some(text) = form.to_str().filter(|t| t.len() > 1) {
+            command = command.replace(text, &base.to_string_lossy());
+        }
+    }
+    if let Some(cwd) = cwd.filter(|c| !c.is_empty()) {
+        let cwd = Path::new(cwd);
+        let rest = if cwd.is_absolute() {
+            forms.iter().find_map(|f| cwd.strip_prefix(f).ok())?
+        } else {
+            cwd
+        };
+        if rest
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return None;
+        }
+        dir = dir.join(rest);
+    }
+    Some((command, dir))
 }
 
 /// A commit's files in a temporary directory, removed on drop.
@@ -559,4 +670,85 @@ pub fn passed_at(events_path: &Path, head: &str) -> bool {
     reader.filter_map(Result::ok).any(
         |(_, ev)| matches!(&ev.event, ThreadEvent::Gate(g) if g.merge_allowed && g.head == head),
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_run_is_the_same_command_in_the_same_place_of_the_base() {
+        let wt = Path::new("/work/repo/.vtcode/worktrees/s-fixer");
+        let base = Path::new("/tmp/troupe-base-1");
+        assert_eq!(
+            on_base_of("sh test.sh", None, wt, base),
+            Some(("sh test.sh".into(), base.to_path_buf()))
+        );
+        // The worktree's path, wherever it appears, becomes the base's.
+        assert_eq!(
+            on_base_of(
+                "cd /work/repo/.vtcode/worktrees/s-fixer && python3 test_calc.py",
+                None,
+                wt,
+                base
+            ),
+            Some((
+                "cd /tmp/troupe-base-1 && python3 test_calc.py".into(),
+                base.to_path_buf()
+            ))
+        );
+        // A directory inside the worktree moves with it, relative or absolute.
+        for cwd in ["sub/dir", "/work/repo/.vtcode/worktrees/s-fixer/sub/dir"] {
+            assert_eq!(
+                on_base_of("sh t.sh", Some(cwd), wt, base),
+                Some(("sh t.sh".into(), base.join("sub/dir"))),
+                "{cwd}"
+            );
+        }
+        // Outside the worktree there is no base to run in.
+        assert_eq!(on_base_of("sh t.sh", Some("/etc"), wt, base), None);
+        assert_eq!(on_base_of("sh t.sh", Some("../other"), wt, base), None);
+    }
+
+    #[test]
+    fn a_base_run_that_did_not_exit_is_never_pre_existing() {
+        assert_eq!(CheckClass::of(Some(0), None), CheckClass::Passes);
+        assert_eq!(CheckClass::of(Some(1), None), CheckClass::Fails);
+        assert_eq!(CheckClass::of(Some(1), Some(None)), CheckClass::Fails);
+        assert_eq!(CheckClass::of(None, Some(None)), CheckClass::Fails);
+        assert_eq!(
+            CheckClass::of(Some(1), Some(Some(0))),
+            CheckClass::Regression
+        );
+        assert_eq!(
+            CheckClass::of(Some(1), Some(Some(2))),
+            CheckClass::PreExisting
+        );
+    }
+
+    #[test]
+    fn a_handoff_merges_only_with_a_done_deliverable_and_none_blocked() {
+        let with = |statuses: &[BoundaryStatus]| HandoffRequest {
+            boundary_status: statuses
+                .iter()
+                .enumerate()
+                .map(|(i, s)| troupe_protocol::Deliverable {
+                    name: format!("d{i}"),
+                    status: *s,
+                    note: None,
+                })
+                .collect(),
+            ..HandoffRequest::default()
+        };
+        assert!(blocked(&with(&[BoundaryStatus::Done])).is_ok());
+        assert!(blocked(&with(&[BoundaryStatus::Done, BoundaryStatus::InProgress])).is_ok());
+        for bad in [
+            &[][..],
+            &[BoundaryStatus::NotStarted][..],
+            &[BoundaryStatus::Done, BoundaryStatus::Blocked][..],
+        ] {
+            assert!(blocked(&with(bad)).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -5,8 +5,9 @@
 //! - [`verify_proposed_change`]: a fresh read-only [`VerifierActor`] (a
 //!   temporary child of the given supervisor) judges one
 //!   [`VerifyRequest`]: the task, the handoff and the diff, nothing of the
-//!   proposer's transcript. It returns the typed [`Verdict`] (a rejection
-//!   when the verifier could not decide).
+//!   proposer's transcript. It returns the verifier's [`Review`]: its
+//!   typed [`Verdict`] (a rejection when it could not decide) and the
+//!   commands it ran, which [`crate::gates::judge`] weighs.
 //! - [`merge_change`]: merges a worktree's branch into the workspace's (one
 //!   merge at a time per session) and records a `file_change` item; a
 //!   conflict leaves the workspace untouched and is a typed

@@ -355,7 +355,16 @@ fn completion(id: &str, reports: &[ProposalReport], tree: &[AgentRow]) -> Thread
             CompletionSubtype::ErrorDuringExecution
         },
         outcome_code: code.into(),
-        result: success.then(|| format!("{merged} of {} proposals merged", reports.len())),
+        result: success.then(|| {
+            let nothing = reports.len() - merged;
+            match nothing {
+                0 => format!("{merged} of {} proposals merged", reports.len()),
+                n => format!(
+                    "{merged} of {} proposals merged, {n} passed with nothing to merge",
+                    reports.len()
+                ),
+            }
+        }),
         stop_reason: None,
         usage,
         total_cost_usd: cost,
@@ -435,10 +444,18 @@ fn print_summary(
         }
         match &r.status {
             ProposalStatus::Merged { head } => writeln!(out, "  merged: {head}")?,
-            ProposalStatus::NothingToMerge => writeln!(
-                out,
-                "  nothing to merge: the proposal passed with no change"
-            )?,
+            ProposalStatus::NothingToMerge => {
+                let none = r.judgement.as_ref().is_some_and(|j| j.changed.is_empty());
+                writeln!(
+                    out,
+                    "  nothing to merge: {}",
+                    if none {
+                        "the proposal changes nothing (expect_change = false)"
+                    } else {
+                        "the workspace already holds its change"
+                    }
+                )?
+            }
             ProposalStatus::Conflict { paths } => {
                 writeln!(out, "  merge conflict in: {}", paths.join(", "))?
             }

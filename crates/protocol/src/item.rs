@@ -232,6 +232,10 @@ pub struct ToolOutputItem {
 pub struct CommandExecutionItem {
     /// The command line.
     pub command: String,
+    /// The directory it ran in, as the call gave it (`cwd`, relative to
+    /// the workspace or absolute); absent: the workspace root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// Bounded preview of the combined output (stdout then stderr); empty
     /// while it runs.
     #[serde(default)]

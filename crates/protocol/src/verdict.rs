@@ -61,7 +61,8 @@ pub enum CheckClass {
     Regression,
     /// It fails on the head and failed on the base too.
     PreExisting,
-    /// It fails on the head; the base was not run (or could not be).
+    /// It fails on the head; the base was not run, or its base run did
+    /// not exit normally (killed at the timeout, refused, cancelled).
     Fails,
 }
 
@@ -78,13 +79,15 @@ impl CheckClass {
 
     /// The class of a command from its exit codes on the head and (when
     /// run) on the base; `None` is a command that did not exit normally
-    /// (a timeout, a signal, a refusal), which fails.
+    /// (a timeout, a signal, a refusal), which fails. A base run that did
+    /// not exit normally proves nothing about the base: `Fails`, never
+    /// `PreExisting`.
     pub fn of(head: Option<i32>, base: Option<Option<i32>>) -> CheckClass {
         match (head, base) {
             (Some(0), _) => CheckClass::Passes,
-            (_, None) => CheckClass::Fails,
+            (_, None | Some(None)) => CheckClass::Fails,
             (_, Some(Some(0))) => CheckClass::Regression,
-            (_, Some(_)) => CheckClass::PreExisting,
+            (_, Some(Some(_))) => CheckClass::PreExisting,
         }
     }
 }

@@ -30,6 +30,7 @@ const EXEC_TOOL: &str = "exec_command";
 pub(super) struct OpenCommand {
     item_id: String,
     command: String,
+    cwd: Option<String>,
     call_id: String,
 }
 
@@ -75,6 +76,7 @@ impl AgentLoop {
         let open = OpenCommand {
             item_id: self.item_id(),
             command: command.to_string(),
+            cwd: args.get("cwd").and_then(Value::as_str).map(String::from),
             call_id: call_id.to_string(),
         };
         self.emit_command(
@@ -236,6 +238,7 @@ fn command_item(
 ) -> CommandExecutionItem {
     CommandExecutionItem {
         command: open.command.clone(),
+        cwd: open.cwd.clone(),
         aggregated_output: out.map(|o| preview(&o.output)).unwrap_or_default(),
         exit_code: out.and_then(|o| o.exit_code),
         status,

@@ -87,7 +87,7 @@ impl CheckRunner {
         // Killed at the timeout; the wait outlasts it, so the result is the
         // kill's, never "still running".
         exec.ceiling = timeout;
-        exec.default_timeout = timeout + Duration::from_secs(10);
+        exec.default_timeout = timeout.saturating_add(Duration::from_secs(10));
         exec.max_wait = exec.default_timeout;
         Ok(CheckRunner {
             tool: ExecCommandTool::new(exec),
@@ -103,6 +103,7 @@ impl CheckRunner {
     pub async fn run(&self, command: &str, dir: &Path, item_id: String) -> CheckOutput {
         let mut item = CommandExecutionItem {
             command: command.to_string(),
+            cwd: None,
             aggregated_output: String::new(),
             exit_code: None,
             status: ItemStatus::InProgress,
@@ -115,8 +116,10 @@ impl CheckRunner {
         let mut ctx = ToolContext::new(dir);
         ctx.spool_dir.clone_from(&self.settings.spool_dir);
         ctx.cancel = self.settings.cancel.clone();
-        let args =
-            json!({"command": command, "timeout_ms": self.timeout.as_millis() as u64 + 10_000});
+        let wait = u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(10_000);
+        let args = json!({"command": command, "timeout_ms": wait});
         let (exit_code, output) = match self.tool.call(args, &ctx).await {
             Ok(out) => {
                 item.spool_path = out.spool_path.clone();

@@ -1,8 +1,10 @@
 //! A verdict bound to evidence: what the verifier actually ran.
 //!
 //! [`Evidence`] wraps the verifier's event sink and keeps every
-//! `command_execution` item its loop completes: the commands it ran on
-//! the head, with their exit codes. `submit_verdict` checks the verdict's
+//! `command_execution` item its loop starts, and how it ended: the
+//! commands it ran on the head, with their directories and exit codes (a
+//! command still running when the review ended has none, so it counts as
+//! failed). `submit_verdict` checks the verdict's
 //! cited `checks` against them ([`Evidence::mismatches`]): a citation
 //! whose command (surrounding whitespace trimmed) was never run, or ran
 //! with another exit code, makes the verdict inconsistent. The verdict
@@ -21,12 +23,16 @@ use crate::store::{EmitError, StoreError};
 /// Most bytes of a command's output kept in a recorded check.
 const EXCERPT_BYTES: usize = 2048;
 
-/// One command the verifier ran, as its `command_execution` item ended.
+/// One command the verifier ran, as its `command_execution` item ended
+/// (or started, for one that never ended).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ran {
     /// The command line.
     pub command: String,
-    /// Its exit code; `None` when it did not exit normally.
+    /// The directory the call gave (`cwd`); `None`: the worktree root.
+    pub cwd: Option<String>,
+    /// Its exit code; `None` when it did not exit normally, or had not
+    /// ended when the review did.
     pub exit_code: Option<i32>,
     /// A bounded excerpt of its output.
     pub output: String,
@@ -58,7 +64,7 @@ impl Evidence {
         }
     }
 
-    /// Every command run so far, in the order they ended.
+    /// Every command run so far, in the order they started.
     pub fn ran(&self) -> Vec<Ran> {
         self.ran.lock().clone()
     }
@@ -111,26 +117,33 @@ impl Evidence {
     }
 
     fn record(&self, event: &ThreadEvent) {
-        let ThreadEvent::ItemCompleted(e) = event else {
+        let (ThreadEvent::ItemStarted(e) | ThreadEvent::ItemCompleted(e)) = event else {
             return;
         };
         let ItemDetails::CommandExecution(item) = &e.item.details else {
             return;
         };
-        self.ran.lock().push(Ran {
+        let ended = matches!(event, ThreadEvent::ItemCompleted(_));
+        let run = Ran {
             command: item.command.clone(),
-            exit_code: item.exit_code,
+            cwd: item.cwd.clone(),
+            exit_code: if ended { item.exit_code } else { None },
             output: excerpt(&item.aggregated_output),
             item_id: e.item.id.clone(),
-        });
+        };
+        let mut ran = self.ran.lock();
+        match ran.iter_mut().find(|r| r.item_id == run.item_id) {
+            Some(open) => *open = run,
+            None => ran.push(run),
+        }
     }
 }
 
 impl EventSink for Evidence {
     fn emit(&self, event: &ThreadEvent) -> Result<u64, EmitError> {
-        let seq = self.inner.emit(event)?;
+        // Recorded first: a run is evidence even if its event is refused.
         self.record(event);
-        Ok(seq)
+        self.inner.emit(event)
     }
 
     fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -149,4 +162,71 @@ pub fn excerpt(output: &str) -> String {
         start += 1;
     }
     format!("…{}", &output[start..])
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use troupe_protocol::{CommandExecutionItem, ItemEvent, ItemStatus, ThreadItem};
+
+    use super::*;
+    use crate::agent::MemorySink;
+
+    fn item(id: &str, exit: Option<i32>) -> ThreadItem {
+        ThreadItem {
+            id: id.into(),
+            details: ItemDetails::CommandExecution(CommandExecutionItem {
+                command: "sh test.sh".into(),
+                cwd: Some("sub".into()),
+                aggregated_output: "out".into(),
+                exit_code: exit,
+                status: ItemStatus::InProgress,
+                tool_call_id: None,
+                spool_path: None,
+                truncated: false,
+                process_group: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_command_that_never_ended_counts_without_an_exit_code() {
+        let evidence = Evidence::new(Arc::new(MemorySink::default()));
+        let started = |id| {
+            ThreadEvent::ItemStarted(ItemEvent {
+                item: item(id, None),
+                agent_id: None,
+            })
+        };
+        evidence.emit(&started("a")).unwrap();
+        evidence.emit(&started("b")).unwrap();
+        evidence
+            .emit(&ThreadEvent::ItemCompleted(ItemEvent {
+                item: item("a", Some(0)),
+                agent_id: None,
+            }))
+            .unwrap();
+        let ran = evidence.ran();
+        assert_eq!(ran.len(), 2);
+        assert_eq!(
+            (ran[0].exit_code, ran[0].cwd.as_deref()),
+            (Some(0), Some("sub"))
+        );
+        assert_eq!(
+            ran[1].exit_code, None,
+            "still running when the review ended"
+        );
+        // A cited exit 0 matches the finished run; the running one is -1.
+        let cite = |code| Verdict {
+            checks: vec![Check {
+                command: " sh test.sh ".into(),
+                exit_code: code,
+                output_excerpt: String::new(),
+            }],
+            ..Verdict::default()
+        };
+        assert!(evidence.mismatches(&cite(0)).is_empty());
+        assert!(evidence.mismatches(&cite(-1)).is_empty());
+        assert_eq!(evidence.mismatches(&cite(2)).len(), 1);
+    }
 }

@@ -33,6 +33,7 @@ fn command_event(
             id: id.to_string(),
             details: ItemDetails::CommandExecution(CommandExecutionItem {
                 command: "sleep 30".to_string(),
+                cwd: None,
                 aggregated_output: String::new(),
                 exit_code: None,
                 status,

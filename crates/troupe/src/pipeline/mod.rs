@@ -32,8 +32,8 @@ use troupe_actors::verify::{MergeResult, VerifyCall, merge_change};
 mod spec;
 
 pub use spec::{
-    DEFAULT_CHECK_TIMEOUT_SEC, PipelineError, PipelineSection, PipelineSpec, ProposerMode,
-    ProposerSpec,
+    DEFAULT_CHECK_TIMEOUT_SEC, MAX_CHECK_TIMEOUT_SEC, PipelineError, PipelineSection, PipelineSpec,
+    ProposerMode, ProposerSpec,
 };
 
 /// How one proposal ended.
@@ -259,9 +259,13 @@ async fn run_proposer(
         }
         if judgement.merge_allowed() {
             report.status = if judgement.changed.is_empty() {
+                // Nothing to merge: the worktree goes, as a merged one does.
+                if let Err(e) = workspace.remove(&wt) {
+                    tracing::warn!(error = %e, "worktree not removed after a proposal with no change");
+                }
                 ProposalStatus::NothingToMerge
             } else {
-                merge(run, workspace, &wt, merges).await
+                merge(run, workspace, &wt, &judgement.head, merges).await
             };
             report.judgement = Some(judgement);
             return report;
@@ -479,9 +483,33 @@ async fn merge(
     run: &PipelineRun<'_>,
     workspace: &Workspace,
     wt: &Worktree,
+    judged: &str,
     merges: &Mutex<()>,
 ) -> ProposalStatus {
     let _one_at_a_time = merges.lock().await;
+    // Cancelled: no merge starts.
+    if run.cancel.is_cancelled() {
+        return ProposalStatus::Failed {
+            reason: "cancelled".into(),
+        };
+    }
+    // What merges is the commit the gates judged, nothing later.
+    match wt.status() {
+        Ok(status) if status.head == judged => {}
+        Ok(status) => {
+            return ProposalStatus::Failed {
+                reason: format!(
+                    "the worktree moved to {} after the gates judged {judged}; nothing was merged",
+                    status.head
+                ),
+            };
+        }
+        Err(e) => {
+            return ProposalStatus::Failed {
+                reason: e.to_string(),
+            };
+        }
+    }
     let agent_id = format!("{}/pipeline", run.tree.supervisor_address().name());
     match merge_change(&run.env, workspace, wt, &agent_id) {
         MergeResult::Merged { head } => ProposalStatus::Merged { head },

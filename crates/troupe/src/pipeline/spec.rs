@@ -19,6 +19,9 @@ pub struct PipelineSpec {
 /// The default `check_timeout_sec`: ten minutes.
 pub const DEFAULT_CHECK_TIMEOUT_SEC: u64 = 600;
 
+/// The longest `check_timeout_sec`: a day.
+pub const MAX_CHECK_TIMEOUT_SEC: u64 = 86_400;
+
 /// `[pipeline]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -147,10 +150,11 @@ impl PipelineSpec {
         if spec.pipeline.max_rounds == 0 {
             return Err(invalid("[pipeline] max_rounds must be at least 1".into()));
         }
-        if spec.pipeline.check_timeout_sec == 0 {
-            return Err(invalid(
-                "[pipeline] check_timeout_sec must be at least 1 (seconds; default 600)".into(),
-            ));
+        if !(1..=MAX_CHECK_TIMEOUT_SEC).contains(&spec.pipeline.check_timeout_sec) {
+            return Err(invalid(format!(
+                "[pipeline] check_timeout_sec must be between 1 and {MAX_CHECK_TIMEOUT_SEC} \
+                 (seconds; default {DEFAULT_CHECK_TIMEOUT_SEC})"
+            )));
         }
         let where_empty = std::iter::once(("[pipeline]".to_string(), &spec.pipeline.checks))
             .chain(
