@@ -396,6 +396,9 @@ fn blocked(handoff: &HandoffRequest) -> Result<(), String> {
 /// pre-existing has its approval voided for the rest.
 const MAX_BASE_RUNS: usize = 8;
 
+/// A base run's identity: the command (trimmed) and its directory.
+type BaseKey = (String, Option<String>);
+
 /// Classifies every command an approving verifier ran, and returns why
 /// its approval is void: each failing command not both listed in
 /// `pre_existing` and failing on the base, in troupe's own run of the same
@@ -413,7 +416,7 @@ async fn weigh_commands(
         .map(|c| c.trim())
         .collect();
     let mut void = Vec::new();
-    let mut on_base: Vec<((String, Option<String>), Option<CheckOutput>)> = Vec::new();
+    let mut on_base: Vec<(BaseKey, Option<CheckOutput>)> = Vec::new();
     for ran in &review.ran {
         let head = as_output(ran);
         let command = ran.command.trim();
