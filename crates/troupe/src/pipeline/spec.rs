@@ -262,7 +262,11 @@ mod tests {
         let cases = [
             (
                 "[pipeline]\ncheck_timeout_sec = 0\n",
-                "check_timeout_sec must be at least 1",
+                "check_timeout_sec must be between 1 and 86400",
+            ),
+            (
+                "[pipeline]\ncheck_timeout_sec = 100000\n",
+                "check_timeout_sec must be between 1 and 86400",
             ),
             (
                 "[pipeline]\nchecks = [\" \"]\n",
