@@ -62,6 +62,19 @@ fn fix() -> Reply {
     )
 }
 
+/// A proposer that writes `path` and hands off `summary` as done.
+fn write_and_hand_off(id: &str, path: &str, content: &str, summary: &str) -> Vec<Reply> {
+    vec![
+        Reply::tool_call(
+            format!("{id}1"),
+            "write_file",
+            json!({"path": path, "content": content}),
+        ),
+        Reply::tool_call(format!("{id}2"), "handoff", handoff(summary, "done")),
+        Reply::text("ok"),
+    ]
+}
+
 fn approve_citing(id: &str, checks: Value) -> Vec<Reply> {
     vec![
         Reply::tool_call(
@@ -315,19 +328,11 @@ fn inconsistent_verdicts_fail_closed_and_a_failed_command_voids_an_approval() {
         )
         .with_route(
             "Task LIAR",
-            vec![
-                Reply::tool_call("a1", "write_file", json!({"path": "NOTES.md", "content": "a\n"})),
-                Reply::tool_call("a2", "handoff", handoff("MARK-LIAR notes", "done")),
-                Reply::text("ok"),
-            ],
+            write_and_hand_off("a", "NOTES.md", "a\n", "MARK-LIAR notes"),
         )
         .with_route(
             "Task VOID",
-            vec![
-                Reply::tool_call("b1", "write_file", json!({"path": "NOTES2.md", "content": "b\n"})),
-                Reply::tool_call("b2", "handoff", handoff("MARK-VOID notes", "done")),
-                Reply::text("ok"),
-            ],
+            write_and_hand_off("b", "NOTES2.md", "b\n", "MARK-VOID notes"),
         );
     let before = head(ws.path());
     let (out, events) = run(

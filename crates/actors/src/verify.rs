@@ -28,7 +28,7 @@ use troupe_worktree::{ChangeKind, MergeOutcome, Workspace, Worktree};
 
 use crate::address::Address;
 use crate::agent::env::AgentEnv;
-use crate::gates::{Judgement, exit_text};
+use crate::gates::{Judgement, exit_text, findings_text};
 use crate::supervisor::{ChildSpec, RestartPolicy, SupervisorMsg};
 use crate::verifier::{Review, VerifierActor, VerifierArgs, VerifierMsg};
 
@@ -166,15 +166,7 @@ pub fn render_judgement(subject: &str, judgement: &Judgement) -> String {
         Some(v) => {
             let word = if v.approved { "approved" } else { "rejected" };
             text.push_str(&format!("\nVerifier: {word}\nFindings:\n"));
-            if v.findings.is_empty() {
-                text.push_str("- none\n");
-            }
-            for f in &v.findings {
-                match &f.path {
-                    Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
-                    None => text.push_str(&format!("- {}\n", f.message)),
-                }
-            }
+            text.push_str(&findings_text(v));
         }
     }
     text.push_str("\nChecks:\n");

@@ -6,7 +6,7 @@ use serde_json::json;
 use troupe_protocol::CheckClass;
 use troupe_testkit::{Reply, Script};
 
-use super::{approve_citing, calc_repo, gates, handoff, head, run};
+use super::{approve_citing, calc_repo, gates, handoff, head, run, write_and_hand_off};
 
 /// A proposer's worktree helper branches from, and merges into, the
 /// proposer's own worktree: its work reaches the workspace only through
@@ -22,11 +22,7 @@ fn a_proposers_helpers_merge_into_its_worktree_not_the_workspace() {
             .with_route("independent verifier", approve_citing("v", json!([])))
             .with_route(
                 "Write helper.txt",
-                vec![
-                    Reply::tool_call("h1", "write_file", json!({"path": "helper.txt", "content": "hi\n"})),
-                    Reply::tool_call("h2", "handoff", handoff("wrote helper.txt", "done")),
-                    Reply::text("done"),
-                ],
+                write_and_hand_off("h", "helper.txt", "hi\n", "wrote helper.txt"),
             )
             .with_route(
                 "Task LEAD",
@@ -133,17 +129,6 @@ fn a_pre_existing_claim_needs_the_same_failure_on_the_base() {
             Reply::text("approved"),
         ]
     };
-    let edit = |id: &str, path: &str, content: &str, mark: &str| {
-        vec![
-            Reply::tool_call(
-                format!("{id}1"),
-                "write_file",
-                json!({"path": path, "content": content}),
-            ),
-            Reply::tool_call(format!("{id}2"), "handoff", handoff(mark, "done")),
-            Reply::text("ok"),
-        ]
-    };
     let script = Script::replies(vec![])
         .with_route_all(
             "independent verifier",
@@ -155,10 +140,16 @@ fn a_pre_existing_claim_needs_the_same_failure_on_the_base() {
             vec!["MARK-SLOW".into()],
             claim("w", "sh slow.sh", None),
         )
-        .with_route("Task SUB", edit("a", "sub/t.sh", "exit 1\n", "MARK-SUB"))
+        .with_route(
+            "Task SUB",
+            write_and_hand_off("a", "sub/t.sh", "exit 1\n", "MARK-SUB"),
+        )
         // On the head slow.sh fails at once; on the base it runs past the
         // one-second timeout and is killed.
-        .with_route("Task SLOW", edit("b", "slow.sh", "exit 1\n", "MARK-SLOW"));
+        .with_route(
+            "Task SLOW",
+            write_and_hand_off("b", "slow.sh", "exit 1\n", "MARK-SLOW"),
+        );
     let (out, events) = run(
         ws.path(),
         "[pipeline]\nmax_rounds = 1\ncheck_timeout_sec = 1\n\

@@ -122,18 +122,8 @@ pub struct Expect {
     pub checks: BTreeMap<String, String>,
 }
 
-/// The `outcome_code`s a one-round, one-proposer pipeline can end with.
-pub const CODES: [&str; 9] = [
-    "proposer_failed",
-    "blocked",
-    "no_change",
-    "protected_path",
-    "check_failed",
-    "verdict_inconsistent",
-    "rejected",
-    "merge_conflict",
-    "success",
-];
+/// The `outcome_code`s a pipeline can end with, in the gates' order.
+pub use troupe::pipeline::OUTCOME_CODES as CODES;
 
 /// The three scripted verifiers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -145,15 +145,7 @@ impl Judgement {
         );
         if let Some(v) = &self.verdict {
             text.push_str("\nFindings:\n");
-            if v.findings.is_empty() {
-                text.push_str("- none\n");
-            }
-            for f in &v.findings {
-                match &f.path {
-                    Some(path) => text.push_str(&format!("- {path}: {}\n", f.message)),
-                    None => text.push_str(&format!("- {}\n", f.message)),
-                }
-            }
+            text.push_str(&findings_text(v));
         }
         for c in self.checks.iter().filter(|c| !c.passed()) {
             text.push_str(&format!(
@@ -166,6 +158,21 @@ impl Judgement {
         }
         text
     }
+}
+
+/// A verdict's findings as a markdown list (`- none` when it has none).
+pub fn findings_text(verdict: &Verdict) -> String {
+    if verdict.findings.is_empty() {
+        return "- none\n".to_string();
+    }
+    verdict
+        .findings
+        .iter()
+        .map(|f| match &f.path {
+            Some(path) => format!("- {path}: {}\n", f.message),
+            None => format!("- {}\n", f.message),
+        })
+        .collect()
 }
 
 /// An exit code for people: the number, or `none` (killed, refused).
