@@ -297,3 +297,34 @@ async fn the_manifest_is_current_once_the_session_has_ended() {
     assert_eq!(turns, 9, "eight tool rounds and the answer");
     server.shutdown().await;
 }
+
+/// An agent resumed with nothing of its conversation in the log (it, or
+/// its worker, died before its task was recorded) starts its task, as a
+/// first run would: its first request holds the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_with_nothing_in_the_log_starts_the_task() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(Script::replies(vec![]).with_route(
+        "TASK-7f3a",
+        vec![troupe_testkit::Reply::text("did TASK-7f3a")],
+    ))
+    .await
+    .unwrap();
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |_| {})
+        .await
+        .unwrap();
+    let run = start_root(&f.tree, Arc::clone(&f.env), "Do TASK-7f3a.".into(), true)
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), run.wait(&f.tree))
+        .await
+        .unwrap();
+    let done = end.completed().unwrap_or_else(|| panic!("{end:?}"));
+    assert_eq!(done.subtype, CompletionSubtype::Success, "{done:?}");
+    assert_eq!(done.result.as_deref(), Some("did TASK-7f3a"));
+    let first = &server.requests()[0];
+    assert!(
+        format!("{first:?}").contains("Do TASK-7f3a."),
+        "the first request lacks the task: {first:?}"
+    );
+}

@@ -101,6 +101,13 @@ impl Actor for AgentActor {
             let events = agent_events(&env.log, &state.args.agent_id, &state.args.thread_id())?;
             let report = agent.resume(&events).await;
             tracing::info!(agent = %state.args.agent_id, ?report, "agent resumed from the log");
+            // Nothing of its conversation reached the log (it stopped, or its
+            // worker died, before its task was recorded): it starts its task
+            // as a first run would, instead of a turn with no user message.
+            if report.messages == 0 && report.completed_event.is_none() {
+                tracing::info!(agent = %state.args.agent_id, "nothing to resume; starting the task");
+                agent.start(&state.args.spec.task).await;
+            }
             {
                 // The derived fields come from the log, whatever the file said.
                 let mut st = state.args.shared.loop_state.lock();
