@@ -12,8 +12,9 @@
 //! 3. `protected_path`: a changed path matches the proposer's `protect`
 //!    patterns;
 //! 4. `check_failed`: a required check, run by troupe in the read-only
-//!    sandbox ([`CheckRunner`]) on an export of the head commit, fails; a
-//!    failing check is run on the base's export too and classified
+//!    sandbox ([`CheckRunner`](troupe_runtime::verifier::CheckRunner)) on
+//!    an export of the head commit, fails; a failing check is run on the
+//!    base's export too and classified
 //!    `regression`, `pre_existing`, or `fails` (the base run did not exit
 //!    normally);
 //! 5. `verdict_inconsistent`: the verifier's verdict cited checks its log
