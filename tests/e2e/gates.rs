@@ -34,6 +34,15 @@ fn gates(events: &[ThreadEvent]) -> Vec<&GateEvent> {
         .collect()
 }
 
+/// The gate event of the proposal whose agent id ends with `who`.
+fn gate_of(events: &[ThreadEvent], who: &str) -> GateEvent {
+    gates(events)
+        .into_iter()
+        .find(|g| g.proposal.ends_with(who))
+        .unwrap_or_else(|| panic!("no gate for {who}"))
+        .clone()
+}
+
 /// The pipeline's own `thread.completed` (its thread id is the session's).
 fn completed(events: &[ThreadEvent]) -> &ThreadCompletedEvent {
     events
@@ -230,13 +239,7 @@ fn required_checks_decide_whatever_the_verdict_says() {
     );
     let stdout = super::assert_exit(&out, 1);
     assert_eq!(completed(&events).outcome_code, "check_failed", "{stdout}");
-    let by = |who: &str| {
-        gates(&events)
-            .into_iter()
-            .find(|g| g.proposal.ends_with(who))
-            .unwrap_or_else(|| panic!("no gate for {who}"))
-            .clone()
-    };
+    let by = |who: &str| gate_of(&events, who);
     let good = by("/good");
     assert!(
         good.merge_allowed && good.outcome_code == "passed",
@@ -345,13 +348,7 @@ fn inconsistent_verdicts_fail_closed_and_a_failed_command_voids_an_approval() {
     let stdout = super::assert_exit(&out, 1);
     assert_eq!(head(ws.path()), before, "{stdout}");
     assert_eq!(completed(&events).outcome_code, "verdict_inconsistent");
-    let by = |who: &str| {
-        gates(&events)
-            .into_iter()
-            .find(|g| g.proposal.ends_with(who))
-            .unwrap()
-            .clone()
-    };
+    let by = |who: &str| gate_of(&events, who);
     let liar = by("/liar");
     assert_eq!(liar.outcome_code, "verdict_inconsistent", "{liar:?}");
     let void = by("/void");

@@ -6,7 +6,7 @@ use serde_json::json;
 use troupe_protocol::CheckClass;
 use troupe_testkit::{Reply, Script};
 
-use super::{approve_citing, calc_repo, gates, handoff, head, run, write_and_hand_off};
+use super::{approve_citing, calc_repo, gate_of, gates, handoff, head, run, write_and_hand_off};
 
 /// A proposer's worktree helper branches from, and merges into, the
 /// proposer's own worktree: its work reaches the workspace only through
@@ -158,13 +158,7 @@ fn a_pre_existing_claim_needs_the_same_failure_on_the_base() {
         script,
     );
     let stdout = crate::assert_exit(&out, 1);
-    let by = |who: &str| {
-        gates(&events)
-            .into_iter()
-            .find(|g| g.proposal.ends_with(who))
-            .unwrap()
-            .clone()
-    };
+    let by = |who: &str| gate_of(&events, who);
     let sub = by("/sub");
     assert_eq!(sub.outcome_code, "rejected", "{stdout}");
     assert!(sub.reason.contains("approval is void"), "{}", sub.reason);
