@@ -2,6 +2,7 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod approvals;
 mod attacks;
 mod batch;
 mod bounds;

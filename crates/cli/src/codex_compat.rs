@@ -89,6 +89,8 @@ pub struct CodexSettings {
     pub network_access: Option<bool>,
     /// `--config model_reasoning_effort=...`.
     pub reasoning_effort: Option<troupe_runtime::provider::ReasoningEffort>,
+    /// `--config approval_policy=...`.
+    pub approval_policy: Option<troupe_protocol::ApprovalPolicy>,
     /// The keys and flags troupe has no setting for, in order.
     pub ignored: Vec<String>,
 }
@@ -142,8 +144,13 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
                     )));
                 }
             },
-            // troupe exec never stops to ask for an approval.
-            "approval_policy" if value.as_str() == Some("never") => {}
+            "approval_policy" => {
+                let name = string_value(&key, value)?;
+                let policy = name
+                    .parse::<troupe_protocol::ApprovalPolicy>()
+                    .map_err(|e| bad(format!("--config approval_policy=\"{name}\": {e}")))?;
+                out.approval_policy = Some(policy);
+            }
             _ => out.ignored.push(format!("--config {key}")),
         }
     }

@@ -19,6 +19,7 @@
 //!   `keys.rs`, `telemetry.rs`, `test_tools.rs`.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod approvals_cmd;
 mod batch;
 mod codex_compat;
 mod coordinator;
@@ -77,6 +78,9 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
+    /// Decide the approval requests of sessions running in other
+    /// processes (docs/approvals.md): list, approve, deny.
+    Approvals(approvals_cmd::ApprovalsArgs),
     /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
     Mcp(mcp_cmd::McpArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
@@ -154,6 +158,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Approvals(args) => approvals_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Schema => {

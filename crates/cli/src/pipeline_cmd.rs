@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// (docs/scale-out.md).
     #[command(flatten)]
     nats: crate::coordinator::NatsArgs,
+    /// `-a/--ask-for-approval` (docs/approvals.md; default never: a
+    /// pipeline has no terminal prompt, `troupe approvals` answers).
+    #[command(flatten)]
+    approval: crate::approvals_cmd::ApprovalArgs,
 }
 
 /// Arguments of `troupe demo`.
@@ -100,6 +104,7 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         script,
         task: format!("pipeline {}", spec.pipeline.name),
         sandbox: args.sandbox.map(Into::into),
+        approval_policy: args.approval.policy,
         network_access: None,
         reasoning_effort: args.reasoning_effort,
         nats: crate::coordinator::recorded(&args.nats),

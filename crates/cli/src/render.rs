@@ -118,6 +118,24 @@ impl<W: Write + Send> HumanRenderer<W> {
                 }
                 _ => Ok(()),
             },
+            ThreadEvent::ApprovalRequested(r) => {
+                let what = r.subject.clone().unwrap_or_else(|| r.arguments.to_string());
+                self.line(
+                    r.agent_id.as_deref(),
+                    &format!(
+                        "? waiting for approval {}: {} {} ({}); decide with `troupe approvals approve|deny {}`",
+                        r.approval_id,
+                        r.tool,
+                        one_line(&what, 100),
+                        one_line(&r.reason, 100),
+                        r.approval_id
+                    ),
+                )
+            }
+            ThreadEvent::ApprovalResolved(r) => self.line(
+                r.agent_id.as_deref(),
+                &format!("  approval {}: {} by {}", r.approval_id, r.decision, r.by),
+            ),
             ThreadEvent::Error(e) => {
                 if self.last_failure.take().as_deref() == Some(e.message.as_str()) {
                     return Ok(());

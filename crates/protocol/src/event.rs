@@ -1,7 +1,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CheckRun, HandoffRequest, ThreadItem, Usage, Verdict};
+use crate::{
+    ApprovalRequestedEvent, ApprovalResolvedEvent, CheckRun, HandoffRequest, ThreadItem, Usage,
+    Verdict,
+};
 
 /// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -101,6 +104,13 @@ pub enum ThreadEvent {
     /// order, the required checks, the verdict's consistency.
     #[serde(rename = "troupe.gate")]
     Gate(GateEvent),
+    /// A call (or an MCP elicitation) waits for a decision; journaled
+    /// before anyone is asked.
+    #[serde(rename = "troupe.approval_requested")]
+    ApprovalRequested(ApprovalRequestedEvent),
+    /// The one decision on a request.
+    #[serde(rename = "troupe.approval_resolved")]
+    ApprovalResolved(ApprovalResolvedEvent),
     /// The terminal event of a thread: how it ended, what it cost.
     #[serde(rename = "thread.completed")]
     ThreadCompleted(ThreadCompletedEvent),
@@ -133,13 +143,15 @@ impl ThreadEvent {
             ThreadEvent::Handoff(_) => "troupe.handoff",
             ThreadEvent::Verdict(_) => "troupe.verdict",
             ThreadEvent::Gate(_) => "troupe.gate",
+            ThreadEvent::ApprovalRequested(_) => "troupe.approval_requested",
+            ThreadEvent::ApprovalResolved(_) => "troupe.approval_resolved",
             ThreadEvent::ThreadCompleted(_) => "thread.completed",
             ThreadEvent::Unknown => "unknown",
         }
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 19] = [
+    pub const KNOWN_TYPES: [&'static str; 21] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -158,6 +170,8 @@ impl ThreadEvent {
         "troupe.handoff",
         "troupe.verdict",
         "troupe.gate",
+        "troupe.approval_requested",
+        "troupe.approval_resolved",
         "thread.completed",
     ];
 }

@@ -10,6 +10,8 @@
 //! - [`HandoffRequest`], the typed message an agent hands to the next one,
 //!   with the boundary status of every deliverable, and its markdown form;
 //! - [`Verdict`], what a read-only verifier decides about a proposal;
+//! - [`ApprovalPolicy`] and the approval events
+//!   ([`ApprovalRequestedEvent`], [`ApprovalResolvedEvent`]);
 //! - [`AgentSpec`], what an agent is asked to do, with the enums it is
 //!   made of ([`Isolation`], [`Placement`], [`ReasoningEffort`],
 //!   [`SandboxMode`], [`SupervisionSpec`], [`Strategy`], [`RestartPolicy`]);
@@ -29,6 +31,7 @@
 //! - `event.rs`, `item.rs`, `usage.rs`, `legacy.rs`: the event stream
 //!   (`legacy.rs` upgrades schema-1 lines);
 //! - `handoff.rs`, `verdict.rs`: what agents and verifiers hand over;
+//!   `approval.rs`: approval policies, decisions and their events;
 //! - `spec.rs`: [`AgentSpec`] and its enums; `supervision.rs`: the
 //!   supervision vocabulary; `sandbox.rs`: [`SandboxMode`];
 //! - `remote.rs`: the NATS messages (subjects and I/O are troupe-remote's);
@@ -48,6 +51,7 @@
 //! assert!(matches!(ev.event, ThreadEvent::TurnStarted(_)));
 //! ```
 
+mod approval;
 mod event;
 mod handoff;
 mod item;
@@ -60,6 +64,7 @@ mod supervision;
 mod usage;
 mod verdict;
 
+pub use approval::*;
 pub use event::*;
 pub use handoff::*;
 pub use item::*;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{ReasoningEffort, SandboxMode};
+use crate::{ApprovalPolicy, ReasoningEffort, SandboxMode};
 
 /// What ran in a session (`settings.json`'s `kind`), written as its name.
 /// Only `exec` sessions are resumed.
@@ -122,6 +122,11 @@ pub struct SessionSettings {
     /// a resume re-applies it; `None` (older sessions): troupe.toml's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxMode>,
+    /// The `approval_policy` the run asked for (flags over troupe.toml),
+    /// so a resume re-applies it; `None`: troupe.toml's, else the front
+    /// end's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<ApprovalPolicy>,
     /// `sandbox_workspace_write.network_access` given by flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_access: Option<bool>,
@@ -150,6 +155,7 @@ impl SessionSettings {
             script: None,
             task: task.into(),
             sandbox: None,
+            approval_policy: None,
             network_access: None,
             reasoning_effort: None,
             nats: None,

@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{SandboxMode, SupervisionSpec};
+use crate::{ApprovalPolicy, SandboxMode, SupervisionSpec};
 
 /// Where a subagent writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -92,6 +92,10 @@ pub struct AgentSpec {
     /// from its parent's when it is spawned and never looser than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxMode>,
+    /// Its `approval_policy` (`None`: its parent's, or the session's for
+    /// the root). A subagent's is never looser than its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<ApprovalPolicy>,
     /// Supervision overrides (strategy, intensity, restart type).
     #[serde(default)]
     pub supervision: Option<SupervisionSpec>,

@@ -40,6 +40,7 @@ fn full_spec() -> AgentSpec {
         budget_share: Some(0.5),
         isolation: Isolation::Worktree,
         sandbox: Some(SandboxMode::ReadOnly),
+        approval_policy: Some(ApprovalPolicy::Untrusted),
         supervision: Some(SupervisionSpec {
             strategy: Some(Strategy::OneForAll),
             max_restarts: Some(2),

@@ -5,6 +5,9 @@
 //!   ([`agent::AgentLoop::step`]): parallel tools with ordered results,
 //!   dedup, self-heal with a per-key cap, empty-step retry, provider
 //!   failover, budget, and a journal of every tool call.
+//! - [`approvals`]: how a call is decided before it runs (the approval
+//!   policy over the permission rules) and the [`approvals::Approver`]
+//!   a session answers requests through.
 //! - [`tools`]: the [`tools::Tool`] trait, the capability-tagged registry,
 //!   the permission policy and the built-in tools (read_file, list_files,
 //!   grep, write_file, edit_file, exec_command).
@@ -36,6 +39,7 @@
 //! `troupe-actors` supervises it.
 
 pub mod agent;
+pub mod approvals;
 pub mod config;
 pub mod context;
 pub mod hooks;

@@ -28,8 +28,12 @@
 //!   proposal written in its own worktree, verified read-only, merged only
 //!   on an approval.
 //! - [`run`]: running a session's root agent to its end ([`start_root`]).
+//! - [`approvals`]: the session's approval broker: every agent's requests
+//!   reach the session's answerers (handlers, HTTP, other processes);
+//!   the first decision wins, journaled once.
 //! - [`actors`], [`runtime`], [`protocol`]: the layers below, re-exported.
 
+pub mod approvals;
 pub mod builder;
 pub mod pipeline;
 mod pipeline_plan;
@@ -44,12 +48,14 @@ pub use troupe_actors as actors;
 pub use troupe_protocol as protocol;
 pub use troupe_runtime as runtime;
 
+pub use approvals::{Answer, Broker};
 pub use builder::{DEFAULT_SYSTEM_PROMPT, Tally};
 pub use futures::future::BoxFuture;
 pub use pipeline::{PipelineRun, PipelineSpec, ProposalReport, ProposalStatus, run_pipeline};
 pub use troupe_actors::{AgentOutcome, AgentSpec, Builtins, Isolation, SubagentLimits};
 pub use troupe_protocol::{
-    CompletionSubtype, HandoffRequest, ThreadCompletedEvent, ThreadEvent, Usage,
+    ApprovalDecision, ApprovalPolicy, ApprovalRequestedEvent, CompletionSubtype, HandoffRequest,
+    ThreadCompletedEvent, ThreadEvent, Usage,
 };
 pub use troupe_runtime::config::Config;
 pub use troupe_runtime::provider::{ProviderConfig, ProviderKind};

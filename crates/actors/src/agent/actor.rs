@@ -323,6 +323,9 @@ fn agent_events(
             | ThreadEvent::ItemUpdated(e)
             | ThreadEvent::ItemCompleted(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::UserMessage(e) => e.agent_id.as_deref() == Some(agent_id),
+            // A call waiting for a decision is in the log as its request.
+            ThreadEvent::ApprovalRequested(e) => e.thread_id == thread,
+            ThreadEvent::ApprovalResolved(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::ThreadCompleted(e) => e.thread_id == thread,
             _ => false,
         };

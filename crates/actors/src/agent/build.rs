@@ -125,6 +125,7 @@ pub(super) fn build_loop(
             .sandbox
             .map(|mode| ToolSandbox::new(mode, args.agent_id.clone())),
         protect: ProtectedPaths::for_task(args.spec.protect.iter().cloned()),
+        escalated: false,
     };
     let sink = Arc::new(EndingSink {
         log: LogSink::new(env.log.clone(), env.call_timeout),
@@ -156,7 +157,9 @@ pub(super) fn build_loop(
     if args.depth > 0 {
         context.handoff.clone_from(&args.spec.handoff);
     }
+    let approval = args.spec.approval_policy.unwrap_or(env.approval_policy);
     agent
+        .with_approvals(approval, env.approver.clone())
         .with_parent_span(args.parent_span.clone())
         .with_context(context)
         .with_spend_guard(Arc::new(NodeGuard(Arc::clone(&args.shared.budget))))

@@ -15,7 +15,9 @@ use troupe_runtime::store::SessionLog;
 use troupe_runtime::tools::{SandboxMode, ToolRegistry};
 use troupe_runtime::verifier::VerifierSettings;
 
+use troupe_protocol::ApprovalPolicy;
 use troupe_runtime::agent::Fallback;
+use troupe_runtime::approvals::Approver;
 use troupe_runtime::hooks::HookRunner;
 use troupe_runtime::provider::ReasoningEffort;
 
@@ -144,6 +146,12 @@ pub struct AgentEnv {
     pub agents: AgentDirectory,
     /// Runs subagents on workers (`--nats URL`); `None`: all run here.
     pub remote: Option<Arc<dyn RemoteSpawner>>,
+    /// The session's `approval_policy`: the root agent's, and the floor
+    /// of every agent below it (a child is never looser).
+    pub approval_policy: ApprovalPolicy,
+    /// Who answers the agents' approval requests (the session's broker);
+    /// `None`: nobody, every agent is `never`.
+    pub approver: Option<Arc<dyn Approver>>,
 }
 
 impl AgentEnv {
@@ -189,6 +197,8 @@ impl AgentEnv {
             supervision: SupervisionSettings::default(),
             agents: AgentDirectory::default(),
             remote: None,
+            approval_policy: ApprovalPolicy::Never,
+            approver: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use troupe_protocol::AgentRole;
+use troupe_protocol::{AgentRole, ApprovalPolicy};
 use troupe_runtime::tools::{SandboxMode, ToolError, ToolRegistry};
 
 use super::SpawnSubagentTool;
@@ -38,6 +38,23 @@ pub fn child_sandbox(
             Ok(Some(parent.min(SandboxMode::WorkspaceWrite)))
         }
         None => Ok(Some(parent)),
+    }
+}
+
+/// A child's `approval_policy`: the one it asked for, never looser than
+/// its parent's (`parent`, already resolved), else its parent's.
+pub fn child_approval(
+    parent: ApprovalPolicy,
+    asked: Option<ApprovalPolicy>,
+) -> Result<ApprovalPolicy, ToolError> {
+    match asked {
+        Some(policy) if !policy.within(parent) => Err(ToolError::Denied(format!(
+            "approval_policy `{policy}` is looser than this agent's own `{parent}`: a subagent \
+             can never be looser than its parent; ask for `{parent}` or a stricter policy, or \
+             leave `approval_policy` out"
+        ))),
+        Some(policy) => Ok(policy),
+        None => Ok(parent),
     }
 }
 

@@ -11,7 +11,9 @@
 mod child;
 mod handoff_tool;
 
-pub use child::{agent_actor, agent_child_spec, child_sandbox, tree_tools, worktree_id};
+pub use child::{
+    agent_actor, agent_child_spec, child_approval, child_sandbox, tree_tools, worktree_id,
+};
 pub use handoff_tool::HandoffTool;
 use handoff_tool::string_list;
 
@@ -91,6 +93,10 @@ impl SpawnSubagentTool {
     ) -> Result<(AgentArgs, Option<Worktree>), ToolError> {
         let p = &self.parent;
         spec.sandbox = child_sandbox(p.spec.sandbox, spec.sandbox, spec.isolation)?;
+        spec.approval_policy = Some(child_approval(
+            p.spec.approval_policy.unwrap_or(p.env.approval_policy),
+            spec.approval_policy,
+        )?);
         // A proposer's helpers must not edit its tests either.
         spec.protect.clone_from(&p.spec.protect);
         let depth = p.depth + 1;
@@ -230,6 +236,7 @@ impl Tool for SpawnSubagentTool {
                 "isolation": {"type": "string", "enum": ["shared", "worktree"]},
                 "placement": {"type": "string", "enum": ["local", "remote", "any"], "description": "Where it runs: here, on a worker machine, or wherever the session's default says (any)."},
                 "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "The child's sandbox_mode: never looser than yours (default yours; at most workspace-write with isolation worktree)."},
+                "approval_policy": {"type": "string", "enum": ["never", "on-request", "untrusted"], "description": "When the child's write and exec calls ask a person first: never looser than yours (default yours)."},
                 "supervision": {
                     "type": "object",
                     "description": "How a crash of this subagent is handled: restart (transient: after a crash; temporary: never; permanent: always); and, for your first subagent, strategy and intensity (max_restarts within within_secs, then you are told it was given up).",

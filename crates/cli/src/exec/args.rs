@@ -73,6 +73,9 @@ pub struct ExecArgs {
     /// The Codex-compatible flags (docs/cli.md).
     #[command(flatten)]
     pub(crate) codex: CodexArgs,
+    /// `-a/--ask-for-approval` (docs/approvals.md).
+    #[command(flatten)]
+    pub(crate) approval: crate::approvals_cmd::ApprovalArgs,
     /// Subagents to workers through NATS JetStream (docs/scale-out.md).
     #[command(flatten)]
     pub(crate) nats: crate::coordinator::NatsArgs,
@@ -157,6 +160,11 @@ pub(crate) fn merged(mut s: SessionSettings, args: &ExecArgs) -> Result<SessionS
     let codex = crate::codex_compat::resolve(&args.codex)?;
     s.sandbox = codex.sandbox.or(s.sandbox);
     s.network_access = codex.network_access.or(s.network_access);
+    s.approval_policy = args
+        .approval
+        .policy
+        .or(codex.approval_policy)
+        .or(s.approval_policy);
     s.reasoning_effort = args
         .reasoning_effort
         .or(codex.reasoning_effort)

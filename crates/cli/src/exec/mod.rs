@@ -41,6 +41,18 @@ use crate::launch::{Launch, Target, canonical_workspace, script_file};
 use args::read_prompt;
 pub use args::{ExecArgs, ExecCommand};
 
+/// An interactive run (a terminal on stdin and stderr, not `--json`)
+/// answers approval requests at the terminal, and its default policy is
+/// `on-request`; any other run's default is `never` (docs/approvals.md).
+pub(crate) fn with_terminal(launch: Launch, json: bool) -> Launch {
+    match crate::approvals_cmd::terminal_handler().filter(|_| !json) {
+        Some(handler) => launch
+            .approval_default(troupe_protocol::ApprovalPolicy::OnRequest)
+            .approval_handler(handler),
+        None => launch,
+    }
+}
+
 pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     let codex = crate::codex_compat::resolve(&args.codex)?;
     if let Some(warning) = codex.warning() {
@@ -78,17 +90,21 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     settings.script = script;
     settings.sandbox = codex.sandbox;
     settings.network_access = codex.network_access;
+    settings.approval_policy = args.approval.policy.or(codex.approval_policy);
     settings.reasoning_effort = args.reasoning_effort;
     crate::coordinator::record(&mut settings, &args.nats);
     let rt = tokio::runtime::Runtime::new()?;
     let (code, id) = rt.block_on(async {
         let task = settings.task.clone();
         let remote = crate::coordinator::connect(&args.nats).await?;
-        let launch = Launch::prepare(&workspace, &settings, args.events.clone())
-            .await?
-            .codex_stream(args.codex.experimental_json)
-            .plan_mode(args.plan)
-            .remote(remote);
+        let launch = with_terminal(
+            Launch::prepare(&workspace, &settings, args.events.clone())
+                .await?
+                .codex_stream(args.codex.experimental_json)
+                .plan_mode(args.plan)
+                .remote(remote),
+            json,
+        );
         settings.sandbox = Some(launch.sandbox_mode());
         let started = launch
             .start(json, Some("root"), Target::New(settings))

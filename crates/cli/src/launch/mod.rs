@@ -78,6 +78,11 @@ pub struct Launch {
     session_id: Option<String>,
     /// Subagents to workers (`--nats`).
     remote: crate::coordinator::Remote,
+    /// The front end's `approval_policy` when neither a flag nor the
+    /// config sets one (docs/approvals.md).
+    approval_default: troupe_protocol::ApprovalPolicy,
+    /// Answerers of the agents' approval requests (a terminal prompt).
+    approval_handlers: Vec<troupe::approvals::ApprovalHandler>,
 }
 
 /// Makes an exporter from the session id once it is known.
@@ -147,6 +152,7 @@ impl Launch {
                 auto_upgrade: None,
                 sandbox_mode: s.sandbox,
                 network_access: s.network_access,
+                approval_policy: s.approval_policy,
                 reasoning_effort: s.reasoning_effort,
             })
             .map_err(Failure::bad_input)?;
@@ -187,7 +193,22 @@ impl Launch {
             exporters: Vec::new(),
             session_id: None,
             remote: None,
+            approval_default: troupe_protocol::ApprovalPolicy::Never,
+            approval_handlers: Vec::new(),
         })
+    }
+
+    /// The front end's default `approval_policy` (used when neither a
+    /// flag nor the config sets one).
+    pub fn approval_default(mut self, policy: troupe_protocol::ApprovalPolicy) -> Self {
+        self.approval_default = policy;
+        self
+    }
+
+    /// Hands the agents' approval requests to `handler` too (a terminal).
+    pub fn approval_handler(mut self, handler: troupe::approvals::ApprovalHandler) -> Self {
+        self.approval_handlers.push(handler);
+        self
     }
 
     /// Labels every line of the human output with its agent (pipelines).
@@ -343,6 +364,10 @@ impl Launch {
         }
         if let Some(remote) = self.remote.take() {
             b = b.remote(remote);
+        }
+        b = b.approval_default(self.approval_default);
+        for handler in self.approval_handlers.drain(..) {
+            b = b.approval_handler(handler);
         }
         let (codex, labelled) = (self.codex_stream, self.label_agents);
         if !self.quiet_stdout {

@@ -154,6 +154,8 @@ struct RunState {
     applied_intents: Vec<String>,
     /// Open `command_execution` items.
     commands: commands::Commands,
+    /// Calls a resume left for the next step: one waits for a decision.
+    unsettled: Option<resume::PendingCalls>,
 }
 
 /// One agent's loop.
@@ -174,6 +176,10 @@ pub struct AgentLoop {
     parent_span: tracing::Span,
     /// The agent span (`invoke_agent`), made at first use.
     span: Option<tracing::Span>,
+    /// The agent's `approval_policy`.
+    approval: troupe_protocol::ApprovalPolicy,
+    /// Who answers its requests (`None`: nobody; as `never`).
+    approver: Option<Arc<dyn crate::approvals::Approver>>,
 }
 
 /// An outside account a loop charges after every model call (the actor
@@ -210,7 +216,22 @@ impl AgentLoop {
             state: RunState::default(),
             parent_span: tracing::Span::current(),
             span: None,
+            approval: troupe_protocol::ApprovalPolicy::Never,
+            approver: None,
         }
+    }
+
+    /// Decides this agent's calls under `policy`, asking `approver`
+    /// (docs/approvals.md). Without it the loop is `never`: nobody is
+    /// asked.
+    pub fn with_approvals(
+        mut self,
+        policy: troupe_protocol::ApprovalPolicy,
+        approver: Option<Arc<dyn crate::approvals::Approver>>,
+    ) -> Self {
+        self.approval = policy;
+        self.approver = approver;
+        self
     }
 
     /// Puts this agent's span under `parent` (a session span, or the

@@ -3,11 +3,20 @@
 //! The journal rule: a tool call whose `tool_output` is in the log is never
 //! run again; a call with only its `item.started` record is run again if
 //! its tool is read-only, and otherwise the model is told it was
-//! interrupted and that its effect is unknown. Before anything else,
+//! interrupted and that its effect is unknown. A call that was waiting for
+//! a decision (its `troupe.approval_requested` without an `item.started`)
+//! had not started: its request is pending again with the same id (never
+//! asked twice, never approved by the crash), or, when its resolution is
+//! in the log, that decision is applied once. Before anything else,
 //! resume kills the process groups of commands that were still running
 //! when the previous incarnation died (`commands.rs`).
 
-use troupe_protocol::{ItemDetails, ItemStatus, ThreadEvent, ToolOutcome, ToolOutputItem, Usage};
+use std::collections::{HashMap, HashSet};
+
+use troupe_protocol::{
+    ApprovalRequestedEvent, ApprovalResolvedEvent, ItemDetails, ItemStatus, ThreadEvent,
+    ToolOutcome, ToolOutputItem, Usage,
+};
 
 use super::{AgentLoop, StepOutcome};
 use crate::provider::{Message, ToolCall};
@@ -29,6 +38,12 @@ pub struct ResumeReport {
     /// Interrupted calls their tool settled from the journal
     /// (`Tool::settle_interrupted`), without running them again.
     pub settled: Vec<String>,
+    /// Requests (approval ids) that were pending at the crash and were
+    /// waited on again before continuing.
+    pub approvals_waited: Vec<String>,
+    /// Calls whose decision was in the log (or given after the resume)
+    /// and that ran now, once.
+    pub approved_calls: Vec<String>,
     /// Process groups of commands still running from the previous run,
     /// killed before continuing.
     pub killed_groups: Vec<i32>,
@@ -38,6 +53,14 @@ pub struct ResumeReport {
     pub completed_event: Option<troupe_protocol::ThreadCompletedEvent>,
 }
 
+/// The calls a resume found unfinished, with the request of each that
+/// never started, and the log's resolutions.
+#[derive(Debug)]
+pub(super) struct PendingCalls {
+    calls: Vec<(ToolCall, Option<ApprovalRequestedEvent>)>,
+    resolutions: HashMap<String, ApprovalResolvedEvent>,
+}
+
 /// One turn as the journal recorded it.
 #[derive(Default)]
 struct JournalTurn {
@@ -45,6 +68,10 @@ struct JournalTurn {
     reasoning: Vec<crate::provider::ReasoningBlock>,
     calls: Vec<ToolCall>,
     outputs: Vec<ToolOutputItem>,
+    /// Calls with an `item.started`.
+    started: HashSet<String>,
+    /// Requests by call id.
+    requests: HashMap<String, ApprovalRequestedEvent>,
 }
 
 /// The history of one agent's thread, rebuilt from its events.
@@ -56,8 +83,11 @@ struct Rebuilt {
     completed: bool,
     completed_event: Option<troupe_protocol::ThreadCompletedEvent>,
     completed_calls: usize,
-    /// Calls of the last turn that have no output.
-    pending: Vec<ToolCall>,
+    /// Calls of the last turn that have no output, with the request of
+    /// one that never started.
+    pending: Vec<(ToolCall, Option<ApprovalRequestedEvent>)>,
+    /// Resolutions by approval id.
+    resolutions: HashMap<String, ApprovalResolvedEvent>,
     /// Intent ids of steering messages already in the history.
     intents: Vec<String>,
 }
@@ -95,7 +125,12 @@ impl Rebuilt {
                         is_error: out.status != ItemStatus::Completed,
                     });
                 }
-                None => self.pending.push(call),
+                None => {
+                    let request = (!turn.started.contains(&call.id))
+                        .then(|| turn.requests.get(&call.id).cloned())
+                        .flatten();
+                    self.pending.push((call, request));
+                }
             }
         }
     }
@@ -134,13 +169,34 @@ impl Rebuilt {
                     if let (Some(t), ItemDetails::ToolInvocation(call)) =
                         (turn.as_mut(), &e.item.details)
                     {
-                        t.calls.push(ToolCall {
-                            id: call.tool_call_id.clone(),
-                            name: call.tool_name.clone(),
-                            arguments: arguments_text(&call.arguments),
-                            signature: call.signature.clone(),
-                        });
+                        t.started.insert(call.tool_call_id.clone());
+                        // A call that asked first is in the turn already.
+                        if !t.requests.contains_key(&call.tool_call_id) {
+                            t.calls.push(ToolCall {
+                                id: call.tool_call_id.clone(),
+                                name: call.tool_name.clone(),
+                                arguments: arguments_text(&call.arguments),
+                                signature: call.signature.clone(),
+                            });
+                        }
                     }
+                }
+                ThreadEvent::ApprovalRequested(req) if req.thread_id == thread_id => {
+                    if let Some(t) = turn.as_mut()
+                        && req.elicitation.is_none()
+                        && !t.requests.contains_key(&req.tool_call_id)
+                    {
+                        t.calls.push(ToolCall {
+                            id: req.tool_call_id.clone(),
+                            name: req.tool.clone(),
+                            arguments: arguments_text(&req.arguments),
+                            signature: None,
+                        });
+                        t.requests.insert(req.tool_call_id.clone(), req.clone());
+                    }
+                }
+                ThreadEvent::ApprovalResolved(res) => {
+                    r.resolutions.insert(res.approval_id.clone(), res.clone());
                 }
                 ThreadEvent::UserMessage(m) => {
                     if let Some(t) = turn.take() {
@@ -210,8 +266,47 @@ impl AgentLoop {
         if r.pending.is_empty() {
             return report;
         }
-        let mut results = Vec::with_capacity(r.pending.len());
-        for call in &r.pending {
+        let settle = PendingCalls {
+            calls: r.pending,
+            resolutions: r.resolutions,
+        };
+        // A request nobody decided is waited on at the next step, where
+        // an abort reaches it (not here, at the actor's start).
+        let undecided: Vec<String> = settle
+            .calls
+            .iter()
+            .filter_map(|(_, req)| req.as_ref())
+            .filter(|req| !settle.resolutions.contains_key(&req.approval_id))
+            .map(|req| req.approval_id.clone())
+            .collect();
+        if undecided.is_empty() {
+            self.settle_pending(settle, &mut report).await;
+        } else {
+            report.approvals_waited = undecided;
+            self.state.unsettled = Some(settle);
+        }
+        report
+    }
+
+    /// Settles the calls a resume found unfinished, in call order: a
+    /// request's decision (from the log, else waited for now), a
+    /// read-only call run again, a tool's own settlement, or
+    /// `interrupted`.
+    pub(super) async fn settle_pending(&mut self, settle: PendingCalls, report: &mut ResumeReport) {
+        let mut results = Vec::with_capacity(settle.calls.len());
+        for (call, request) in &settle.calls {
+            if let Some(request) = request {
+                let result = self
+                    .settle_request(
+                        call,
+                        request,
+                        settle.resolutions.get(&request.approval_id),
+                        report,
+                    )
+                    .await;
+                results.push(result);
+                continue;
+            }
             let read_only = self
                 .tools
                 .get(&call.name)
@@ -250,8 +345,73 @@ impl AgentLoop {
             };
             results.push(result);
         }
-        self.settle_resumed(&r.pending, results, &report.interrupted);
-        report
+        let calls: Vec<ToolCall> = settle.calls.into_iter().map(|(call, _)| call).collect();
+        self.settle_resumed(&calls, results, &report.interrupted);
+    }
+
+    /// A call that was waiting for a decision when the previous
+    /// incarnation stopped: the decision in the log, else the one its
+    /// (same) request gets now; approved, the call starts and runs once.
+    async fn settle_request(
+        &mut self,
+        call: &ToolCall,
+        request: &ApprovalRequestedEvent,
+        logged: Option<&ApprovalResolvedEvent>,
+        report: &mut ResumeReport,
+    ) -> Result<crate::tools::ToolOutput, ToolError> {
+        let resolution = match logged {
+            Some(res) => {
+                let resolution = crate::approvals::Resolution {
+                    decision: res.decision,
+                    message: res.message.clone(),
+                    by: res.by.clone(),
+                    content: res.content.clone(),
+                };
+                if let Some(approver) = &self.approver {
+                    approver.resolved(request, &resolution);
+                }
+                resolution
+            }
+            None => {
+                report.approvals_waited.push(request.approval_id.clone());
+                let resolution = self.decide_one(request.clone()).await;
+                self.journal_resolution(request, &resolution);
+                resolution
+            }
+        };
+        if !resolution.decision.approves() {
+            return Err(resolution.refusal());
+        }
+        let (tool, args) = self.tools.validate(&call.name, &call.arguments)?;
+        let seq = self.emit_item(
+            ThreadEvent::ItemStarted,
+            request.item_id.clone(),
+            ItemDetails::ToolInvocation(troupe_protocol::ToolInvocationItem {
+                tool_name: call.name.clone(),
+                arguments: args.clone(),
+                tool_call_id: call.id.clone(),
+                status: ItemStatus::InProgress,
+                outcome: None,
+                signature: None,
+            }),
+        );
+        if self.state.failed_closed.is_some() {
+            return Err(ToolError::Failed(
+                "the event log failed; the call did not run".into(),
+            ));
+        }
+        if let Some(seq) = seq
+            && let Err(e) = self.sink.durable(seq).await
+        {
+            self.state.failed_closed = Some(format!("tool journal not durable: {e}"));
+            return Err(ToolError::Failed(
+                "the event log failed; the call did not run".into(),
+            ));
+        }
+        report.approved_calls.push(call.id.clone());
+        let mut ctx = self.ctx.clone();
+        ctx.escalated = request.escalated;
+        tool.call(args, &ctx).await
     }
 
     /// True once the thread has ended.

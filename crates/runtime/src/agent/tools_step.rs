@@ -1,5 +1,11 @@
-//! Running the tool calls of one step: journal, dedup, parallel lanes,
-//! results in call order, self-heal.
+//! Running the tool calls of one step: journal, approvals, dedup,
+//! parallel lanes, results in call order, self-heal.
+//!
+//! A call the rules say asks ([`crate::approvals::gate`]) is journaled as
+//! `troupe.approval_requested` (durable before anyone is asked) instead
+//! of `item.started`; the calls that need no decision run meanwhile. Once
+//! every request is decided, each resolution is journaled, the approved
+//! calls start, and the results go back in call order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,11 +14,13 @@ use futures::future::join_all;
 use tokio::sync::Semaphore;
 use tracing::Instrument as _;
 use troupe_protocol::{
-    CompletionSubtype, FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem,
-    ToolOutcome, ToolOutputItem,
+    ApprovalDecision, ApprovalRequestedEvent, ApprovalResolvedEvent, CompletionSubtype,
+    FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem, ToolOutcome,
+    ToolOutputItem,
 };
 
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
+use crate::approvals::{Gate, Resolution};
 use crate::hooks::HookEvent;
 use crate::provider::{Message, ToolCall};
 use crate::telemetry;
@@ -29,6 +37,10 @@ struct Prepared {
     same_as: Option<usize>,
     /// The open `mcp_tool_call` item, for a call of an MCP tool.
     mcp: Option<super::mcp_items::OpenMcpCall>,
+    /// The request of a call that waits for a decision.
+    ask: Option<ApprovalRequestedEvent>,
+    /// Approved as an escalation: runs with the blocking limit lifted.
+    escalated: bool,
 }
 
 type CallResult = Result<ToolOutput, ToolError>;
@@ -43,50 +55,70 @@ impl AgentLoop {
     ) -> StepOutcome {
         let mut prepared = self.prepare(calls, refused);
         self.pre_tool_hooks(&mut prepared).await;
-        // Journal: every call is on record before any tool runs; calls that
-        // change the world wait until their record is durable.
+        // Journal: every call is on record before any tool runs (a call
+        // that waits for a decision as its request); calls that change
+        // the world, and requests, wait until their record is durable.
+        let waits: Vec<bool> = (0..prepared.len()).map(|i| waits(&prepared, i)).collect();
         let mut last_seq = None;
         let mut needs_durable = false;
-        for p in &prepared {
-            let seq = self.emit_item(
-                ThreadEvent::ItemStarted,
-                p.item_id.clone(),
-                ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
-            );
+        for (i, p) in prepared.iter().enumerate() {
+            let seq = match &p.ask {
+                Some(request) => {
+                    needs_durable = true;
+                    self.emit(ThreadEvent::ApprovalRequested(request.clone()))
+                }
+                None if waits[i] => continue,
+                None => self.emit_item(
+                    ThreadEvent::ItemStarted,
+                    p.item_id.clone(),
+                    ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
+                ),
+            };
             last_seq = seq.or(last_seq);
             needs_durable |= matches!(&p.tool, Ok(t) if t.capability() != Capability::ReadOnly);
         }
-        for p in prepared
-            .iter_mut()
-            .filter(|p| p.tool.is_ok() && p.same_as.is_none())
-        {
-            self.command_started(&p.call.name, &p.call.id, &p.args);
-            if let Ok(tool) = &p.tool {
-                p.mcp = self.mcp_started(tool, &p.call.id, &p.args);
-            }
-        }
-        // A call whose record was refused must not run: after a crash
-        // nothing would show it happened.
-        if self.state.failed_closed.is_some() {
-            return self.done(
-                CompletionSubtype::ErrorDuringExecution,
-                "persistence_failed",
-            );
-        }
-        if let (true, Some(seq)) = (needs_durable, last_seq)
-            && let Err(e) = self.sink.durable(seq).await
-        {
-            self.state.failed_closed = Some(format!("tool journal not durable: {e}"));
-            return self.done(
-                CompletionSubtype::ErrorDuringExecution,
-                "persistence_failed",
-            );
+        let ready: Vec<usize> = (0..prepared.len()).filter(|&i| !waits[i]).collect();
+        self.open_items(&mut prepared, &ready);
+        if let Some(outcome) = self.journal_durable(needs_durable, last_seq).await {
+            return outcome;
         }
         let hooks: Vec<Option<SpawnHook>> = prepared
             .iter()
             .map(|p| self.spawn_hook(&p.call.id))
             .collect();
-        let results = run_lanes(&prepared, &self.ctx, &hooks, self.config.max_parallel_tools).await;
+        let max = self.config.max_parallel_tools;
+        let requests: Vec<(usize, ApprovalRequestedEvent)> = prepared
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.ask.clone().map(|r| (i, r)))
+            .collect();
+        // The calls that need no decision run while the others wait.
+        let (mut results, resolutions) = futures::join!(
+            run_lanes(&prepared, &ready, &self.ctx, &hooks, max),
+            self.decide_all(&requests),
+        );
+        let mut aborted = false;
+        if !requests.is_empty() {
+            let approved = self.apply_resolutions(&mut prepared, &requests, resolutions, &waits);
+            aborted = approved.aborted;
+            let later: Vec<usize> = (0..prepared.len())
+                .filter(|&i| waits[i] && prepared[i].same_as.is_none())
+                .collect();
+            self.open_items(&mut prepared, &later);
+            if let Some(outcome) = self
+                .journal_durable(approved.needs_durable, approved.last_seq)
+                .await
+            {
+                return outcome;
+            }
+            let more = run_lanes(&prepared, &later, &self.ctx, &hooks, max).await;
+            for (r, m) in results.iter_mut().zip(more) {
+                if r.is_none() {
+                    *r = m;
+                }
+            }
+        }
+        let results = in_call_order(&prepared, results);
         self.record(&prepared, &results);
         self.post_tool_hooks(&prepared, &results).await;
         for (p, r) in prepared.iter().zip(&results) {
@@ -97,6 +129,9 @@ impl AgentLoop {
                 is_error,
             });
         }
+        if aborted {
+            return self.done(CompletionSubtype::Cancelled, "approval_aborted");
+        }
         match self.self_heal(&prepared, &results) {
             Some(key) => {
                 self.warn(format!(
@@ -105,6 +140,137 @@ impl AgentLoop {
                 self.done(CompletionSubtype::ErrorDuringExecution, "tool_retry_cap")
             }
             None => StepOutcome::Continue,
+        }
+    }
+
+    /// Opens the `command_execution` and `mcp_tool_call` items of the
+    /// calls at `indices` that will run.
+    fn open_items(&mut self, prepared: &mut [Prepared], indices: &[usize]) {
+        for &i in indices {
+            let p = &mut prepared[i];
+            if p.tool.is_err() || p.same_as.is_some() || p.ask.is_some() {
+                continue;
+            }
+            self.command_started(&p.call.name, &p.call.id, &p.args);
+            if let Ok(tool) = &p.tool {
+                p.mcp = self.mcp_started(tool, &p.call.id, &p.args);
+            }
+        }
+    }
+
+    /// Waits until the journal is durable up to `last_seq` when a record
+    /// must be; `Some` ends the run closed when it cannot be (a call whose
+    /// record was refused must not run: after a crash nothing would show
+    /// it happened).
+    async fn journal_durable(&mut self, needs: bool, last_seq: Option<u64>) -> Option<StepOutcome> {
+        if self.state.failed_closed.is_some() {
+            return Some(self.done(
+                CompletionSubtype::ErrorDuringExecution,
+                "persistence_failed",
+            ));
+        }
+        if let (true, Some(seq)) = (needs, last_seq)
+            && let Err(e) = self.sink.durable(seq).await
+        {
+            self.state.failed_closed = Some(format!("tool journal not durable: {e}"));
+            return Some(self.done(
+                CompletionSubtype::ErrorDuringExecution,
+                "persistence_failed",
+            ));
+        }
+        None
+    }
+
+    /// Waits for the decision on each request (already durable).
+    fn decide_all(
+        &self,
+        requests: &[(usize, ApprovalRequestedEvent)],
+    ) -> impl std::future::Future<Output = Vec<Resolution>> + 'static {
+        let futures: Vec<_> = requests
+            .iter()
+            .map(|(_, request)| self.decide_one(request.clone()))
+            .collect();
+        join_all(futures)
+    }
+
+    /// Journals each resolution, then either lets its call start (its
+    /// `item.started`, with the escalation applied) or refuses it with
+    /// the decision. A duplicate shares the fate of the call it repeats.
+    fn apply_resolutions(
+        &mut self,
+        prepared: &mut [Prepared],
+        requests: &[(usize, ApprovalRequestedEvent)],
+        resolutions: Vec<Resolution>,
+        waits: &[bool],
+    ) -> Applied {
+        let mut out = Applied::default();
+        for ((i, request), resolution) in requests.iter().zip(resolutions) {
+            let seq = self.journal_resolution(request, &resolution);
+            out.last_seq = seq.or(out.last_seq);
+            let p = &mut prepared[*i];
+            p.ask = None;
+            if resolution.decision.approves() {
+                p.escalated = request.escalated;
+                out.needs_durable = true;
+            } else {
+                p.tool = Err(resolution.refusal());
+                out.aborted |= resolution.decision == ApprovalDecision::Abort;
+            }
+        }
+        for i in 0..prepared.len() {
+            if let Some(first) = prepared[i].same_as
+                && requests.iter().any(|(r, _)| *r == first)
+            {
+                if let Err(e) = &prepared[first].tool {
+                    prepared[i].tool = Err(e.clone());
+                }
+            }
+        }
+        for (i, p) in prepared.iter().enumerate() {
+            if waits[i] {
+                let seq = self.emit_item(
+                    ThreadEvent::ItemStarted,
+                    p.item_id.clone(),
+                    ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
+                );
+                out.last_seq = seq.or(out.last_seq);
+            }
+        }
+        out
+    }
+
+    /// Journals `request`'s resolution and tells the approver.
+    pub(super) fn journal_resolution(
+        &mut self,
+        request: &ApprovalRequestedEvent,
+        resolution: &Resolution,
+    ) -> Option<u64> {
+        let seq = self.emit(ThreadEvent::ApprovalResolved(ApprovalResolvedEvent {
+            approval_id: request.approval_id.clone(),
+            decision: resolution.decision,
+            message: resolution.message.clone(),
+            by: resolution.by.clone(),
+            content: resolution.content.clone(),
+            agent_id: self.config.agent_id.clone(),
+        }));
+        if let Some(approver) = &self.approver {
+            approver.resolved(request, resolution);
+        }
+        seq
+    }
+
+    /// The decision on one journaled request: the approver's, or a denial
+    /// when this loop has none.
+    pub(super) fn decide_one(
+        &self,
+        request: ApprovalRequestedEvent,
+    ) -> futures::future::BoxFuture<'static, Resolution> {
+        match &self.approver {
+            Some(approver) => approver.decide(request),
+            None => Box::pin(async {
+                Resolution::new(ApprovalDecision::Deny, "policy")
+                    .with_message("nobody can answer approval requests in this session")
+            }),
         }
     }
 
@@ -120,13 +286,17 @@ impl AgentLoop {
                 Some(e) => Err(e),
                 None => self.tools.validate(&call.name, &call.arguments),
             };
+            let mut ask = None;
             let (tool, args) = match checked {
-                Ok((tool, args)) => {
-                    let allowed =
-                        self.tools
-                            .check_permission_in(&call.name, &args, &self.ctx.workspace);
-                    (allowed.map(|()| tool), args)
-                }
+                Ok((tool, args)) => match self.gate(&call.name, &args) {
+                    Gate::Run => (Ok(tool), args),
+                    Gate::Deny(e) => (Err(e), args),
+                    Gate::Ask { reason, escalated } => {
+                        ask =
+                            Some(self.approval_request(&call, &item_id, &args, reason, escalated));
+                        (Ok(tool), args)
+                    }
+                },
                 Err(e) => (
                     Err(e),
                     serde_json::from_str(&call.arguments)
@@ -144,9 +314,52 @@ impl AgentLoop {
                 tool,
                 same_as,
                 mcp: None,
+                // A duplicate waits on the request of the call it repeats.
+                ask: ask.filter(|_| same_as.is_none()),
+                escalated: false,
             });
         }
         out
+    }
+
+    /// What the rules and the approval policy say of one valid call.
+    fn gate(&self, tool: &str, args: &serde_json::Value) -> Gate {
+        // Nobody to ask: as `never`.
+        let policy = match &self.approver {
+            Some(_) => self.approval,
+            None => troupe_protocol::ApprovalPolicy::Never,
+        };
+        let remembered = self
+            .approver
+            .as_ref()
+            .and_then(|a| a.remembered(tool, crate::approvals::subject(tool, args).as_deref()));
+        self.tools
+            .gate_in(tool, args, &self.ctx.workspace, policy, remembered)
+    }
+
+    /// The request of a call that asks.
+    fn approval_request(
+        &self,
+        call: &ToolCall,
+        item_id: &str,
+        args: &serde_json::Value,
+        reason: String,
+        escalated: bool,
+    ) -> ApprovalRequestedEvent {
+        ApprovalRequestedEvent {
+            approval_id: uuid::Uuid::new_v4().to_string(),
+            thread_id: self.config.thread_id.clone(),
+            item_id: item_id.to_string(),
+            tool_call_id: call.id.clone(),
+            tool: call.name.clone(),
+            subject: crate::approvals::subject(&call.name, args),
+            arguments: args.clone(),
+            reason,
+            decisions: crate::approvals::CALL_DECISIONS.to_vec(),
+            escalated,
+            elicitation: None,
+            agent_id: self.config.agent_id.clone(),
+        }
     }
 
     /// pre_tool_use hooks: exit code 2 blocks the call.
@@ -332,21 +545,63 @@ pub(super) fn tool_message(r: &CallResult) -> (String, bool) {
     }
 }
 
-/// Runs the unique, runnable calls: calls that write the same path share a
-/// lane and run in call order; lanes run in parallel, at most `max` calls
-/// at once. `hooks[i]` journals the process group call `i` starts. Returns
-/// one result per call, in call order.
+/// Whether call `i` waits for a decision: it asks, or it repeats a call
+/// that does.
+fn waits(prepared: &[Prepared], i: usize) -> bool {
+    let p = &prepared[i];
+    p.ask.is_some() || p.same_as.is_some_and(|first| prepared[first].ask.is_some())
+}
+
+/// What deciding a step's requests did.
+#[derive(Default)]
+struct Applied {
+    /// An approved call will change the world: its `item.started` must
+    /// be durable first.
+    needs_durable: bool,
+    last_seq: Option<u64>,
+    /// A request was answered `abort`.
+    aborted: bool,
+}
+
+/// The result of every call, in call order: a refused call's error, a
+/// duplicate's copy of the call it repeats.
+fn in_call_order(prepared: &[Prepared], results: Vec<Option<CallResult>>) -> Vec<CallResult> {
+    (0..prepared.len())
+        .map(|i| {
+            let p = &prepared[i];
+            match (&p.tool, p.same_as) {
+                (Err(e), _) => Err(e.clone()),
+                (Ok(_), Some(first)) => results[first].clone().unwrap_or_else(|| {
+                    Err(ToolError::Failed(
+                        "duplicate of a call that did not run".into(),
+                    ))
+                }),
+                (Ok(_), None) => results[i]
+                    .clone()
+                    .unwrap_or_else(|| Err(ToolError::Failed("call did not run".into()))),
+            }
+        })
+        .collect()
+}
+
+/// Runs the unique, runnable calls among `which`: calls that write the
+/// same path share a lane and run in call order; lanes run in parallel,
+/// at most `max` calls at once. `hooks[i]` journals the process group
+/// call `i` starts. Returns each call's result by its index (`None`: it
+/// did not run here).
 async fn run_lanes(
     prepared: &[Prepared],
+    which: &[usize],
     ctx: &ToolContext,
     hooks: &[Option<SpawnHook>],
     max: usize,
-) -> Vec<CallResult> {
+) -> Vec<Option<CallResult>> {
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     let mut lane_of_path: HashMap<String, usize> = HashMap::new();
-    for (i, p) in prepared.iter().enumerate() {
+    for &i in which {
+        let p = &prepared[i];
         let Ok(tool) = &p.tool else { continue };
-        if p.same_as.is_some() {
+        if p.same_as.is_some() || p.ask.is_some() {
             continue;
         }
         let paths = tool.write_paths(&p.args);
@@ -374,6 +629,7 @@ async fn run_lanes(
                 let p = &prepared[i];
                 let mut call_ctx = ctx.clone();
                 call_ctx.on_spawn = hooks.get(i).cloned().flatten();
+                call_ctx.escalated = p.escalated;
                 let result = match &p.tool {
                     Ok(tool) => {
                         let span = telemetry::tool_span(turn, &p.call.name, &p.call.id);
@@ -401,20 +657,5 @@ async fn run_lanes(
     for (i, r) in lane_results.into_iter().flatten() {
         results[i] = Some(r);
     }
-    (0..prepared.len())
-        .map(|i| {
-            let p = &prepared[i];
-            match (&p.tool, p.same_as) {
-                (Err(e), _) => Err(e.clone()),
-                (Ok(_), Some(first)) => results[first].clone().unwrap_or_else(|| {
-                    Err(ToolError::Failed(
-                        "duplicate of a call that did not run".into(),
-                    ))
-                }),
-                (Ok(_), None) => results[i]
-                    .clone()
-                    .unwrap_or_else(|| Err(ToolError::Failed("call did not run".into()))),
-            }
-        })
-        .collect()
+    results
 }

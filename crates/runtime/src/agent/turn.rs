@@ -38,6 +38,12 @@ impl AgentLoop {
         if let Some(done) = self.state.completed.clone() {
             return StepOutcome::Done(done);
         }
+        // A resumed call waiting for a decision is settled first: no model
+        // call, no turn, until it is decided.
+        if let Some(unsettled) = self.state.unsettled.take() {
+            let mut report = super::ResumeReport::default();
+            self.settle_pending(unsettled, &mut report).await;
+        }
         if self.state.failed_closed.is_some() {
             return self.done(
                 CompletionSubtype::ErrorDuringExecution,

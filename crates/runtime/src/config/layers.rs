@@ -49,6 +49,9 @@ pub struct ConfigOverrides {
     pub sandbox_mode: Option<crate::tools::SandboxMode>,
     /// `--config sandbox_workspace_write.network_access=...`.
     pub network_access: Option<bool>,
+    /// `-a/--ask-for-approval` / `--config approval_policy=...`:
+    /// `approval_policy`.
+    pub approval_policy: Option<troupe_protocol::ApprovalPolicy>,
     /// `--reasoning-effort` / `--config model_reasoning_effort=...`:
     /// `model_reasoning_effort`.
     pub reasoning_effort: Option<crate::provider::ReasoningEffort>,
@@ -149,6 +152,7 @@ impl ConfigOverrides {
             auto_upgrade,
             sandbox_mode: None,
             network_access: None,
+            approval_policy: None,
             reasoning_effort: None,
         })
     }
@@ -217,6 +221,9 @@ impl Config {
         }
         if let Some(mode) = o.sandbox_mode {
             self.sandbox_mode = Some(mode);
+        }
+        if let Some(policy) = o.approval_policy {
+            self.approval_policy = Some(policy);
         }
         if let Some(on) = o.network_access {
             self.sandbox_workspace_write.network_access = on;

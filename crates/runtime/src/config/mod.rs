@@ -50,9 +50,9 @@ pub use layers::{
 pub use mcp::McpServerConfig;
 pub use otel::OtelConfig;
 pub use sections::{
-    AgentConfig, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig, HooksSection,
-    LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite, SessionConfig,
-    ToolsConfig, VerifierConfig, WireApi, default_model,
+    AgentConfig, ApprovalsReviewer, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig,
+    HooksSection, LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite,
+    SessionConfig, ToolsConfig, VerifierConfig, WireApi, default_model,
 };
 pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
@@ -66,6 +66,7 @@ use crate::tools::{ExecConfig, PermissionPolicy, SandboxMode};
 use layers::Origin;
 use locate::Locator;
 use sections::parse_kind;
+use troupe_protocol::ApprovalPolicy;
 use validate::FileChecker;
 
 /// The file's name, at the workspace root.
@@ -105,6 +106,17 @@ pub struct Config {
     /// provider's field, docs/providers.md); `None` sends none. An agent
     /// spec or proposer may set its own.
     pub model_reasoning_effort: Option<ReasoningEffort>,
+    /// `approval_policy` (top level, Codex's name): `never`, `on-request`
+    /// or `untrusted` (docs/approvals.md); `None`: the front end's
+    /// default.
+    pub approval_policy: Option<ApprovalPolicy>,
+    /// `approval_timeout_sec`: a request nobody decides in this many
+    /// seconds is denied (`by: timeout`); `None` waits for ever.
+    pub approval_timeout_sec: Option<u64>,
+    /// `approvals_reviewer`: who answers requests when no person is
+    /// attached: `user` (the default: people only) or `agent` (a fresh
+    /// read-only reviewer agent that fails closed).
+    pub approvals_reviewer: ApprovalsReviewer,
     /// `[sandbox_workspace_write]` (Codex's table): `network_access`.
     pub sandbox_workspace_write: SandboxWorkspaceWrite,
     /// `allow_unsandboxed` (top level): where the kernel cannot enforce
@@ -258,6 +270,7 @@ impl Config {
         PermissionPolicy {
             allow: self.permissions.allow.clone(),
             deny: self.permissions.deny.clone(),
+            ask: self.permissions.ask.clone(),
         }
     }
 
@@ -302,6 +315,17 @@ impl Config {
             }
         }
         exec
+    }
+
+    /// The agents' approval policy: `approval_policy` (after
+    /// `-a/--ask-for-approval`), else `default` (the front end's).
+    pub fn approval_policy_or(&self, default: ApprovalPolicy) -> ApprovalPolicy {
+        self.approval_policy.unwrap_or(default)
+    }
+
+    /// `approval_timeout_sec` as a duration.
+    pub fn approval_timeout(&self) -> Option<Duration> {
+        self.approval_timeout_sec.map(Duration::from_secs)
     }
 
     /// The agents' sandbox mode: `sandbox_mode` (after `--sandbox`), by

@@ -59,6 +59,18 @@ pub struct FallbackConfig {
     pub model: Option<String>,
 }
 
+/// `approvals_reviewer`: who answers approval requests besides a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalsReviewer {
+    /// People only (a terminal, `troupe approvals`, HTTP, the library's
+    /// handler).
+    #[default]
+    User,
+    /// A fresh read-only reviewer agent that fails closed.
+    Agent,
+}
+
 /// When the loop discards the transcript and reorients from artifacts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -293,6 +305,9 @@ pub struct PermissionsConfig {
     pub allow: Vec<String>,
     /// Calls that never run.
     pub deny: Vec<String>,
+    /// Calls that always ask before they run (docs/approvals.md);
+    /// precedence: deny, then ask, then allow.
+    pub ask: Vec<String>,
 }
 
 /// `[hooks]`.

@@ -221,6 +221,19 @@ impl FileChecker<'_> {
             self.at(&["tools", "protected_paths"], relative_entry(entry))?;
         }
         self.permissions(c)?;
+        self.at(
+            &["approval_timeout_sec"],
+            c.approval_timeout_sec.map_or(Ok(()), |v| {
+                if (1..=86_400).contains(&v) {
+                    Ok(())
+                } else {
+                    Err(Problem::new(
+                        format!("{v} seconds is out of range"),
+                        "set it between 1 and 86400, or leave it out to wait until someone decides",
+                    ))
+                }
+            }),
+        )?;
         self.hooks(c)?;
         self.mcp_servers(c)?;
         self.otel(c)?;
@@ -374,10 +387,11 @@ impl FileChecker<'_> {
         for (key, rules) in [
             ("allow", &c.permissions.allow),
             ("deny", &c.permissions.deny),
+            ("ask", &c.permissions.ask),
         ] {
             let policy = PermissionPolicy {
                 allow: rules.clone(),
-                deny: Vec::new(),
+                ..PermissionPolicy::default()
             };
             self.at(
                 &["permissions", key],

@@ -45,7 +45,7 @@ pub use exec::{
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use plan_mode::plan_mode;
-pub use policy::{PermissionPolicy, glob};
+pub use policy::{PermissionPolicy, glob, subject as policy_subject};
 pub use protect::{DEFAULT_PROTECTED_PATHS, ProtectedPaths};
 pub use read::{MAX_READ_LINES, ReadFileTool};
 pub use registry::{ToolLimits, ToolRegistry};
@@ -95,6 +95,11 @@ pub struct ToolContext {
     /// `edit_file` refuse them besides the session's list, and the
     /// `workspace-write` sandbox mounts the existing ones read-only.
     pub protect: ProtectedPaths,
+    /// This one call was approved as an escalation (`escalate`): it runs
+    /// with the limit that blocked it lifted: `exec_command` outside the
+    /// sandbox, a write tool on a path outside the workspace (and in a
+    /// `read-only` agent). Set by the loop for the call alone.
+    pub escalated: bool,
 }
 
 /// A process group a tool started.
@@ -139,6 +144,7 @@ impl ToolContext {
             on_spawn: None,
             sandbox: None,
             protect: ProtectedPaths::none(),
+            escalated: false,
         }
     }
 

@@ -29,6 +29,30 @@ pub fn canonical_workspace(workspace: &Path) -> Result<PathBuf, ToolError> {
     })
 }
 
+/// [`resolve`] in `ctx`'s workspace; for a call approved as an escalation
+/// ([`super::ToolContext::escalated`]) the path may lie anywhere: it is
+/// only made absolute (against the workspace) and `..`-normalized.
+pub fn resolve_for(
+    ctx: &super::ToolContext,
+    user_path: &str,
+    must_exist: bool,
+) -> Result<PathBuf, ToolError> {
+    if !ctx.escalated {
+        return resolve(&ctx.workspace, user_path, must_exist);
+    }
+    let root = canonical_workspace(&ctx.workspace)?;
+    let given = Path::new(user_path);
+    let joined = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        root.join(given)
+    };
+    normalize(&joined).ok_or_else(|| ToolError::PathEscape {
+        path: user_path.to_string(),
+        reason: "`..` climbs above the filesystem root".into(),
+    })
+}
+
 /// Resolves `user_path` (relative to the workspace, or absolute inside it)
 /// to a physical path inside the canonical workspace root.
 ///

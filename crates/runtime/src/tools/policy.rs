@@ -10,7 +10,9 @@
 //!   included) and `?` one character; everything else is literal.
 //!
 //! A call is denied if any `deny` rule matches; else allowed if `allow` is
-//! empty or any `allow` rule matches; else denied.
+//! empty or any `allow` rule matches; else denied. `ask` rules (matched as
+//! deny rules are) sit between the two: what they mean depends on the
+//! agent's `approval_policy` (`crate::approvals`, docs/approvals.md).
 //!
 //! Commands are matched segment by segment: `a && b; c | d` has the
 //! segments `a`, `b`, `c`, `d` (split on `&&`, `||`, `;`, `|`, newline,
@@ -34,8 +36,12 @@ use super::ToolError;
 pub struct PermissionPolicy {
     /// Rules that allow; empty allows every call that no deny rule matches.
     pub allow: Vec<String>,
-    /// Rules that deny; they win over `allow`.
+    /// Rules that deny; they win over `ask` and `allow`.
     pub deny: Vec<String>,
+    /// Rules that always ask a person (or the reviewer agent) before the
+    /// call runs; they win over `allow`. Under `approval_policy = never`
+    /// nobody is asked and they deny.
+    pub ask: Vec<String>,
 }
 
 /// One parsed rule.
@@ -89,6 +95,7 @@ impl PermissionPolicy {
             .allow
             .iter()
             .chain(&self.deny)
+            .chain(&self.ask)
             .filter_map(|rule| Rule::parse(rule).err())
             .collect();
         if errors.is_empty() {
@@ -115,28 +122,26 @@ impl PermissionPolicy {
 
     /// The deny rules alone: `Err` when one matches the call.
     pub fn check_deny(&self, tool: &str, args: &Value) -> Result<(), ToolError> {
+        match first_match(&self.deny, tool, args) {
+            Some(rule) => Err(ToolError::Denied(format!(
+                "`{tool}` call matches the deny rule `{rule}`; to allow it, change [permissions] deny in troupe.toml"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The first `ask` rule that matches the call (matched as deny rules
+    /// are: the whole command or any of its segments).
+    pub fn ask_rule(&self, tool: &str, args: &Value) -> Option<&str> {
+        first_match(&self.ask, tool, args)
+    }
+
+    /// Whether an `allow` rule names the call (false when `allow` is
+    /// empty: then no rule allows it, it is only not restricted).
+    pub fn allow_matches(&self, tool: &str, args: &Value) -> bool {
         let subject = subject(tool, args);
         let segments = subject.map(split_segments).unwrap_or_default();
-        for text in &self.deny {
-            let Ok(rule) = Rule::parse(text) else {
-                continue;
-            };
-            if !rule.names(tool) {
-                continue;
-            }
-            let hit = match (rule.pattern, subject) {
-                (None, _) => true,
-                (Some(_), None) => false,
-                (Some(p), Some(s)) => glob(p, s.trim()) || segments.iter().any(|seg| glob(p, seg)),
-            };
-            if hit {
-                return Err(ToolError::Denied(format!(
-                    "`{tool}` call matches the deny rule `{}`; to allow it, change [permissions] deny in troupe.toml",
-                    text.trim()
-                )));
-            }
-        }
-        Ok(())
+        !self.allow.is_empty() && self.allowed(tool, subject, &segments)
     }
 
     fn allowed(&self, tool: &str, subject: Option<&str>, segments: &[&str]) -> bool {
@@ -161,9 +166,29 @@ impl PermissionPolicy {
     }
 }
 
+/// The first of `rules` (trimmed) that matches a call of `tool` with
+/// `args`: a rule naming the tool without a pattern, or one whose pattern
+/// matches the whole subject or one of its segments. A malformed rule
+/// never matches.
+fn first_match<'r>(rules: &'r [String], tool: &str, args: &Value) -> Option<&'r str> {
+    let subject = subject(tool, args);
+    let segments = subject.map(split_segments).unwrap_or_default();
+    rules.iter().map(|text| text.trim()).find(|text| {
+        let Ok(rule) = Rule::parse(text) else {
+            return false;
+        };
+        rule.names(tool)
+            && match (rule.pattern, subject) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(p), Some(s)) => glob(p, s.trim()) || segments.iter().any(|seg| glob(p, seg)),
+            }
+    })
+}
+
 /// What a pattern rule matches for `tool`: the command of an
 /// `exec_command` run, else a `path` argument.
-fn subject<'v>(tool: &str, args: &'v Value) -> Option<&'v str> {
+pub fn subject<'v>(tool: &str, args: &'v Value) -> Option<&'v str> {
     let key = if tool == "exec_command" {
         "command"
     } else {

@@ -247,30 +247,82 @@ impl ToolRegistry {
         workspace: &std::path::Path,
     ) -> Result<(), ToolError> {
         self.lookup(tool_name)?;
-        let raw = args.get("path").and_then(Value::as_str);
-        let canonical = match raw {
-            Some(path) if tool_name != "exec_command" => {
-                super::paths::canonical_workspace(workspace)
-                    .and_then(|root| {
-                        super::paths::resolve(workspace, path, false)
-                            .map(|abs| super::paths::relative(&root, &abs))
-                    })
-                    .ok()
-            }
-            _ => None,
-        };
-        match canonical {
-            Some(rel) => {
-                let mut normalized = args.clone();
-                if let Value::Object(m) = &mut normalized {
-                    m.insert("path".into(), Value::String(rel));
-                }
+        match self.canonical_args(tool_name, args, workspace) {
+            Some(normalized) => {
                 // Deny rules see both spellings; allow rules the canonical one.
                 self.policy.check_deny(tool_name, args)?;
                 self.policy.check(tool_name, &normalized)
             }
             None => self.policy.check(tool_name, args),
         }
+    }
+
+    /// Decides a call under `approval` and the permission rules
+    /// ([`crate::approvals::gate`]), with the path matched as
+    /// [`ToolRegistry::check_permission_in`] matches it; `remembered` is the
+    /// session's decision for the call's exact subject.
+    pub fn gate_in(
+        &self,
+        tool_name: &str,
+        args: &Value,
+        workspace: &std::path::Path,
+        approval: troupe_protocol::ApprovalPolicy,
+        remembered: Option<crate::approvals::Remembered>,
+    ) -> crate::approvals::Gate {
+        use crate::approvals::{Gate, gate};
+        let tool = match self.lookup(tool_name) {
+            Ok(tool) => tool,
+            Err(e) => return Gate::Deny(e),
+        };
+        let capability = tool.capability();
+        match self.canonical_args(tool_name, args, workspace) {
+            Some(normalized) => {
+                if let Err(e) = self.policy.check_deny(tool_name, args) {
+                    return Gate::Deny(e);
+                }
+                gate(
+                    approval,
+                    &self.policy,
+                    remembered,
+                    tool_name,
+                    capability,
+                    &normalized,
+                )
+            }
+            None => gate(
+                approval,
+                &self.policy,
+                remembered,
+                tool_name,
+                capability,
+                args,
+            ),
+        }
+    }
+
+    /// `args` with its `path` in canonical form (relative to the
+    /// workspace root), for a path-taking tool whose path resolves.
+    fn canonical_args(
+        &self,
+        tool_name: &str,
+        args: &Value,
+        workspace: &std::path::Path,
+    ) -> Option<Value> {
+        let path = args.get("path").and_then(Value::as_str)?;
+        if tool_name == "exec_command" {
+            return None;
+        }
+        let rel = super::paths::canonical_workspace(workspace)
+            .and_then(|root| {
+                super::paths::resolve(workspace, path, false)
+                    .map(|abs| super::paths::relative(&root, &abs))
+            })
+            .ok()?;
+        let mut normalized = args.clone();
+        if let Value::Object(m) = &mut normalized {
+            m.insert("path".into(), Value::String(rel));
+        }
+        Some(normalized)
     }
 
     fn lookup(&self, name: &str) -> Result<SharedTool, ToolError> {

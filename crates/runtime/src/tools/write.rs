@@ -57,7 +57,8 @@ impl Tool for WriteFileTool {
             "type": "object",
             "properties": {
                 "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workspace root."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
+                "content": {"type": "string", "description": "The complete new content of the file."},
+                "escalate": crate::approvals::escalate_schema()
             },
             "required": ["path", "content"],
             "additionalProperties": false
@@ -82,7 +83,7 @@ impl Tool for WriteFileTool {
             let user_path = required_str(&args, "path")?.to_string();
             let content = required_str(&args, "content")?.to_string();
             let root = paths::canonical_workspace(&ctx.workspace)?;
-            let path = paths::resolve(&ctx.workspace, &user_path, false)?;
+            let path = paths::resolve_for(ctx, &user_path, false)?;
             let rel = paths::relative(&root, &path);
             self.protected.check(&rel, &user_path)?;
             ctx.protect.check(&rel, &user_path)?;
@@ -147,7 +148,8 @@ impl Tool for EditFileTool {
                 "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workspace root."},
                 "old_string": {"type": "string", "minLength": 1, "description": "The exact text to replace."},
                 "new_string": {"type": "string", "description": "The replacement text."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring a unique match (default false)."}
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring a unique match (default false)."},
+                "escalate": crate::approvals::escalate_schema()
             },
             "required": ["path", "old_string", "new_string"],
             "additionalProperties": false
@@ -186,7 +188,7 @@ impl Tool for EditFileTool {
                 ));
             }
             let root = paths::canonical_workspace(&ctx.workspace)?;
-            let path = paths::resolve(&ctx.workspace, &edit.shown, true)?;
+            let path = paths::resolve_for(ctx, &edit.shown, true)?;
             let rel = paths::relative(&root, &path);
             self.protected.check(&rel, &edit.shown)?;
             ctx.protect.check(&rel, &edit.shown)?;
@@ -247,10 +249,12 @@ impl Edit {
 /// The write tools refuse every call of an agent in `read-only` mode.
 fn refuse_read_only(ctx: &ToolContext, tool: &str) -> Result<(), ToolError> {
     match &ctx.sandbox {
-        Some(s) if s.mode == super::SandboxMode::ReadOnly => Err(ToolError::Denied(format!(
-            "{tool} refused: this agent runs with sandbox_mode read-only, so no file can be \
+        Some(s) if s.mode == super::SandboxMode::ReadOnly && !ctx.escalated => {
+            Err(ToolError::Denied(format!(
+                "{tool} refused: this agent runs with sandbox_mode read-only, so no file can be \
              written; report the change you would make instead"
-        ))),
+            )))
+        }
         _ => Ok(()),
     }
 }

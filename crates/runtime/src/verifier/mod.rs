@@ -140,9 +140,11 @@ impl VerifierSettings {
     pub fn with_config(mut self, config: &Config) -> Self {
         self.allow_unsandboxed = config.verifier.allow_unsandboxed;
         self.exec = config.exec_config();
+        // (Never `ask`: the verifier is read-only by construction and is
+        // never asked about.)
         self.policy = PermissionPolicy {
-            allow: Vec::new(),
             deny: config.permissions.deny.clone(),
+            ..PermissionPolicy::default()
         };
         self
     }
@@ -266,6 +268,7 @@ pub async fn run_verifier(
         on_spawn: None,
         sandbox: None,
         protect: crate::tools::ProtectedPaths::none(),
+        escalated: false,
     };
     let config = agent_config(model, &settings);
     let mut agent = AgentLoop::new(config, client, Arc::new(tools), catalog, sink, ctx);

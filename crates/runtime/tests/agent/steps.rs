@@ -172,6 +172,7 @@ async fn the_permission_policy_declines_denied_calls_and_runs_the_rest() {
     .policy(PermissionPolicy {
         allow: Vec::new(),
         deny: vec!["exec_command(rm *)".into(), "write_file".into()],
+        ask: Vec::new(),
     })
     .build()
     .await

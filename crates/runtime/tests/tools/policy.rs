@@ -7,6 +7,7 @@ fn policy(allow: &[&str], deny: &[&str]) -> PermissionPolicy {
     PermissionPolicy {
         allow: allow.iter().map(|s| s.to_string()).collect(),
         deny: deny.iter().map(|s| s.to_string()).collect(),
+        ask: Vec::new(),
     }
 }
 

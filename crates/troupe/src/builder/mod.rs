@@ -78,6 +78,8 @@ pub struct SessionBuilder {
     pub(crate) client: Option<Arc<dyn troupe_runtime::provider::ModelClient>>,
     pub(crate) session_id: Option<String>,
     pub(crate) remote: Option<Arc<dyn troupe_actors::placement::RemoteSpawner>>,
+    pub(crate) approval_handlers: Vec<crate::approvals::ApprovalHandler>,
+    pub(crate) approval_default: Option<troupe_protocol::ApprovalPolicy>,
 }
 
 impl Session {
@@ -111,6 +113,8 @@ impl Session {
             client: None,
             session_id: None,
             remote: None,
+            approval_handlers: Vec::new(),
+            approval_default: None,
         }
     }
 
@@ -137,6 +141,52 @@ impl SessionBuilder {
     /// says `placement = "local"`.
     pub fn remote(mut self, spawner: Arc<dyn troupe_actors::placement::RemoteSpawner>) -> Self {
         self.remote = Some(spawner);
+        self
+    }
+
+    /// Every agent's `approval_policy` (docs/approvals.md), the floor of
+    /// each subagent's: `never`, `on-request` or `untrusted`. Default: the
+    /// config's, else the front end's ([`SessionBuilder::approval_default`]),
+    /// else `on-request` with a handler and `never` without.
+    pub fn approval_policy(mut self, policy: troupe_protocol::ApprovalPolicy) -> Self {
+        self.config.approval_policy = Some(policy);
+        self
+    }
+
+    /// The policy when neither the builder nor the config sets one: the
+    /// front end's default (an interactive terminal: `on-request`).
+    pub fn approval_default(mut self, policy: troupe_protocol::ApprovalPolicy) -> Self {
+        self.approval_default = Some(policy);
+        self
+    }
+
+    /// A request nobody decides within `timeout` is denied
+    /// (`by: timeout`). Default: the config's `approval_timeout_sec`,
+    /// else none (it waits).
+    pub fn approval_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.config.approval_timeout_sec = Some(timeout.as_secs().max(1));
+        self
+    }
+
+    /// Hands every approval request of the session's agents (at any
+    /// depth) to `handler`, an async callback: `Some(answer)` decides it
+    /// (first decision wins, journaled once), `None` leaves it to the
+    /// other answerers ([`Session::approvals`]).
+    pub fn approvals<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(troupe_protocol::ApprovalRequestedEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Option<crate::approvals::Answer>> + Send + 'static,
+    {
+        self.approval_handlers
+            .push(Arc::new(move |request| Box::pin(handler(request))));
+        self
+    }
+
+    /// Adds an answerer already in the broker's form
+    /// ([`crate::approvals::ApprovalHandler`]); see
+    /// [`SessionBuilder::approvals`].
+    pub fn approval_handler(mut self, handler: crate::approvals::ApprovalHandler) -> Self {
+        self.approval_handlers.push(handler);
         self
     }
 

@@ -106,6 +106,8 @@ pub struct Session {
     span: tracing::Span,
     /// The session's MCP servers; stopped with it (killed on drop).
     mcp: Option<McpHub>,
+    /// Who answers its agents' approval requests.
+    approvals: crate::approvals::Broker,
 }
 
 /// Starts the configured MCP servers (none: `None`); their tools join the
@@ -186,9 +188,24 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
             session_id: Some(id.clone()),
             agent_id: Some(owner),
         }))?;
+    let approvals = crate::approvals::Broker::new(log.dir(), b.config.approval_timeout());
+    for handler in b.approval_handlers.drain(..) {
+        approvals.add_handler(handler);
+    }
+    if recovery.is_some() {
+        approvals.load(&session_events(&log));
+    }
     let mcp = start_mcp(&mut b, &log).await;
     let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
-    let env = Arc::new(b.env(clients, &log, &id, &tree));
+    let mut env = b.env(clients, &log, &id, &tree);
+    let default = b.approval_default.unwrap_or(if approvals.has_handlers() {
+        troupe_protocol::ApprovalPolicy::OnRequest
+    } else {
+        troupe_protocol::ApprovalPolicy::Never
+    });
+    env.approval_policy = b.config.approval_policy_or(default);
+    env.approver = Some(Arc::new(approvals.clone()));
+    let env = Arc::new(env);
     let budget = BudgetNode::root_named(
         supervisor,
         CostBudget {
@@ -211,7 +228,21 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
         tally: Arc::new(Mutex::new(Tally::default())),
         watchers: Mutex::new(Vec::new()),
         mcp,
+        approvals,
     })
+}
+
+/// Every event of the session's log (an unreadable line skipped).
+fn session_events(log: &SessionLog) -> Vec<ThreadEvent> {
+    match troupe_runtime::store::EventReader::open(log.events_path()) {
+        Ok(reader) => reader
+            .filter_map(|line| line.ok().map(|(_, ev)| ev.event))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the log for its approvals");
+            Vec::new()
+        }
+    }
 }
 
 fn library_settings(b: &SessionBuilder) -> SessionSettings {
@@ -247,6 +278,24 @@ impl Session {
     /// The canonical log.
     pub fn log(&self) -> &SessionLog {
         &self.log
+    }
+
+    /// Who answers the agents' approval requests: the pending ones
+    /// ([`crate::approvals::Broker::pending`]), a stream of new ones
+    /// ([`crate::approvals::Broker::subscribe`]), and
+    /// [`crate::approvals::Broker::decide`].
+    pub fn approvals(&self) -> &crate::approvals::Broker {
+        &self.approvals
+    }
+
+    /// Decides approval request `id` (by a person): refused when someone
+    /// decided first, naming them.
+    pub fn decide(
+        &self,
+        id: &str,
+        answer: crate::approvals::Answer,
+    ) -> Result<(), crate::approvals::DecideError> {
+        self.approvals.decide(id, answer)
     }
 
     /// The supervised tree.

@@ -201,6 +201,8 @@ impl ExecCommandTool {
             |e: String| ToolError::Failed(format!("refused, the command did not run: {e}"));
         let sandbox = match (&self.config.sandbox, &ctx.sandbox) {
             (Some(sandbox), _) => sandbox.clone(),
+            // An approved escalation runs this one call unconfined.
+            (None, _) if ctx.escalated => return Ok(None),
             (None, Some(agent)) if agent.mode.is_confined() => {
                 let scratch = self.scratch_dir(&agent.agent).map_err(|e| {
                     refused(format!("cannot create the agent's scratch directory: {e}"))
@@ -529,7 +531,8 @@ impl Tool for ExecCommandTool {
                 "command": {"type": "string", "minLength": 1, "description": "The shell command, for `run`."},
                 "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default the root), for `run`."},
                 "session_id": {"type": "string", "description": "The session to wait on, for `wait`."},
-                "timeout_ms": {"type": "integer", "minimum": 0, "description": "How long this call waits before returning a still-running result (default 10000)."}
+                "timeout_ms": {"type": "integer", "minimum": 0, "description": "How long this call waits before returning a still-running result (default 10000)."},
+                "escalate": crate::approvals::escalate_schema()
             },
             "additionalProperties": false
         })
