@@ -92,12 +92,38 @@ impl AgentLoop {
             .enumerate()
             .filter_map(|(i, p)| p.ask.clone().map(|r| (i, r)))
             .collect();
-        // The calls that need no decision run while the others wait.
+        // The calls that need no decision run while the others wait; an
+        // abort ends the wait (the requests stay undecided).
+        let cancel = self.ctx.cancel.clone();
+        let waiting = self.decide_all(&requests);
         let (mut results, resolutions) = futures::join!(
             run_lanes(&prepared, &ready, &self.ctx, &hooks, max),
-            self.decide_all(&requests),
+            async move {
+                tokio::select! {
+                    r = waiting => Some(r),
+                    _ = cancel.cancelled() => None,
+                }
+            },
         );
         let mut aborted = false;
+        let Some(resolutions) = resolutions else {
+            for (i, _) in &requests {
+                prepared[*i].ask = None;
+                prepared[*i].tool = Err(ToolError::Cancelled);
+            }
+            for (i, p) in prepared.iter().enumerate() {
+                if waits[i] {
+                    self.emit_item(
+                        ThreadEvent::ItemStarted,
+                        p.item_id.clone(),
+                        ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
+                    );
+                }
+            }
+            let results = in_call_order(&prepared, results);
+            self.record(&prepared, &results);
+            return self.done(CompletionSubtype::Cancelled, "cancelled");
+        };
         if !requests.is_empty() {
             let approved = self.apply_resolutions(&mut prepared, &requests, resolutions, &waits);
             aborted = approved.aborted;

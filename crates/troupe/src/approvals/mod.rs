@@ -110,12 +110,15 @@ pub struct RequestStatus {
     pub resolution: Option<troupe_protocol::ApprovalResolvedEvent>,
     /// The decision recorded on disk (it may not be journaled yet).
     pub recorded: Option<ApprovalDecisionRecord>,
+    /// The call ended undecided (its run was aborted while it waited).
+    pub settled: bool,
 }
 
 impl RequestStatus {
-    /// Nobody decided it yet.
+    /// Nobody decided it yet, and its call still waits (in a live
+    /// session, or for the resume of one that stopped).
     pub fn is_pending(&self) -> bool {
-        self.resolution.is_none() && self.recorded.is_none()
+        self.resolution.is_none() && self.recorded.is_none() && !self.settled
     }
 
     /// Who decided it and how, when someone did: `deny by human`.
@@ -123,6 +126,9 @@ impl RequestStatus {
         match (&self.resolution, &self.recorded) {
             (Some(r), _) => Some(format!("{} by {}", r.decision, r.by)),
             (None, Some(r)) => Some(format!("{} by {}", r.decision, r.by)),
+            (None, None) if self.settled => {
+                Some("not decided: its run was aborted while it waited".into())
+            }
             (None, None) => None,
         }
     }
@@ -145,6 +151,7 @@ pub fn requests_in(session_dir: &Path) -> std::io::Result<Vec<RequestStatus>> {
                         request: r,
                         resolution: None,
                         recorded: None,
+                        settled: false,
                     });
                 }
             }
@@ -154,6 +161,16 @@ pub fn requests_in(session_dir: &Path) -> std::io::Result<Vec<RequestStatus>> {
                     .find(|s| s.request.approval_id == res.approval_id)
                 {
                     s.resolution = Some(res);
+                }
+            }
+            ThreadEvent::ItemCompleted(item) => {
+                if let troupe_protocol::ItemDetails::ToolOutput(o) = &item.item.details
+                    && let Some(s) = out.iter_mut().find(|s| {
+                        s.request.tool_call_id == o.call_id
+                            && s.request.agent_id == item.agent_id
+                    })
+                {
+                    s.settled = true;
                 }
             }
             _ => {}
