@@ -115,6 +115,23 @@ fn untrusted_asks_and_a_second_process_denies_or_approves_once() {
     assert_eq!(row["approval_id"], id.as_str());
     assert_eq!(row["tool"], "exec_command");
     assert_eq!(row["subject"], "echo ran >> marker.txt");
+    // `sessions show` says who waits, and on what.
+    let dir = session_dir(ws.path());
+    let session = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let show = Command::new(bin())
+        .args(["sessions", "show", &session, "--json", "--workspace"])
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(v["approvals"][0]["approval_id"], id.as_str(), "{v}");
+    let root = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent_id"] == "session/root")
+        .unwrap();
+    assert_eq!(root["state"], "waiting_for_approval", "{v}");
     let out = approvals(ws.path(), &["deny", &id, "--message", "not in this repo"]);
     assert!(
         out.status.success(),
@@ -258,4 +275,59 @@ fn sigkill_while_pending_then_resume_asks_the_same_request_once() {
     assert_eq!((reqs.len(), res.len()), (1, 1), "{reqs:?} {res:?}");
     assert_eq!(res[0].approval_id, id);
     assert_eq!(res[0].decision, ApprovalDecision::Approve);
+}
+
+fn escalation_script(target: &Path) -> Script {
+    let cmd = format!("echo x >> {}", target.display());
+    Script::replies(vec![
+        // The sandbox blocks it: the workspace-write mode writes beneath
+        // the workspace only.
+        Reply::tool_call("c1", "exec_command", json!({ "command": cmd })),
+        // The model repeats it with `escalate`: that asks.
+        Reply::tool_call(
+            "c2",
+            "exec_command",
+            json!({"command": cmd, "escalate": {"reason": "the notes live outside the repo"}}),
+        ),
+        Reply::text("done"),
+    ])
+}
+
+#[test]
+fn on_request_an_escalation_asks_and_runs_once_outside_the_sandbox() {
+    for approve in [true, false] {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("notes.txt");
+        let server = Server::with_script(escalation_script(&target));
+        let child = start(ws.path(), &server, &["-a", "on-request"]);
+        let id = wait_for_request(ws.path());
+        // The first, sandboxed run failed and wrote nothing.
+        assert!(!target.exists());
+        let r = &requests(ws.path())[0];
+        assert!(r.escalated, "{r:?}");
+        assert_eq!(r.reason, "the notes live outside the repo");
+        assert_eq!(r.tool_call_id, "c2");
+        let verb = if approve { "approve" } else { "deny" };
+        let out = approvals(ws.path(), &[verb, &id]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        finish(child);
+        let events = session_events(ws.path());
+        let outputs = tool_outputs(&events);
+        let first = outputs.iter().find(|o| o.call_id == "c1").unwrap();
+        assert_ne!(
+            first.exit_code,
+            Some(0),
+            "the sandbox let it write: {first:?}"
+        );
+        if approve {
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "x\n", "ran once");
+        } else {
+            assert!(!target.exists(), "a denied escalation ran");
+        }
+    }
 }

@@ -59,7 +59,10 @@ fn exec(id: &str, command: &str) -> Reply {
 }
 
 async fn run(session: &Session, task: &str) -> CompletionSubtype {
-    let a = session.spawn_agent(AgentSpec::new("a", task)).await.unwrap();
+    let a = session
+        .spawn_agent(AgentSpec::new("a", task))
+        .await
+        .unwrap();
     a.wait().await.unwrap().completed.subtype
 }
 
@@ -118,10 +121,10 @@ async fn ask_rules_and_their_precedence_under_on_request() {
     )
     .unwrap();
     let server = ScriptedServer::start(Script::replies(vec![
-        exec("free", "echo free"),       // allow: runs
-        exec("asked", "echo ask me"),    // ask beats allow
+        exec("free", "echo free"),                 // allow: runs
+        exec("asked", "echo ask me"),              // ask beats allow
         exec("forced", "git push --force origin"), // deny beats ask
-        exec("none", "ls"),              // no rule, allow list set: denied
+        exec("none", "ls"),                        // no rule, allow list set: denied
         Reply::text("done"),
     ]))
     .await
@@ -140,7 +143,10 @@ async fn ask_rules_and_their_precedence_under_on_request() {
         .build()
         .await
         .unwrap();
-    assert_eq!(run(&s, "run four commands").await, CompletionSubtype::Success);
+    assert_eq!(
+        run(&s, "run four commands").await,
+        CompletionSubtype::Success
+    );
     let dir = s.dir().to_path_buf();
     s.close().await.unwrap();
     assert_eq!(*asked.lock(), vec!["echo ask me".to_string()]);
@@ -189,7 +195,9 @@ async fn parallel_calls_run_while_one_waits_and_results_keep_call_order() {
                     }
                     tokio::time::sleep(Duration::from_millis(25)).await;
                 }
-                Some(Answer::deny("the free call never ran while this one waited"))
+                Some(Answer::deny(
+                    "the free call never ran while this one waited",
+                ))
             }
         })
         .build()
@@ -198,7 +206,10 @@ async fn parallel_calls_run_while_one_waits_and_results_keep_call_order() {
     assert_eq!(run(&s, "touch two files").await, CompletionSubtype::Success);
     let dir = s.dir().to_path_buf();
     s.close().await.unwrap();
-    assert!(ws.path().join("asked").exists(), "the waiting call was denied");
+    assert!(
+        ws.path().join("asked").exists(),
+        "the waiting call was denied"
+    );
     let ev = events(&dir);
     // Results in call order: c1's output before c2's.
     let pos = |id: &str| {
@@ -250,7 +261,10 @@ async fn for_session_decisions_are_remembered_for_the_exact_subject() {
         *asked.lock(),
         vec!["echo a >> a.txt", "echo b >> b.txt", "echo c >> c.txt"]
     );
-    assert_eq!(std::fs::read_to_string(ws.path().join("a.txt")).unwrap(), "a\na\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "a\na\n"
+    );
     assert!(!ws.path().join("b.txt").exists());
     let ev = events(&dir);
     let (status, text) = output(&ev, "b2");
@@ -302,7 +316,10 @@ async fn abort_while_waiting_ends_the_run_and_nothing_ran() {
         .await
         .unwrap();
     let mut requests = s.approvals().subscribe();
-    let a = s.spawn_agent(AgentSpec::new("a", "one command")).await.unwrap();
+    let a = s
+        .spawn_agent(AgentSpec::new("a", "one command"))
+        .await
+        .unwrap();
     let request = tokio::time::timeout(Duration::from_secs(30), requests.recv())
         .await
         .unwrap()
@@ -327,7 +344,10 @@ async fn abort_while_waiting_ends_the_run_and_nothing_ran() {
     let status = troupe::approvals::requests_in(&dir).unwrap();
     assert_eq!(status.len(), 1);
     assert!(!status[0].is_pending(), "{status:?}");
-    assert!(elapsed < Duration::from_secs(4), "the abort waited {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "the abort waited {elapsed:?}"
+    );
     assert_eq!(server.request_count(), 1, "no model call while waiting");
 }
 
@@ -346,7 +366,10 @@ async fn pending_requests_are_decided_with_decide_and_a_second_decision_names_th
         .await
         .unwrap();
     let mut requests = s.approvals().subscribe();
-    let a = s.spawn_agent(AgentSpec::new("a", "one command")).await.unwrap();
+    let a = s
+        .spawn_agent(AgentSpec::new("a", "one command"))
+        .await
+        .unwrap();
     let request = requests.recv().await.unwrap();
     // An unknown id is refused as unknown.
     let unknown = s.decide("0193a3c4-1111-7222-8333-444455556666", Answer::approve());
@@ -358,7 +381,10 @@ async fn pending_requests_are_decided_with_decide_and_a_second_decision_names_th
     let again = s.decide(&request.approval_id, Answer::deny("too late"));
     let e = again.unwrap_err().to_string();
     assert!(e.contains("already decided: approve by human"), "{e}");
-    assert_eq!(a.wait().await.unwrap().completed.subtype, CompletionSubtype::Success);
+    assert_eq!(
+        a.wait().await.unwrap().completed.subtype,
+        CompletionSubtype::Success
+    );
     s.close().await.unwrap();
     assert!(ws.path().join("ok.txt").exists());
 }

@@ -188,7 +188,8 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                 let live = liveness(&store, &m, &events);
                 let last = events.last().cloned();
                 let turns = view::turns(&events);
-                let tree = view::shown_tree(live, agent_tree(events.into_iter()));
+                let (pending, waiting) = pending_requests(&events);
+                let tree = view::shown_tree(live, agent_tree(events.into_iter()), &waiting);
                 let cost = total_cost(&tree);
                 writeln!(out, "session  {}", m.session_id)?;
                 writeln!(out, "status   {}", view::status(&m, live))?;
@@ -234,6 +235,22 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
                         r.usage.total_tokens(),
                         r.state
                     )?;
+                }
+                if !pending.is_empty() {
+                    writeln!(
+                        out,
+                        "waiting for approval (troupe approvals approve|deny ID)"
+                    )?;
+                    for r in &pending {
+                        writeln!(
+                            out,
+                            "  {}  {}  {} {}",
+                            r.approval_id,
+                            r.agent_id.as_deref().unwrap_or("-"),
+                            r.tool,
+                            crate::safe_text::escape(r.subject.as_deref().unwrap_or(""))
+                        )?;
+                    }
                 }
                 if !worktrees.is_empty() {
                     writeln!(out, "unmerged worktrees")?;
@@ -389,8 +406,10 @@ fn session_json(
     events: &[ThreadEvent],
 ) -> Result<serde_json::Value, serde_json::Error> {
     let live = liveness(store, m, events);
-    let tree = view::shown_tree(live, agent_tree(events.iter().cloned()));
+    let (pending, waiting) = pending_requests(events);
+    let tree = view::shown_tree(live, agent_tree(events.iter().cloned()), &waiting);
     let mut v = manifest_json(m);
+    v["approvals"] = serde_json::to_value(&pending)?;
     v["turn_count"] = view::turns(events).into();
     v["state"] = live.name().into();
     v["agents"] = serde_json::to_value(&tree)?;
@@ -409,6 +428,21 @@ pub(crate) fn read_events(store: &SessionStore, id: &str) -> Result<Vec<ThreadEv
 
 fn manifest_json(m: &Manifest) -> serde_json::Value {
     serde_json::to_value(m).unwrap_or_default()
+}
+
+/// The requests of `events` nobody decided yet, and the agents that wait
+/// on them.
+fn pending_requests(
+    events: &[ThreadEvent],
+) -> (Vec<troupe_protocol::ApprovalRequestedEvent>, Vec<String>) {
+    let pending: Vec<troupe_protocol::ApprovalRequestedEvent> =
+        troupe::approvals::requests_of(events.iter().cloned())
+            .into_iter()
+            .filter(troupe::approvals::RequestStatus::is_pending)
+            .map(|s| s.request)
+            .collect();
+    let waiting = pending.iter().filter_map(|r| r.agent_id.clone()).collect();
+    (pending, waiting)
 }
 
 /// The tree's cost: the sum over agents with a thread, `None` when any of

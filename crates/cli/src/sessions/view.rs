@@ -62,11 +62,21 @@ pub fn status(m: &Manifest, live: Liveness) -> String {
 /// The agent tree as shown: once the session completed, an agent the log
 /// never saw stop (a supervisor stops after the log closed) is `stopped`;
 /// when its process died, an agent the log never saw stop is `crashed`.
-pub fn shown_tree(live: Liveness, mut tree: Vec<AgentRow>) -> Vec<AgentRow> {
+///
+/// In a running session, an agent with a request nobody decided yet
+/// (`waiting`, by agent id) is `waiting_for_approval`.
+pub fn shown_tree(live: Liveness, mut tree: Vec<AgentRow>, waiting: &[String]) -> Vec<AgentRow> {
     let replacement = match live {
         Liveness::Completed => "stopped",
         Liveness::Crashed => "crashed",
-        Liveness::Running => return tree,
+        Liveness::Running => {
+            for r in tree.iter_mut().filter(|r| r.state == "running") {
+                if waiting.contains(&r.agent_id) {
+                    r.state = "waiting_for_approval".into();
+                }
+            }
+            return tree;
+        }
     };
     for r in tree.iter_mut().filter(|r| r.state == "running") {
         r.state = replacement.into();

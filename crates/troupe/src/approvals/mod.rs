@@ -140,11 +140,22 @@ pub fn requests_in(session_dir: &Path) -> std::io::Result<Vec<RequestStatus>> {
     let events = session_dir.join(troupe_runtime::store::EVENTS_FILE);
     let reader = troupe_runtime::store::EventReader::open(&events)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut out = requests_of(reader.filter_map(|line| line.ok().map(|(_, ev)| ev.event)));
     let dir = approvals_dir(session_dir);
+    for s in &mut out {
+        if s.resolution.is_none() {
+            s.recorded = store::read(&dir, &s.request.approval_id);
+        }
+    }
+    Ok(out)
+}
+
+/// Every approval request in `events`, in log order, with its resolution
+/// (no decision files read: see [`requests_in`]).
+pub fn requests_of(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<RequestStatus> {
     let mut out: Vec<RequestStatus> = Vec::new();
-    for line in reader {
-        let Ok((_, ev)) = line else { continue };
-        match ev.event {
+    for ev in events {
+        match ev {
             ThreadEvent::ApprovalRequested(r) => {
                 if out.iter().all(|s| s.request.approval_id != r.approval_id) {
                     out.push(RequestStatus {
@@ -166,8 +177,7 @@ pub fn requests_in(session_dir: &Path) -> std::io::Result<Vec<RequestStatus>> {
             ThreadEvent::ItemCompleted(item) => {
                 if let troupe_protocol::ItemDetails::ToolOutput(o) = &item.item.details
                     && let Some(s) = out.iter_mut().find(|s| {
-                        s.request.tool_call_id == o.call_id
-                            && s.request.agent_id == item.agent_id
+                        s.request.tool_call_id == o.call_id && s.request.agent_id == item.agent_id
                     })
                 {
                     s.settled = true;
@@ -176,12 +186,7 @@ pub fn requests_in(session_dir: &Path) -> std::io::Result<Vec<RequestStatus>> {
             _ => {}
         }
     }
-    for s in &mut out {
-        if s.resolution.is_none() {
-            s.recorded = store::read(&dir, &s.request.approval_id);
-        }
-    }
-    Ok(out)
+    out
 }
 
 /// One request waiting in this process.
