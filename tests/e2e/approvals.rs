@@ -76,18 +76,52 @@ fn script() -> Script {
     ])
 }
 
-fn start(ws: &Path, server: &Server, extra: &[&str]) -> Child {
-    let mut args = vec!["--model", "scripted", "--json"];
-    args.extend_from_slice(extra);
-    exec_cmd(ws, &server.url(), &args, "append to the marker")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// A troupe process of a test, killed if the test ends first (a failing
+/// assertion must not leave it waiting for a decision for ever).
+pub struct Proc(Option<Child>);
+
+impl Proc {
+    pub fn new(child: Child) -> Proc {
+        Proc(Some(child))
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Its output, once it exits.
+    pub fn wait(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
 }
 
-fn finish(child: Child) -> Output {
-    let out = child.wait_with_output().unwrap();
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn start(ws: &Path, server: &Server, extra: &[&str]) -> Proc {
+    let mut args = vec!["--model", "scripted", "--json"];
+    args.extend_from_slice(extra);
+    Proc::new(
+        exec_cmd(ws, &server.url(), &args, "append to the marker")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn finish(child: Proc) -> Output {
+    let out = child.wait();
     assert!(
         out.status.success(),
         "exec failed: {}",
@@ -235,10 +269,9 @@ fn a_bad_id_and_an_unknown_id_are_refused_with_exit_2() {
 fn sigkill_while_pending_then_resume_asks_the_same_request_once() {
     let ws = tempfile::tempdir().unwrap();
     let server = Server::with_script(script());
-    let mut child = start(ws.path(), &server, &["-a", "untrusted"]);
+    let child = start(ws.path(), &server, &["-a", "untrusted"]);
     let id = wait_for_request(ws.path());
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     assert_eq!(marker(ws.path()), "");
     let dir = session_dir(ws.path());
     let session = dir.file_name().unwrap().to_str().unwrap().to_string();
@@ -249,14 +282,16 @@ fn sigkill_while_pending_then_resume_asks_the_same_request_once() {
         "{}",
         String::from_utf8_lossy(&listed.stdout)
     );
-    let resumed = Command::new(bin())
-        .args(["sessions", "resume", &session, "--workspace"])
-        .arg(ws.path())
-        .env("TROUPE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let resumed = Proc::new(
+        Command::new(bin())
+            .args(["sessions", "resume", &session, "--workspace"])
+            .arg(ws.path())
+            .env("TROUPE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // The resumed session waits on the same request: nothing new is asked
     // and nothing runs until it is decided.
     std::thread::sleep(Duration::from_millis(800));

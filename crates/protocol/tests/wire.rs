@@ -154,6 +154,7 @@ fn a_task_queued_by_an_earlier_troupe_reads_the_same() {
     let mut want = full_spec();
     want.model = None;
     want.protect = Vec::new();
+    want.approval_policy = None;
     want.handoff = Some("## Plan\n1. read the test\n2. fix it".into());
     assert_eq!(t.spec, want);
     assert_eq!(t.agent_id, "0190aa11-s1/root/planner");

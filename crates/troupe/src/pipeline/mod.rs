@@ -318,6 +318,9 @@ async fn propose(
         troupe_actors::agent::Isolation::Worktree,
     )
     .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
+    let approval_policy =
+        troupe_actors::subagent::child_approval(env.approval_policy, p.approval_policy)
+            .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let store = LoopStateStore::new(&env.workspace);
     let lid = loop_id(&env.session_id, agent_id);
     if let Some(feedback) = feedback {
@@ -340,6 +343,7 @@ async fn propose(
         reasoning_effort: p.reasoning_effort,
         max_turns: Some(turns_so_far + p.max_turns.unwrap_or(env.max_turns)),
         sandbox,
+        approval_policy: Some(approval_policy),
         supervision: p.supervision,
         handoff,
         protect: p.protect.clone(),

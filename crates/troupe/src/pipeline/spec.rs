@@ -78,6 +78,10 @@ pub struct ProposerSpec {
     /// `workspace-write`, or the session's when that is stricter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
+    /// Its `approval_policy`, never looser than the session's (default
+    /// the session's; docs/approvals.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<troupe_protocol::ApprovalPolicy>,
     /// `[proposers.supervision]`: its restart type, and the strategy and
     /// intensity of its own subagents' supervisor node.
     #[serde(default)]
@@ -255,6 +259,27 @@ mod tests {
             (&["sh more.sh".to_string()][..], false)
         );
         assert_eq!(p.protect, ["test_*.sh"]);
+    }
+
+    #[test]
+    fn a_proposer_sets_its_approval_policy_never_looser_than_the_session() {
+        let spec =
+            parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\napproval_policy = \"untrusted\"\n")
+                .unwrap();
+        let asked = spec.proposers[0].approval_policy;
+        assert_eq!(asked, Some(troupe_protocol::ApprovalPolicy::Untrusted));
+        use troupe_actors::subagent::child_approval;
+        use troupe_protocol::ApprovalPolicy::{Never, OnRequest, Untrusted};
+        assert_eq!(child_approval(OnRequest, asked).unwrap(), Untrusted);
+        assert_eq!(child_approval(OnRequest, None).unwrap(), OnRequest);
+        let e = child_approval(Untrusted, Some(Never))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("looser"), "{e}");
+        let bad =
+            parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\napproval_policy = \"sometimes\"\n")
+                .unwrap_err();
+        assert!(bad.contains("approval_policy"), "{bad}");
     }
 
     #[test]
