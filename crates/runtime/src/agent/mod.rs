@@ -24,6 +24,7 @@
 //!   (`persistence_failed`);
 //! - cancellation: `cancelled`.
 
+mod asking;
 mod bounds;
 mod commands;
 mod mcp_items;

@@ -14,33 +14,32 @@ use futures::future::join_all;
 use tokio::sync::Semaphore;
 use tracing::Instrument as _;
 use troupe_protocol::{
-    ApprovalDecision, ApprovalRequestedEvent, ApprovalResolvedEvent, CompletionSubtype,
-    FileChangeItem, ItemDetails, ItemStatus, ThreadEvent, ToolInvocationItem, ToolOutcome,
-    ToolOutputItem,
+    ApprovalRequestedEvent, CompletionSubtype, FileChangeItem, ItemDetails, ItemStatus,
+    ThreadEvent, ToolInvocationItem, ToolOutcome, ToolOutputItem,
 };
 
 use super::{AgentLoop, SELF_HEAL_RETRIES, StepOutcome};
-use crate::approvals::{Gate, Resolution};
+use crate::approvals::Gate;
 use crate::hooks::HookEvent;
 use crate::provider::{Message, ToolCall};
 use crate::telemetry;
 use crate::tools::{Capability, SharedTool, SpawnHook, ToolContext, ToolError, ToolOutput};
 
 /// One call, ready to run or already failed.
-struct Prepared {
-    call: ToolCall,
-    item_id: String,
-    args: serde_json::Value,
+pub(super) struct Prepared {
+    pub(super) call: ToolCall,
+    pub(super) item_id: String,
+    pub(super) args: serde_json::Value,
     /// The tool, or why the call cannot run.
-    tool: Result<SharedTool, ToolError>,
+    pub(super) tool: Result<SharedTool, ToolError>,
     /// Index of the identical earlier call whose result this one shares.
-    same_as: Option<usize>,
+    pub(super) same_as: Option<usize>,
     /// The open `mcp_tool_call` item, for a call of an MCP tool.
     mcp: Option<super::mcp_items::OpenMcpCall>,
     /// The request of a call that waits for a decision.
-    ask: Option<ApprovalRequestedEvent>,
+    pub(super) ask: Option<ApprovalRequestedEvent>,
     /// Approved as an escalation: runs with the blocking limit lifted.
-    escalated: bool,
+    pub(super) escalated: bool,
 }
 
 type CallResult = Result<ToolOutput, ToolError>;
@@ -207,99 +206,6 @@ impl AgentLoop {
         None
     }
 
-    /// Waits for the decision on each request (already durable).
-    fn decide_all(
-        &self,
-        requests: &[(usize, ApprovalRequestedEvent)],
-    ) -> impl std::future::Future<Output = Vec<Resolution>> + 'static {
-        let futures: Vec<_> = requests
-            .iter()
-            .map(|(_, request)| self.decide_one(request.clone()))
-            .collect();
-        join_all(futures)
-    }
-
-    /// Journals each resolution, then either lets its call start (its
-    /// `item.started`, with the escalation applied) or refuses it with
-    /// the decision. A duplicate shares the fate of the call it repeats.
-    fn apply_resolutions(
-        &mut self,
-        prepared: &mut [Prepared],
-        requests: &[(usize, ApprovalRequestedEvent)],
-        resolutions: Vec<Resolution>,
-        waits: &[bool],
-    ) -> Applied {
-        let mut out = Applied::default();
-        for ((i, request), resolution) in requests.iter().zip(resolutions) {
-            let seq = self.journal_resolution(request, &resolution);
-            out.last_seq = seq.or(out.last_seq);
-            let p = &mut prepared[*i];
-            p.ask = None;
-            if resolution.decision.approves() {
-                p.escalated = request.escalated;
-                out.needs_durable = true;
-            } else {
-                p.tool = Err(resolution.refusal());
-                out.aborted |= resolution.decision == ApprovalDecision::Abort;
-            }
-        }
-        for i in 0..prepared.len() {
-            if let Some(first) = prepared[i].same_as
-                && requests.iter().any(|(r, _)| *r == first)
-            {
-                if let Err(e) = &prepared[first].tool {
-                    prepared[i].tool = Err(e.clone());
-                }
-            }
-        }
-        for (i, p) in prepared.iter().enumerate() {
-            if waits[i] {
-                let seq = self.emit_item(
-                    ThreadEvent::ItemStarted,
-                    p.item_id.clone(),
-                    ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
-                );
-                out.last_seq = seq.or(out.last_seq);
-            }
-        }
-        out
-    }
-
-    /// Journals `request`'s resolution and tells the approver.
-    pub(super) fn journal_resolution(
-        &mut self,
-        request: &ApprovalRequestedEvent,
-        resolution: &Resolution,
-    ) -> Option<u64> {
-        let seq = self.emit(ThreadEvent::ApprovalResolved(ApprovalResolvedEvent {
-            approval_id: request.approval_id.clone(),
-            decision: resolution.decision,
-            message: resolution.message.clone(),
-            by: resolution.by.clone(),
-            content: resolution.content.clone(),
-            agent_id: self.config.agent_id.clone(),
-        }));
-        if let Some(approver) = &self.approver {
-            approver.resolved(request, resolution);
-        }
-        seq
-    }
-
-    /// The decision on one journaled request: the approver's, or a denial
-    /// when this loop has none.
-    pub(super) fn decide_one(
-        &self,
-        request: ApprovalRequestedEvent,
-    ) -> futures::future::BoxFuture<'static, Resolution> {
-        match &self.approver {
-            Some(approver) => approver.decide(request),
-            None => Box::pin(async {
-                Resolution::new(ApprovalDecision::Deny, "policy")
-                    .with_message("nobody can answer approval requests in this session")
-            }),
-        }
-    }
-
     /// Validates each call, checks the permission policy, and marks
     /// identical calls so they run once.
     fn prepare(&mut self, calls: Vec<ToolCall>, refused: Vec<Option<ToolError>>) -> Vec<Prepared> {
@@ -346,46 +252,6 @@ impl AgentLoop {
             });
         }
         out
-    }
-
-    /// What the rules and the approval policy say of one valid call.
-    fn gate(&self, tool: &str, args: &serde_json::Value) -> Gate {
-        // Nobody to ask: as `never`.
-        let policy = match &self.approver {
-            Some(_) => self.approval,
-            None => troupe_protocol::ApprovalPolicy::Never,
-        };
-        let remembered = self
-            .approver
-            .as_ref()
-            .and_then(|a| a.remembered(tool, crate::approvals::subject(tool, args).as_deref()));
-        self.tools
-            .gate_in(tool, args, &self.ctx.workspace, policy, remembered)
-    }
-
-    /// The request of a call that asks.
-    fn approval_request(
-        &self,
-        call: &ToolCall,
-        item_id: &str,
-        args: &serde_json::Value,
-        reason: String,
-        escalated: bool,
-    ) -> ApprovalRequestedEvent {
-        ApprovalRequestedEvent {
-            approval_id: uuid::Uuid::new_v4().to_string(),
-            thread_id: self.config.thread_id.clone(),
-            item_id: item_id.to_string(),
-            tool_call_id: call.id.clone(),
-            tool: call.name.clone(),
-            subject: crate::approvals::subject(&call.name, args),
-            arguments: args.clone(),
-            reason,
-            decisions: crate::approvals::CALL_DECISIONS.to_vec(),
-            escalated,
-            elicitation: None,
-            agent_id: self.config.agent_id.clone(),
-        }
     }
 
     /// pre_tool_use hooks: exit code 2 blocks the call.
@@ -511,7 +377,7 @@ impl AgentLoop {
     }
 }
 
-fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
+pub(super) fn invocation(p: &Prepared, status: ItemStatus) -> ToolInvocationItem {
     ToolInvocationItem {
         tool_name: p.call.name.clone(),
         arguments: p.args.clone(),
@@ -576,17 +442,6 @@ pub(super) fn tool_message(r: &CallResult) -> (String, bool) {
 fn waits(prepared: &[Prepared], i: usize) -> bool {
     let p = &prepared[i];
     p.ask.is_some() || p.same_as.is_some_and(|first| prepared[first].ask.is_some())
-}
-
-/// What deciding a step's requests did.
-#[derive(Default)]
-struct Applied {
-    /// An approved call will change the world: its `item.started` must
-    /// be durable first.
-    needs_durable: bool,
-    last_seq: Option<u64>,
-    /// A request was answered `abort`.
-    aborted: bool,
 }
 
 /// The result of every call, in call order: a refused call's error, a
