@@ -56,6 +56,9 @@ pub fn escalation(tool: &str, args: &Value) -> Option<String> {
 pub enum Gate {
     /// It runs (under the agent's sandbox).
     Run,
+    /// It runs with the limit that blocked it lifted: an escalation the
+    /// session approved for the rest of the session.
+    RunEscalated,
     /// It is refused; the error goes back to the model.
     Deny(ToolError),
     /// It waits for a decision.
@@ -69,7 +72,9 @@ pub enum Gate {
 
 /// A decision remembered for the rest of a session
 /// (`approve_for_session` / `deny_for_session`) on an exact tool and
-/// subject.
+/// subject, apart for escalations (an approved escalation lifts the
+/// limit again for the same call; the same call without `escalate` is
+/// not decided by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Remembered {
     /// Calls with this tool and subject run.
@@ -107,6 +112,9 @@ pub fn gate(
                 "`{tool}` with this {} was denied for the rest of this session",
                 subject_word(tool)
             )));
+        }
+        Some(Remembered::Allow) if escalation(tool, args).is_some() => {
+            return Gate::RunEscalated;
         }
         Some(Remembered::Allow) => return Gate::Run,
         None => {}
@@ -236,8 +244,9 @@ impl Resolution {
 /// [`Approver::decide`].
 pub trait Approver: Send + Sync {
     /// The decision the session remembered (`approve_for_session` /
-    /// `deny_for_session`) for `tool` on exactly `subject`.
-    fn remembered(&self, tool: &str, subject: Option<&str>) -> Option<Remembered>;
+    /// `deny_for_session`) for `tool` on exactly `subject`, escalated or
+    /// not.
+    fn remembered(&self, tool: &str, subject: Option<&str>, escalated: bool) -> Option<Remembered>;
 
     /// Waits for the one decision on `request` (already journaled). A
     /// request resumed after a crash comes here again with the same id:
@@ -452,6 +461,19 @@ mod tests {
             ),
             Gate::Deny(_)
         ));
+        // an escalation approved for the session runs escalated again
+        let up = json!({"command": "make", "escalate": {"reason": "r"}});
+        assert_eq!(
+            gate(
+                ApprovalPolicy::OnRequest,
+                &r,
+                Some(Remembered::Allow),
+                "exec_command",
+                e,
+                &up
+            ),
+            Gate::RunEscalated
+        );
     }
 
     #[test]

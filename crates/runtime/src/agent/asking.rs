@@ -34,10 +34,13 @@ impl AgentLoop {
             Some(_) => self.approval,
             None => troupe_protocol::ApprovalPolicy::Never,
         };
-        let remembered = self
-            .approver
-            .as_ref()
-            .and_then(|a| a.remembered(tool, crate::approvals::subject(tool, args).as_deref()));
+        let remembered = self.approver.as_ref().and_then(|a| {
+            a.remembered(
+                tool,
+                crate::approvals::subject(tool, args).as_deref(),
+                crate::approvals::escalation(tool, args).is_some(),
+            )
+        });
         self.tools
             .gate_in(tool, args, &self.ctx.workspace, policy, remembered)
     }

@@ -219,9 +219,14 @@ impl AgentLoop {
                 None => self.tools.validate(&call.name, &call.arguments),
             };
             let mut ask = None;
+            let mut escalated = false;
             let (tool, args) = match checked {
                 Ok((tool, args)) => match self.gate(&call.name, &args) {
                     Gate::Run => (Ok(tool), args),
+                    Gate::RunEscalated => {
+                        escalated = true;
+                        (Ok(tool), args)
+                    }
                     Gate::Deny(e) => (Err(e), args),
                     Gate::Ask { reason, escalated } => {
                         ask =
@@ -248,7 +253,7 @@ impl AgentLoop {
                 mcp: None,
                 // A duplicate waits on the request of the call it repeats.
                 ask: ask.filter(|_| same_as.is_none()),
-                escalated: false,
+                escalated,
             });
         }
         out

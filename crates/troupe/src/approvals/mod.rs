@@ -200,7 +200,8 @@ struct Inner {
     pending: Mutex<HashMap<String, Waiting>>,
     /// Requests seen (pending or decided), by id: what `decide` accepts.
     known: Mutex<HashMap<String, ApprovalRequestedEvent>>,
-    remembered: Mutex<HashMap<(String, Option<String>), Remembered>>,
+    /// `*_for_session` decisions by tool, subject and escalation.
+    remembered: Mutex<HashMap<(String, Option<String>, bool), Remembered>>,
     timeout: Option<Duration>,
     handlers: Mutex<Vec<ApprovalHandler>>,
     requests: broadcast::Sender<ApprovalRequestedEvent>,
@@ -315,10 +316,14 @@ impl Broker {
         if request.elicitation.is_some() {
             return;
         }
-        self.inner
-            .remembered
-            .lock()
-            .insert((request.tool.clone(), request.subject.clone()), rule);
+        self.inner.remembered.lock().insert(
+            (
+                request.tool.clone(),
+                request.subject.clone(),
+                request.escalated,
+            ),
+            rule,
+        );
     }
 
     /// Starts the task that applies decisions other processes recorded
@@ -412,11 +417,11 @@ impl Drop for Tasks {
 }
 
 impl Approver for Broker {
-    fn remembered(&self, tool: &str, subject: Option<&str>) -> Option<Remembered> {
+    fn remembered(&self, tool: &str, subject: Option<&str>, escalated: bool) -> Option<Remembered> {
         self.inner
             .remembered
             .lock()
-            .get(&(tool.to_string(), subject.map(str::to_string)))
+            .get(&(tool.to_string(), subject.map(str::to_string), escalated))
             .copied()
     }
 
