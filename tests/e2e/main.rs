@@ -20,6 +20,7 @@ mod gates;
 mod help;
 mod key_reach;
 mod mcp;
+mod mcp_conformance;
 mod multi_agent;
 mod orphans;
 mod otel;

@@ -11,6 +11,7 @@ use rmcp::service::Peer;
 use troupe_runtime::config::McpServerConfig;
 use troupe_runtime::tools::{SharedTool, Tool as _, ToolSource};
 
+use crate::elicit::Elicit;
 use crate::server::{self, Changes, Connection, Handler};
 use crate::tool::McpTool;
 
@@ -140,14 +141,28 @@ impl McpHub {
     /// `<stderr_dir>/mcp-<name>.stderr.log` (discarded without a
     /// directory). A server that does not come up is told through `warn`
     /// (once) and offers no tool; the others run.
+    /// Every server's elicitations are declined.
     pub async fn start(
         servers: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
         stderr_dir: Option<&Path>,
         warn: Warn,
     ) -> McpHub {
+        McpHub::start_with(servers, workspace, stderr_dir, warn, None).await
+    }
+
+    /// [`McpHub::start`], with `elicit` answering the servers'
+    /// `elicitation/create` requests (none: declined).
+    pub async fn start_with(
+        servers: &BTreeMap<String, McpServerConfig>,
+        workspace: &Path,
+        stderr_dir: Option<&Path>,
+        warn: Warn,
+        elicit: Option<Elicit>,
+    ) -> McpHub {
         let starts = servers.iter().map(|(name, config)| {
             let warn = Arc::clone(&warn);
+            let elicit = elicit.clone();
             let log = stderr_dir.map(|d| d.join(format!("mcp-{name}.stderr.log")));
             async move {
                 let live = Arc::new(Live {
@@ -163,7 +178,7 @@ impl McpHub {
                 if !config.enabled {
                     return (live, ServerState::Disabled, Vec::new());
                 }
-                match start_one(&live, workspace, log).await {
+                match start_one(&live, workspace, log, elicit).await {
                     Ok(defs) => (live, ServerState::Running, defs),
                     Err(why) => {
                         let message = format!(
@@ -245,11 +260,14 @@ async fn start_one(
     live: &Arc<Live>,
     workspace: &Path,
     stderr_log: Option<PathBuf>,
+    elicit: Option<Elicit>,
 ) -> Result<Vec<rmcp::model::Tool>, String> {
     let config = &live.config;
     let timeout = config.startup_timeout();
     let handler = Handler {
         changes: Arc::clone(&live.changes),
+        server: live.name.clone(),
+        elicit,
     };
     let late = || {
         format!(

@@ -13,6 +13,10 @@
 //!   each call is bounded by `tool_timeout_sec`.
 //! - `content.rs`: a `tools/call` result as the text the model sees.
 //! - [`ServerStatus`]: what `troupe mcp list` shows.
+//! - `elicit.rs`: a server's `elicitation/create` handed to the session's
+//!   answerer ([`Elicit`]); the client declares elicitation (forms and
+//!   URLs) on protocol 2025-11-25, and fills a form's defaults in
+//!   ([`with_defaults`], SEP-1034).
 //!
 //! Faults never end a session: a server that fails to start, hangs,
 //! crashes mid-call or answers with a malformed result gives the model a
@@ -21,9 +25,11 @@
 //! is `docs/mcp.md`.
 
 mod content;
+mod elicit;
 mod hub;
 mod server;
 mod tool;
 
+pub use elicit::{Elicit, Elicitation, ElicitationAnswer, with_defaults};
 pub use hub::{McpHub, ServerState, ServerStatus, Warn};
 pub use tool::{McpTool, tool_name};

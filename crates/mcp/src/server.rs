@@ -13,6 +13,8 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use troupe_runtime::config::McpServerConfig;
 use troupe_runtime::tools::{DEFAULT_ENV_REMOVE, glob, kill_group, spawn_tied};
 
+use crate::elicit::Elicit;
+
 /// A server's tool-list changes: how many it announced, how many the
 /// catalog took in.
 pub(crate) struct Changes {
@@ -58,13 +60,29 @@ impl Changes {
 }
 
 /// The client side of one connection: told when the server's tool list
-/// changed.
+/// changed; answers its elicitations.
 #[derive(Clone)]
 pub(crate) struct Handler {
     pub(crate) changes: Arc<Changes>,
+    /// The server's name in troupe.toml.
+    pub(crate) server: String,
+    /// Who answers its elicitations (none: declined).
+    pub(crate) elicit: Option<Elicit>,
 }
 
 impl ClientHandler for Handler {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        crate::elicit::client_info()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Ok(crate::elicit::answer(self.elicit.clone(), &self.server, request, context.ct).await)
+    }
+
     fn on_tool_list_changed(
         &self,
         _context: rmcp::service::NotificationContext<RoleClient>,

@@ -14,7 +14,10 @@
 //! again with the same id.
 //!
 //! - `store.rs`: the decision files.
+//! - `elicit.rs`: MCP servers' elicitations, asked and journaled as
+//!   requests (tool `elicitation`).
 
+pub mod elicit;
 pub mod store;
 
 use std::collections::HashMap;
@@ -72,6 +75,13 @@ impl Answer {
     /// With this message.
     pub fn with_message(mut self, message: impl Into<String>) -> Self {
         self.message = Some(message.into());
+        self
+    }
+
+    /// With this content: an accepted elicitation's form answer (the
+    /// fields it leaves out get the schema's defaults).
+    pub fn with_content(mut self, content: serde_json::Value) -> Self {
+        self.content = Some(content);
         self
     }
 

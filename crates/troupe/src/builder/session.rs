@@ -113,7 +113,11 @@ pub struct Session {
 /// Starts the configured MCP servers (none: `None`); their tools join the
 /// catalog (followed as they change), and each fault is one `error` event
 /// in the log.
-async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
+async fn start_mcp(
+    b: &mut SessionBuilder,
+    log: &SessionLog,
+    elicit: troupe_mcp::Elicit,
+) -> Option<McpHub> {
     if b.config.mcp_servers.is_empty() {
         return None;
     }
@@ -125,7 +129,14 @@ async fn start_mcp(b: &mut SessionBuilder, log: &SessionLog) -> Option<McpHub> {
     });
     let stderr_dir = log.dir().join(troupe_runtime::store::DERIVED_DIR);
     let _ = std::fs::create_dir_all(&stderr_dir);
-    let hub = McpHub::start(&b.config.mcp_servers, &b.workspace, Some(&stderr_dir), warn).await;
+    let hub = McpHub::start_with(
+        &b.config.mcp_servers,
+        &b.workspace,
+        Some(&stderr_dir),
+        warn,
+        Some(elicit),
+    )
+    .await;
     b.tool_source = Some(hub.source());
     Some(hub)
 }
@@ -195,15 +206,23 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     if recovery.is_some() {
         approvals.load(&session_events(&log));
     }
-    let mcp = start_mcp(&mut b, &log).await;
-    let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
-    let mut env = b.env(clients, &log, &id, &tree);
     let default = b.approval_default.unwrap_or(if approvals.has_handlers() {
         troupe_protocol::ApprovalPolicy::OnRequest
     } else {
         troupe_protocol::ApprovalPolicy::Never
     });
-    env.approval_policy = b.config.approval_policy_or(default);
+    let policy = b.config.approval_policy_or(default);
+    // The servers' elicitations are asked like the agents' calls.
+    let elicit = crate::approvals::elicit::elicitation_answerer(
+        approvals.clone(),
+        log.clone(),
+        id.clone(),
+        policy,
+    );
+    let mcp = start_mcp(&mut b, &log, elicit).await;
+    let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
+    let mut env = b.env(clients, &log, &id, &tree);
+    env.approval_policy = policy;
     env.approver = Some(Arc::new(approvals.clone()));
     let env = Arc::new(env);
     let budget = BudgetNode::root_named(
