@@ -109,10 +109,9 @@ impl AgentLoop {
         for i in 0..prepared.len() {
             if let Some(first) = prepared[i].same_as
                 && requests.iter().any(|(r, _)| *r == first)
+                && let Err(e) = &prepared[first].tool
             {
-                if let Err(e) = &prepared[first].tool {
-                    prepared[i].tool = Err(e.clone());
-                }
+                prepared[i].tool = Err(e.clone());
             }
         }
         for (i, p) in prepared.iter().enumerate() {

@@ -166,15 +166,15 @@ pub fn requests_of(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<Request
     let mut out: Vec<RequestStatus> = Vec::new();
     for ev in events {
         match ev {
-            ThreadEvent::ApprovalRequested(r) => {
-                if out.iter().all(|s| s.request.approval_id != r.approval_id) {
-                    out.push(RequestStatus {
-                        request: r,
-                        resolution: None,
-                        recorded: None,
-                        settled: false,
-                    });
-                }
+            ThreadEvent::ApprovalRequested(r)
+                if out.iter().all(|s| s.request.approval_id != r.approval_id) =>
+            {
+                out.push(RequestStatus {
+                    request: r,
+                    resolution: None,
+                    recorded: None,
+                    settled: false,
+                });
             }
             ThreadEvent::ApprovalResolved(res) => {
                 if let Some(s) = out
@@ -199,6 +199,10 @@ pub fn requests_of(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<Request
     out
 }
 
+/// What a remembered decision is about: the tool, the exact subject, and
+/// whether the call escalated.
+type RuleKey = (String, Option<String>, bool);
+
 /// One request waiting in this process.
 struct Waiting {
     request: ApprovalRequestedEvent,
@@ -211,7 +215,7 @@ struct Inner {
     /// Requests seen (pending or decided), by id: what `decide` accepts.
     known: Mutex<HashMap<String, ApprovalRequestedEvent>>,
     /// `*_for_session` decisions by tool, subject and escalation.
-    remembered: Mutex<HashMap<(String, Option<String>, bool), Remembered>>,
+    remembered: Mutex<HashMap<RuleKey, Remembered>>,
     timeout: Option<Duration>,
     handlers: Mutex<Vec<ApprovalHandler>>,
     requests: broadcast::Sender<ApprovalRequestedEvent>,
