@@ -4,7 +4,8 @@
 //! refusing it (docs/approvals.md). `tools_step.rs` runs the step around
 //! it.
 
-use futures::future::join_all;
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use troupe_protocol::{
     ApprovalDecision, ApprovalRequestedEvent, ApprovalResolvedEvent, ItemDetails, ItemStatus,
     ThreadEvent,
@@ -70,16 +71,33 @@ impl AgentLoop {
         }
     }
 
-    /// Waits for the decision on each request (already durable).
+    /// Waits for the decision on each request (already durable), in any
+    /// order; after an `abort` the others are not waited for (`None`:
+    /// undecided, their calls do not run).
     pub(super) fn decide_all(
         &self,
         requests: &[(usize, ApprovalRequestedEvent)],
-    ) -> impl std::future::Future<Output = Vec<Resolution>> + 'static {
-        let futures: Vec<_> = requests
+    ) -> impl std::future::Future<Output = Vec<Option<Resolution>>> + 'static {
+        let waits: Vec<_> = requests
             .iter()
             .map(|(_, request)| self.decide_one(request.clone()))
             .collect();
-        join_all(futures)
+        async move {
+            let mut out: Vec<Option<Resolution>> = vec![None; waits.len()];
+            let mut pending: FuturesUnordered<_> = waits
+                .into_iter()
+                .enumerate()
+                .map(|(i, wait)| async move { (i, wait.await) })
+                .collect();
+            while let Some((i, resolution)) = pending.next().await {
+                let abort = resolution.decision == ApprovalDecision::Abort;
+                out[i] = Some(resolution);
+                if abort {
+                    break;
+                }
+            }
+            out
+        }
     }
 
     /// Journals each resolution, then either lets its call start (its
@@ -89,11 +107,19 @@ impl AgentLoop {
         &mut self,
         prepared: &mut [Prepared],
         requests: &[(usize, ApprovalRequestedEvent)],
-        resolutions: Vec<Resolution>,
+        resolutions: Vec<Option<Resolution>>,
         waits: &[bool],
     ) -> Applied {
         let mut out = Applied::default();
         for ((i, request), resolution) in requests.iter().zip(resolutions) {
+            // Undecided (the run was aborted, or another request was
+            // answered `abort`): the call is cancelled, the request stays
+            // without a resolution.
+            let Some(resolution) = resolution else {
+                prepared[*i].ask = None;
+                prepared[*i].tool = Err(crate::tools::ToolError::Cancelled);
+                continue;
+            };
             let seq = self.journal_resolution(request, &resolution);
             out.last_seq = seq.or(out.last_seq);
             let p = &mut prepared[*i];

@@ -54,11 +54,19 @@ pub struct ResumeReport {
 }
 
 /// The calls a resume found unfinished, with the request of each that
-/// never started, and the log's resolutions.
+/// asked, and the log's resolutions.
 #[derive(Debug)]
 pub(super) struct PendingCalls {
-    calls: Vec<(ToolCall, Option<ApprovalRequestedEvent>)>,
+    calls: Vec<(ToolCall, Option<Asked>)>,
     resolutions: HashMap<String, ApprovalResolvedEvent>,
+}
+
+/// The request of an unfinished call, and whether the call had started
+/// (its `item.started` is in the log: it was approved, or refused).
+#[derive(Debug, Clone)]
+pub(super) struct Asked {
+    request: ApprovalRequestedEvent,
+    started: bool,
 }
 
 /// One turn as the journal recorded it.
@@ -72,6 +80,18 @@ struct JournalTurn {
     started: HashSet<String>,
     /// Requests by call id.
     requests: HashMap<String, ApprovalRequestedEvent>,
+    /// User messages (steering) journaled while a call of the turn waited
+    /// for its decision: they follow the turn's results.
+    users: Vec<String>,
+}
+
+impl JournalTurn {
+    /// A call of the turn that asked still has no output.
+    fn waiting(&self) -> bool {
+        self.requests
+            .keys()
+            .any(|id| self.outputs.iter().all(|o| &o.call_id != id))
+    }
 }
 
 /// The history of one agent's thread, rebuilt from its events.
@@ -85,7 +105,7 @@ struct Rebuilt {
     completed_calls: usize,
     /// Calls of the last turn that have no output, with the request of
     /// one that never started.
-    pending: Vec<(ToolCall, Option<ApprovalRequestedEvent>)>,
+    pending: Vec<(ToolCall, Option<Asked>)>,
     /// Resolutions by approval id.
     resolutions: HashMap<String, ApprovalResolvedEvent>,
     /// Intent ids of steering messages already in the history.
@@ -126,12 +146,17 @@ impl Rebuilt {
                     });
                 }
                 None => {
-                    let request = (!turn.started.contains(&call.id))
-                        .then(|| turn.requests.get(&call.id).cloned())
-                        .flatten();
-                    self.pending.push((call, request));
+                    let asked = turn.requests.get(&call.id).map(|request| Asked {
+                        request: request.clone(),
+                        started: turn.started.contains(&call.id),
+                    });
+                    self.pending.push((call, asked));
                 }
             }
+        }
+        // Steering that came while a request waited follows the turn.
+        for text in turn.users {
+            self.messages.push(Message::user(text));
         }
     }
 
@@ -199,11 +224,17 @@ impl Rebuilt {
                     r.resolutions.insert(res.approval_id.clone(), res.clone());
                 }
                 ThreadEvent::UserMessage(m) => {
+                    r.intents.extend(m.intent_id.clone());
+                    // Steering applied while a resumed request waited:
+                    // the turn's calls (decided later) stay in it.
+                    if let Some(t) = turn.as_mut().filter(|t| t.waiting()) {
+                        t.users.push(m.text.clone());
+                        continue;
+                    }
                     if let Some(t) = turn.take() {
                         r.close_turn(t, false);
                     }
                     r.messages.push(Message::user(m.text.clone()));
-                    r.intents.extend(m.intent_id.clone());
                 }
                 ThreadEvent::ItemCompleted(e) => match &e.item.details {
                     ItemDetails::AgentMessage(m) => {
@@ -275,9 +306,9 @@ impl AgentLoop {
         let undecided: Vec<String> = settle
             .calls
             .iter()
-            .filter_map(|(_, req)| req.as_ref())
-            .filter(|req| !settle.resolutions.contains_key(&req.approval_id))
-            .map(|req| req.approval_id.clone())
+            .filter_map(|(_, asked)| asked.as_ref())
+            .filter(|a| !a.started && !settle.resolutions.contains_key(&a.request.approval_id))
+            .map(|a| a.request.approval_id.clone())
             .collect();
         if undecided.is_empty() {
             self.settle_pending(settle, &mut report).await;
@@ -294,8 +325,24 @@ impl AgentLoop {
     /// `interrupted`.
     pub(super) async fn settle_pending(&mut self, settle: PendingCalls, report: &mut ResumeReport) {
         let mut results = Vec::with_capacity(settle.calls.len());
-        for (call, request) in &settle.calls {
-            if let Some(request) = request {
+        for (call, asked) in &settle.calls {
+            let logged = asked
+                .as_ref()
+                .and_then(|a| settle.resolutions.get(&a.request.approval_id));
+            // A refused call started only to record its refusal: it is
+            // refused again, never "interrupted".
+            if let (Some(a), Some(res)) = (asked, logged)
+                && a.started
+                && !res.decision.approves()
+            {
+                results.push(Err(resolution_of(res).refusal()));
+                continue;
+            }
+            if let Some(Asked {
+                request,
+                started: false,
+            }) = asked
+            {
                 let result = self
                     .settle_request(
                         call,
@@ -361,12 +408,7 @@ impl AgentLoop {
     ) -> Result<crate::tools::ToolOutput, ToolError> {
         let resolution = match logged {
             Some(res) => {
-                let resolution = crate::approvals::Resolution {
-                    decision: res.decision,
-                    message: res.message.clone(),
-                    by: res.by.clone(),
-                    content: res.content.clone(),
-                };
+                let resolution = resolution_of(res);
                 if let Some(approver) = &self.approver {
                     approver.resolved(request, &resolution);
                 }
@@ -374,7 +416,14 @@ impl AgentLoop {
             }
             None => {
                 report.approvals_waited.push(request.approval_id.clone());
-                let resolution = self.decide_one(request.clone()).await;
+                // An abort ends the wait: the call is cancelled, the
+                // request stays undecided.
+                let cancel = self.ctx.cancel.clone();
+                let wait = self.decide_one(request.clone());
+                let resolution = tokio::select! {
+                    r = wait => r,
+                    _ = cancel.cancelled() => return Err(ToolError::Cancelled),
+                };
                 self.journal_resolution(request, &resolution);
                 resolution
             }
@@ -409,9 +458,15 @@ impl AgentLoop {
             ));
         }
         report.approved_calls.push(call.id.clone());
+        // Its command item and process group are journaled as a step's
+        // are, so a later resume kills a group it left running.
+        self.command_started(&call.name, &call.id, &args);
         let mut ctx = self.ctx.clone();
         ctx.escalated = request.escalated;
-        tool.call(args, &ctx).await
+        ctx.on_spawn = self.spawn_hook(&call.id);
+        let result = tool.call(args.clone(), &ctx).await;
+        self.command_finished(&call.name, &call.id, &args, &result);
+        result
     }
 
     /// True once the thread has ended.
@@ -424,6 +479,16 @@ impl AgentLoop {
     /// nothing new to do, stays completed instead of running more turns.
     pub fn mark_completed(&mut self, done: troupe_protocol::ThreadCompletedEvent) {
         self.state.completed = Some(done);
+    }
+}
+
+/// A journaled resolution as the loop applies it.
+fn resolution_of(res: &ApprovalResolvedEvent) -> crate::approvals::Resolution {
+    crate::approvals::Resolution {
+        decision: res.decision,
+        message: res.message.clone(),
+        by: res.by.clone(),
+        content: res.content.clone(),
     }
 }
 
@@ -454,11 +519,34 @@ impl AgentLoop {
                     &call.id, &r, status, outcome,
                 )),
             );
-            self.state.messages.push(Message::ToolResult {
-                call_id: call.id.clone(),
-                content,
-                is_error,
-            });
+            // Right after the turn's other results: a steering message
+            // applied while a request waited comes after them.
+            let at = self.results_position(&call.id);
+            self.state.messages.insert(
+                at,
+                Message::ToolResult {
+                    call_id: call.id.clone(),
+                    content,
+                    is_error,
+                },
+            );
         }
+    }
+
+    /// Where the result of call `call_id` goes in the history: after the
+    /// assistant message that made the call and the results that follow
+    /// it (the end, when no message made it).
+    fn results_position(&self, call_id: &str) -> usize {
+        let messages = &self.state.messages;
+        let Some(made) = messages.iter().rposition(|m| {
+            matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == call_id))
+        }) else {
+            return messages.len();
+        };
+        let mut at = made + 1;
+        while matches!(messages.get(at), Some(Message::ToolResult { .. })) {
+            at += 1;
+        }
+        at
     }
 }

@@ -91,8 +91,12 @@ impl AgentLoop {
             .enumerate()
             .filter_map(|(i, p)| p.ask.clone().map(|r| (i, r)))
             .collect();
+        if requests.is_empty() {
+            let results = run_lanes(&prepared, &ready, &self.ctx, &hooks, max).await;
+            return self.end_step(&prepared, results, false).await;
+        }
         // The calls that need no decision run while the others wait; an
-        // abort ends the wait (the requests stay undecided).
+        // abort of the run ends the wait (the requests stay undecided).
         let cancel = self.ctx.cancel.clone();
         let waiting = self.decide_all(&requests);
         let (mut results, resolutions) = futures::join!(
@@ -104,28 +108,10 @@ impl AgentLoop {
                 }
             },
         );
-        let mut aborted = false;
-        let Some(resolutions) = resolutions else {
-            for (i, _) in &requests {
-                prepared[*i].ask = None;
-                prepared[*i].tool = Err(ToolError::Cancelled);
-            }
-            for (i, p) in prepared.iter().enumerate() {
-                if waits[i] {
-                    self.emit_item(
-                        ThreadEvent::ItemStarted,
-                        p.item_id.clone(),
-                        ItemDetails::ToolInvocation(invocation(p, ItemStatus::InProgress)),
-                    );
-                }
-            }
-            let results = in_call_order(&prepared, results);
-            self.record(&prepared, &results);
-            return self.done(CompletionSubtype::Cancelled, "cancelled");
-        };
-        if !requests.is_empty() {
-            let approved = self.apply_resolutions(&mut prepared, &requests, resolutions, &waits);
-            aborted = approved.aborted;
+        let resolutions = resolutions.unwrap_or_else(|| vec![None; requests.len()]);
+        let cancelled = self.ctx.cancel.is_cancelled();
+        let approved = self.apply_resolutions(&mut prepared, &requests, resolutions, &waits);
+        if !cancelled {
             let later: Vec<usize> = (0..prepared.len())
                 .filter(|&i| waits[i] && prepared[i].same_as.is_none())
                 .collect();
@@ -136,6 +122,12 @@ impl AgentLoop {
             {
                 return outcome;
             }
+            // The approved calls' command items exist only now: their
+            // process groups are journaled through these hooks.
+            let hooks: Vec<Option<SpawnHook>> = prepared
+                .iter()
+                .map(|p| self.spawn_hook(&p.call.id))
+                .collect();
             let more = run_lanes(&prepared, &later, &self.ctx, &hooks, max).await;
             for (r, m) in results.iter_mut().zip(more) {
                 if r.is_none() {
@@ -143,9 +135,26 @@ impl AgentLoop {
                 }
             }
         }
-        let results = in_call_order(&prepared, results);
-        self.record(&prepared, &results);
-        self.post_tool_hooks(&prepared, &results).await;
+        if cancelled {
+            let results = in_call_order(&prepared, results);
+            self.record(&prepared, &results);
+            return self.done(CompletionSubtype::Cancelled, "cancelled");
+        }
+        self.end_step(&prepared, results, approved.aborted).await
+    }
+
+    /// The end of a step: each call's output in call order, the hooks,
+    /// the results in the history, and the self-heal count; an `abort`
+    /// answer ends the run.
+    async fn end_step(
+        &mut self,
+        prepared: &[Prepared],
+        results: Vec<Option<CallResult>>,
+        aborted: bool,
+    ) -> StepOutcome {
+        let results = in_call_order(prepared, results);
+        self.record(prepared, &results);
+        self.post_tool_hooks(prepared, &results).await;
         for (p, r) in prepared.iter().zip(&results) {
             let (content, is_error) = tool_message(r);
             self.state.messages.push(Message::ToolResult {
@@ -157,7 +166,7 @@ impl AgentLoop {
         if aborted {
             return self.done(CompletionSubtype::Cancelled, "approval_aborted");
         }
-        match self.self_heal(&prepared, &results) {
+        match self.self_heal(prepared, &results) {
             Some(key) => {
                 self.warn(format!(
                     "tool error `{key}` repeated after {SELF_HEAL_RETRIES} retries; giving up"

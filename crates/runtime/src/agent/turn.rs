@@ -43,6 +43,9 @@ impl AgentLoop {
         if let Some(unsettled) = self.state.unsettled.take() {
             let mut report = super::ResumeReport::default();
             self.settle_pending(unsettled, &mut report).await;
+            if self.ctx.cancel.is_cancelled() {
+                return self.done(CompletionSubtype::Cancelled, "cancelled");
+            }
         }
         if self.state.failed_closed.is_some() {
             return self.done(
