@@ -12,7 +12,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import { createInterface } from "node:readline";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -50,6 +50,19 @@ arguments = { command = "echo step >> steps.txt" }
 until_tool_results = 100
 final_text = "done"
 delay_ms = 4000
+`;
+
+// A model that runs one command, which asks under approval_policy
+// untrusted; its subject holds markup, shown as text.
+const asking = `
+[[replies]]
+kind = "message"
+text = "Writing the approved file."
+tool_calls = [{ id = "a1", name = "exec_command", arguments = { command = "echo '<b>ok</b>' > approved.txt" } }]
+
+[[replies]]
+kind = "message"
+text = "approved.txt written"
 `;
 
 function workspace() {
@@ -203,5 +216,42 @@ test("the live page shows the agent tree to its end and aborts a session", { tim
   assert.equal(first.subtype, "success", JSON.stringify(first));
 
   await page.screenshot({ path: join(shotDir, "live-page-aborted.png"), fullPage: true });
+
+  // --- a request approved from the page ----------------------------------
+  const asks = await startSession(base, { prompt: "Write the approved file.", script: asking, approval_policy: "untrusted" });
+  await page.goto(`${base}/#${asks}`);
+  await page.reload();
+  await page.locator("#head b", { hasText: asks }).waitFor();
+  const box = page.locator("#approvals .approval");
+  const approve = box.locator("button.approve");
+  await approve.waitFor({ timeout: 20_000 });
+  assert.equal(await box.count(), 1);
+  const pending = (await (await fetch(`${base}/v1/sessions/${asks}/approvals`)).json()).approvals;
+  assert.equal(pending.length, 1, JSON.stringify(pending));
+  assert.equal(await box.getAttribute("data-approval"), pending[0].approval_id);
+  assert.equal(await box.getAttribute("data-agent"), "session/root");
+  // The subject is text: its markup is shown, not rendered.
+  assert.equal(await box.locator("pre.subject").textContent(), "echo '<b>ok</b>' > approved.txt");
+  assert.equal(await box.locator("pre.subject b").count(), 0);
+  assert.match(await box.textContent(), /exec_command/);
+  assert.match(await box.locator(".reason").textContent(), /untrusted/);
+  await cell(page, "session/root", "state").filter({ hasText: /^waiting_for_approval$/ }).waitFor();
+  assert.equal(existsSync(join(ws, "approved.txt")), false, "a waiting command must not run");
+  await page.screenshot({ path: join(shotDir, "live-page-approval.png"), fullPage: true });
+  await approve.click();
+  await page.getByText("session completed: success").waitFor({ timeout: 20_000 });
+  assert.equal(await box.count(), 0, "the decided request is gone");
+  await page.locator('[data-testid="entry-approval"]', { hasText: "approve by human" }).waitFor();
+  assert.equal(await cell(page, "session/root", "state").textContent(), "success");
+  assert.equal(readFileSync(join(ws, "approved.txt"), "utf8"), "<b>ok</b>\n");
+  const events = readFileSync(join(ws, ".vtcode", "sessions", asks, "events.jsonl"), "utf8")
+    .trim().split("\n").map((l) => JSON.parse(l).event);
+  const resolved = events.filter((e) => e.type === "troupe.approval_resolved");
+  assert.equal(resolved.length, 1, JSON.stringify(resolved));
+  assert.equal(resolved[0].approval_id, pending[0].approval_id);
+  assert.equal(resolved[0].decision, "approve");
+  assert.equal(resolved[0].by, "human");
+  assert.equal((await (await fetch(`${base}/v1/sessions/${asks}/approvals`)).json()).approvals.length, 0);
+
   assert.deepEqual(pageErrors, []);
 });

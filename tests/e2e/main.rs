@@ -41,6 +41,7 @@ mod sandbox;
 mod scenario;
 mod seed;
 mod serve;
+mod serve_approvals;
 mod serve_faults;
 mod serve_limits;
 mod serve_steer;

@@ -1,4 +1,4 @@
-//! The JSON routes of `troupe serve` (docs/serve.md, docs/openapi.yaml).
+//! The JSON routes of `troupe serve` (docs/serve.md, docs/openapi.json).
 
 use std::sync::Arc;
 
@@ -67,8 +67,9 @@ pub async fn list(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError
     for s in sessions {
         let m = s.manifest;
         let events = crate::sessions::read_events(&store, &m.session_id).unwrap_or_default();
-        let entry = crate::sessions::list_entry(&store, &m, &events)
+        let mut entry = crate::sessions::list_entry(&store, &m, &events)
             .map_err(|e| ApiError::internal(e.to_string()))?;
+        runs.mark_waiting(&m.session_id, &mut entry);
         out.push(entry);
     }
     Ok(Json(Value::Array(out)))
@@ -82,8 +83,9 @@ pub async fn show(
     let store = runs.store();
     let m = store.manifest(&id).map_err(store_error)?;
     let events = crate::sessions::read_events(&store, &id).map_err(store_error)?;
-    let v = crate::sessions::show_entry(&runs.workspace, &m, &events)
+    let mut v = crate::sessions::show_entry(&runs.workspace, &m, &events)
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    runs.mark_waiting(&id, &mut v);
     Ok(Json(v))
 }
 
@@ -150,7 +152,7 @@ pub async fn resume(
 /// Unknown paths: 404 in the error shape, naming the API's paths.
 pub async fn unknown_path(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!(
-        "no route {method} {}: the API's paths are /v1/sessions, /v1/sessions/{{id}} and its /events, /abort, /steer, /resume and /agents/{{agent_id}} (docs/serve.md)",
+        "no route {method} {}: the API's paths are /v1/sessions, /v1/sessions/{{id}} and its /events, /abort, /steer, /resume, /agents/{{agent_id}} and /approvals[/{{approval_id}}] (docs/serve.md)",
         uri.path()
     ))
 }

@@ -7,13 +7,15 @@
 //! # Layout
 //! - `mod.rs`: the arguments, the router, the listener and shutdown.
 //! - `routes.rs`: the route table, path matching, the body cap.
-//! - `api.rs`: the JSON handlers; `events.rs`: the SSE event stream.
+//! - `api.rs`: the JSON handlers; `events.rs`: the SSE event stream;
+//!   `approvals.rs`: a session's approval requests and their decisions.
 //! - `error.rs`: `ApiError`, the one-line error answers.
 //! - `runs.rs`: the sessions the server runs (abort, steer, status,
 //!   shutdown); `start.rs`: starting and resuming them.
 //! - `feed.rs`: a session's live events; `auth.rs`: the bearer token.
 
 mod api;
+mod approvals;
 mod auth;
 mod error;
 mod events;
@@ -66,6 +68,11 @@ pub struct ServeArgs {
     /// (docs/scale-out.md): one connection, made before listening.
     #[command(flatten)]
     pub nats: crate::coordinator::NatsArgs,
+    /// `-a/--ask-for-approval`: the `approval_policy` of the sessions it
+    /// starts, unless a POST body sets `approval_policy` (default: the
+    /// config's, else `never`).
+    #[command(flatten)]
+    pub approval: crate::approvals_cmd::ApprovalArgs,
 }
 
 /// Runs `troupe serve` until SIGTERM or Ctrl-C.
@@ -89,7 +96,8 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
             args.max_streams as usize,
             args.stream_buffer as usize,
         )
-        .with_remote(remote, crate::coordinator::recorded(&args.nats)),
+        .with_remote(remote, crate::coordinator::recorded(&args.nats))
+        .with_approval_policy(args.approval.policy),
     );
     rt.block_on(serve(runs, listen, token))?;
     Ok(exit::OK)
@@ -113,6 +121,8 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<Arc<Runs>>> {
         ("post", "/v1/sessions/{id}/steer") => post(api::steer),
         ("post", "/v1/sessions/{id}/resume") => post(api::resume),
         ("get", "/v1/sessions/{id}/agents/{*agent_id}") => get(api::agent),
+        ("get", "/v1/sessions/{id}/approvals") => get(approvals::list),
+        ("post", "/v1/sessions/{id}/approvals/{approval_id}") => post(approvals::decide),
         _ => return None,
     })
 }

@@ -15,6 +15,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sessions/{id}/steer"),
     ("post", "/v1/sessions/{id}/resume"),
     ("get", "/v1/sessions/{id}/agents/{*agent_id}"),
+    ("get", "/v1/sessions/{id}/approvals"),
+    ("post", "/v1/sessions/{id}/approvals/{approval_id}"),
 ];
 
 /// The live page: public (it holds no data; its requests carry the token).

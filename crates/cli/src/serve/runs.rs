@@ -41,6 +41,28 @@ pub struct AbortRequest {
     pub agent_id: Option<String>,
 }
 
+/// What a running session's routes reach: its agents, its approval
+/// broker, and how long an agent has to answer.
+pub(super) struct Live {
+    /// Its running agents.
+    pub agents: AgentDirectory,
+    /// Its approval broker.
+    pub approvals: troupe::approvals::Broker,
+    /// An agent's answer time.
+    pub timeout: Duration,
+}
+
+impl Live {
+    /// What `session` exposes.
+    pub fn of(session: &troupe::Session) -> Live {
+        Live {
+            agents: session.agents().clone(),
+            approvals: session.approvals().clone(),
+            timeout: session.env().call_timeout,
+        }
+    }
+}
+
 /// How a run is cancelled and steered.
 pub(super) enum Control {
     /// A `troupe exec` session: its root agent.
@@ -58,6 +80,8 @@ pub struct Run {
     control: Control,
     /// Its running agents, by id (any of them can be steered).
     agents: AgentDirectory,
+    /// Its approval requests and their answerers.
+    pub approvals: troupe::approvals::Broker,
     timeout: Duration,
     /// `true` once its log is drained.
     done: watch::Receiver<bool>,
@@ -112,6 +136,9 @@ pub struct Runs {
     pub(super) remote: crate::coordinator::Remote,
     /// The `--nats` URL without its credentials (settings.json's `nats`).
     pub(super) nats: Option<String>,
+    /// `-a/--ask-for-approval`: the sessions' `approval_policy` unless
+    /// the request sets one.
+    pub(super) approval_policy: Option<troupe_protocol::ApprovalPolicy>,
 }
 
 impl Runs {
@@ -132,7 +159,14 @@ impl Runs {
             accepting: AtomicBool::new(true),
             remote: None,
             nats: None,
+            approval_policy: None,
         }
+    }
+
+    /// Starts sessions with `policy` (`-a`) unless a request sets one.
+    pub fn with_approval_policy(mut self, policy: Option<troupe_protocol::ApprovalPolicy>) -> Runs {
+        self.approval_policy = policy;
+        self
     }
 
     /// Places every session's subagents through `remote` (`--nats`), whose
@@ -178,8 +212,7 @@ impl Runs {
         id: &str,
         feed: Arc<Feed>,
         control: Control,
-        agents: AgentDirectory,
-        timeout: Duration,
+        live: Live,
         ended: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Arc<Run> {
         let (done_tx, done) = watch::channel(false);
@@ -187,8 +220,9 @@ impl Runs {
             id: id.to_string(),
             feed,
             control,
-            agents,
-            timeout,
+            agents: live.agents,
+            approvals: live.approvals,
+            timeout: live.timeout,
             done,
             streams: AtomicUsize::new(0),
         });
@@ -292,15 +326,35 @@ impl Runs {
             .status(agent, run.timeout)
             .await
             .map_err(|e| agent_error(&run, agent, e))?;
+        // Its requests waiting for a decision (docs/approvals.md).
+        let waiting: Vec<String> = run
+            .approvals
+            .pending()
+            .into_iter()
+            .filter(|r| r.agent_id.as_deref() == Some(agent))
+            .map(|r| r.approval_id)
+            .collect();
+        let or_waiting = |state: &'static str| {
+            if waiting.is_empty() {
+                state
+            } else {
+                "waiting_for_approval"
+            }
+        };
         let body = match presence {
             AgentPresence::Running(s) => serde_json::json!({
                 "agent_id": agent,
-                "state": "running",
+                "state": or_waiting("running"),
                 "busy": s.busy,
                 "turns": s.turns,
                 "usage": s.usage,
+                "approvals": waiting,
             }),
-            AgentPresence::Remote => serde_json::json!({"agent_id": agent, "state": "remote"}),
+            AgentPresence::Remote => serde_json::json!({
+                "agent_id": agent,
+                "state": or_waiting("remote"),
+                "approvals": waiting,
+            }),
             AgentPresence::Restarting => {
                 serde_json::json!({"agent_id": agent, "state": "restarting"})
             }

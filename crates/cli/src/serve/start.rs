@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 use troupe::ResumeMode;
 use troupe::SessionSettings;
 use troupe::pipeline::PipelineSpec;
+use troupe_protocol::ApprovalPolicy;
 use troupe_runtime::store::SessionStatus;
 
 use super::error::{ApiError, launch_error, pipeline_error, store_error};
 use super::feed::Feed;
-use super::runs::{Control, Run, Runs};
+use super::runs::{Control, Live, Run, Runs};
 use crate::launch::{Launch, Started, Target};
 
 /// The body of `POST /v1/sessions`.
@@ -43,6 +44,10 @@ pub struct StartRequest {
     /// A scripted-server script's content, TOML or JSON: offline.
     #[serde(default)]
     pub script: Option<String>,
+    /// `never`, `on-request` or `untrusted` (over `serve -a` and the
+    /// config's).
+    #[serde(default)]
+    pub approval_policy: Option<String>,
 }
 
 impl Runs {
@@ -65,6 +70,13 @@ impl Runs {
         {
             return Err(ApiError::bad("max_budget_usd: must be a positive number"));
         }
+        let approval_policy = match &req.approval_policy {
+            Some(name) => Some(
+                name.parse::<ApprovalPolicy>()
+                    .map_err(|e| ApiError::bad(format!("approval_policy: {e}")))?,
+            ),
+            None => self.approval_policy,
+        };
         let spec = match &req.pipeline {
             Some(text) => {
                 let spec = PipelineSpec::parse(text, std::path::Path::new("pipeline"))
@@ -94,6 +106,7 @@ impl Runs {
         settings.max_budget_usd = req.max_budget_usd;
         settings.script = script;
         settings.nats = self.nats.clone();
+        settings.approval_policy = approval_policy;
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
             .map_err(launch_error)?
@@ -193,8 +206,7 @@ impl Runs {
     ) -> Result<Arc<Run>, ApiError> {
         let (feed, started) = self.open(launch, "pipeline", Target::New(settings)).await?;
         let id = started.session.id().to_string();
-        let timeout = started.session.env().call_timeout;
-        let agents = started.session.agents().clone();
+        let live = Live::of(&started.session);
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let sid = id.clone();
@@ -208,7 +220,7 @@ impl Runs {
                 tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
             }
         };
-        Ok(self.register(&id, feed, Control::Pipeline(cancel), agents, timeout, ended))
+        Ok(self.register(&id, feed, Control::Pipeline(cancel), live, ended))
     }
 
     /// Opens the session, starts its root agent and watches it to its end.
@@ -221,7 +233,6 @@ impl Runs {
     ) -> Result<Arc<Run>, ApiError> {
         let (feed, started) = self.open(launch, "root", target).await?;
         let id = started.session.id().to_string();
-        let timeout = started.session.env().call_timeout;
         let root = match started.session.spawn_root(task, resume, None).await {
             Ok(root) => root,
             Err(e) => {
@@ -230,7 +241,7 @@ impl Runs {
             }
         };
         let control = Control::Root(root.address().clone());
-        let agents = started.session.agents().clone();
+        let live = Live::of(&started.session);
         let sid = id.clone();
         let ended = async move {
             if let Err(e) = root.wait().await {
@@ -241,7 +252,7 @@ impl Runs {
                 tracing::warn!(session = %sid, error = %e, "session did not close cleanly");
             }
         };
-        Ok(self.register(&id, feed, control, agents, timeout, ended))
+        Ok(self.register(&id, feed, control, live, ended))
     }
 
     /// Writes a request's script where a resume finds it again.
