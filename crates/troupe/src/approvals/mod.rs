@@ -15,6 +15,7 @@
 //!
 //! - `store.rs`: the decision files.
 
+pub mod reviewer;
 pub mod store;
 
 use std::collections::HashMap;

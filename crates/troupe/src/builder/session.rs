@@ -198,6 +198,9 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     let mcp = start_mcp(&mut b, &log).await;
     let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
     let mut env = b.env(clients, &log, &id, &tree);
+    if let Some(reviewer) = crate::approvals::reviewer::from_config(&b.config, &env) {
+        approvals.add_handler(reviewer);
+    }
     let default = b.approval_default.unwrap_or(if approvals.has_handlers() {
         troupe_protocol::ApprovalPolicy::OnRequest
     } else {
