@@ -21,6 +21,10 @@
 //! - [`verifier`]: the read-only verifier's engine: a review of one
 //!   proposal with read-only tools and Landlock-sandboxed commands, ending
 //!   in a schema-validated `submit_verdict`.
+//! - [`reviewer`]: the approval reviewer's engine
+//!   (`approvals_reviewer = "agent"`): a review of one approval request
+//!   with read-only tools, ending in a schema-validated `submit_decision`
+//!   and failing closed.
 //! - [`context`]: context management: token accounting, routing at 75 %,
 //!   compaction at 90 %, request segments, recovery, context reset.
 //! - [`config`]: `troupe.toml`, with environment and flag overrides.
@@ -43,6 +47,7 @@ pub mod approvals;
 pub mod config;
 pub mod context;
 pub mod hooks;
+pub mod reviewer;
 pub mod state;
 pub mod telemetry;
 pub mod tools;

@@ -16,8 +16,11 @@
 //! - `store.rs`: the decision files.
 //! - `elicit.rs`: MCP servers' elicitations, asked and journaled as
 //!   requests (tool `elicitation`).
+//! - `reviewer.rs`: the reviewer agent's handler (`approvals_reviewer =
+//!   "agent"`).
 
 pub mod elicit;
+pub mod reviewer;
 pub mod store;
 
 use std::collections::HashMap;

@@ -206,11 +206,14 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     if recovery.is_some() {
         approvals.load(&session_events(&log));
     }
-    let default = b.approval_default.unwrap_or(if approvals.has_handlers() {
-        troupe_protocol::ApprovalPolicy::OnRequest
-    } else {
-        troupe_protocol::ApprovalPolicy::Never
-    });
+    let reviewer = b.config.approvals_reviewer == troupe_runtime::config::ApprovalsReviewer::Agent;
+    let default = b
+        .approval_default
+        .unwrap_or(if approvals.has_handlers() || reviewer {
+            troupe_protocol::ApprovalPolicy::OnRequest
+        } else {
+            troupe_protocol::ApprovalPolicy::Never
+        });
     let policy = b.config.approval_policy_or(default);
     // The servers' elicitations are asked like the agents' calls.
     let elicit = crate::approvals::elicit::elicitation_answerer(
@@ -222,6 +225,9 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
     let mcp = start_mcp(&mut b, &log, elicit).await;
     let tree = SessionTree::start(log.clone(), b.supervisor.clone()).await?;
     let mut env = b.env(clients, &log, &id, &tree);
+    if let Some(reviewer) = crate::approvals::reviewer::from_config(&b.config, &env) {
+        approvals.add_handler(reviewer);
+    }
     env.approval_policy = policy;
     env.approver = Some(Arc::new(approvals.clone()));
     let env = Arc::new(env);
