@@ -146,9 +146,13 @@ pub fn resolve(args: &CodexArgs) -> Result<CodexSettings, Failure> {
             },
             "approval_policy" => {
                 let name = string_value(&key, value)?;
-                let policy = name
-                    .parse::<troupe_protocol::ApprovalPolicy>()
-                    .map_err(|e| bad(format!("--config approval_policy=\"{name}\": {e}")))?;
+                // Codex's deprecated `on-failure` (run sandboxed, ask to
+                // escalate on failure) is troupe's `on-request`.
+                let policy = match name.as_str() {
+                    "on-failure" => Ok(troupe_protocol::ApprovalPolicy::OnRequest),
+                    other => other.parse::<troupe_protocol::ApprovalPolicy>(),
+                }
+                .map_err(|e| bad(format!("--config approval_policy=\"{name}\": {e}")))?;
                 out.approval_policy = Some(policy);
             }
             _ => out.ignored.push(format!("--config {key}")),

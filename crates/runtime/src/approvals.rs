@@ -99,7 +99,11 @@ pub fn gate(
     if let Err(e) = rules.check_deny(tool, args) {
         return Gate::Deny(e);
     }
-    if capability == Capability::ReadOnly {
+    // An `exec_command` `wait` starts nothing: its process passed the
+    // gate when it started.
+    let waits_on_a_process =
+        tool == "exec_command" && args.get("action").and_then(Value::as_str) == Some("wait");
+    if capability == Capability::ReadOnly || waits_on_a_process {
         // Read-only calls run as they always did: the allow list alone.
         return match rules.check(tool, args) {
             Ok(()) => Gate::Run,
@@ -376,6 +380,35 @@ mod tests {
             e,
             &exec("ls")
         )));
+    }
+
+    #[test]
+    fn a_wait_on_a_running_process_never_asks() {
+        let wait = json!({"action": "wait", "session_id": "7"});
+        let none = rules(&[], &[], &["exec_command"]);
+        assert_eq!(
+            gate(
+                ApprovalPolicy::Untrusted,
+                &rules(&[], &[], &[]),
+                None,
+                "exec_command",
+                Capability::Exec,
+                &wait
+            ),
+            Gate::Run
+        );
+        // (an ask rule naming the tool does not make a wait ask either)
+        assert_eq!(
+            gate(
+                ApprovalPolicy::OnRequest,
+                &none,
+                None,
+                "exec_command",
+                Capability::Exec,
+                &wait
+            ),
+            Gate::Run
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod store;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -209,7 +210,10 @@ type RuleKey = (String, Option<String>, bool);
 /// One request waiting in this process.
 struct Waiting {
     request: ApprovalRequestedEvent,
-    waiters: Vec<oneshot::Sender<Resolution>>,
+    /// Its place in the order requests arrived.
+    arrived: u64,
+    /// Who waits on it, each with its own token.
+    waiters: Vec<(u64, oneshot::Sender<Resolution>)>,
 }
 
 struct Inner {
@@ -223,6 +227,8 @@ struct Inner {
     handlers: Mutex<Vec<ApprovalHandler>>,
     requests: broadcast::Sender<ApprovalRequestedEvent>,
     poller: Mutex<bool>,
+    /// Waiter tokens (also the order requests arrived in).
+    tokens: AtomicU64,
 }
 
 /// The session's approval broker (cheap to clone; every clone is the same
@@ -256,6 +262,7 @@ impl Broker {
                 handlers: Mutex::new(Vec::new()),
                 requests,
                 poller: Mutex::new(false),
+                tokens: AtomicU64::new(0),
             }),
         }
     }
@@ -297,10 +304,12 @@ impl Broker {
     /// The requests waiting in this session now, oldest first.
     pub fn pending(&self) -> Vec<ApprovalRequestedEvent> {
         let pending = self.inner.pending.lock();
-        let mut out: Vec<ApprovalRequestedEvent> =
-            pending.values().map(|w| w.request.clone()).collect();
-        out.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
-        out
+        let mut out: Vec<(u64, ApprovalRequestedEvent)> = pending
+            .values()
+            .map(|w| (w.arrived, w.request.clone()))
+            .collect();
+        out.sort_by_key(|(arrived, _)| *arrived);
+        out.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Every new request, as it is asked (and again when a resumed
@@ -391,7 +400,7 @@ impl Inner {
         let waiting = self.pending.lock().remove(&record.approval_id);
         if let Some(waiting) = waiting {
             let resolution = resolution_of(record);
-            for tx in waiting.waiters {
+            for (_, tx) in waiting.waiters {
                 let _ = tx.send(resolution.clone());
             }
         }
@@ -413,11 +422,20 @@ fn resolution_of(record: &ApprovalDecisionRecord) -> Resolution {
 struct Unwait {
     inner: Arc<Inner>,
     id: String,
+    token: u64,
 }
 
 impl Drop for Unwait {
     fn drop(&mut self) {
-        self.inner.pending.lock().remove(&self.id);
+        // Only this waiter goes; another waiter of the same request (a
+        // restarted agent's new incarnation) keeps waiting.
+        let mut pending = self.inner.pending.lock();
+        if let Some(w) = pending.get_mut(&self.id) {
+            w.waiters.retain(|(t, _)| *t != self.token);
+            if w.waiters.is_empty() {
+                pending.remove(&self.id);
+            }
+        }
     }
 }
 
@@ -452,23 +470,28 @@ impl Approver for Broker {
                 return resolution_of(&record);
             }
             let (tx, rx) = oneshot::channel();
+            let token = inner.tokens.fetch_add(1, Ordering::Relaxed);
             inner
                 .pending
                 .lock()
                 .entry(id.clone())
                 .or_insert_with(|| Waiting {
                     request: request.clone(),
+                    arrived: token,
                     waiters: Vec::new(),
                 })
                 .waiters
-                .push(tx);
+                .push((token, tx));
             let _unwait = Unwait {
                 inner: Arc::clone(&inner),
                 id: id.clone(),
+                token,
             };
-            // Decided between the first look and the registration.
+            // Decided between the first look and the registration: nobody
+            // is asked.
             if let Some(record) = store::read(&inner.dir, &id) {
                 inner.deliver(&record);
+                return resolution_of(&record);
             }
             broker.ensure_poller();
             let _ = inner.requests.send(request.clone());
