@@ -42,6 +42,7 @@ mod scenario;
 mod seed;
 mod serve;
 mod serve_approvals;
+mod serve_elicitation;
 mod serve_faults;
 mod serve_limits;
 mod serve_steer;
