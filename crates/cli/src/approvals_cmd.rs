@@ -224,25 +224,63 @@ fn decide(a: &DecideArgs, decision: ApprovalDecision) -> Result<u8, Failure> {
 /// with `y` (approve), `a` (always: approve for the session), `n` with an
 /// optional message (deny), or `q` (abort the run). `None` when stdin or
 /// stderr is not a terminal.
+///
+/// One thread reads stdin for the whole run and hands over its lines, so
+/// a prompt that another answerer decided first (`troupe approvals`, a
+/// timeout) leaves no reader behind to swallow the next answer; lines
+/// typed before a prompt is shown are not taken as its answer.
 pub fn terminal_handler() -> Option<troupe::approvals::ApprovalHandler> {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return None;
     }
-    let one_at_a_time = Arc::new(tokio::sync::Mutex::new(()));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::Builder::new()
+        .name("approval-prompt".into())
+        .spawn(move || {
+            let stdin = std::io::stdin();
+            for line in stdin.lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        })
+        .ok()?;
+    let lines = Arc::new(tokio::sync::Mutex::new(rx));
     Some(Arc::new(move |request: ApprovalRequestedEvent| {
-        let lock = Arc::clone(&one_at_a_time);
+        let lines = Arc::clone(&lines);
         Box::pin(async move {
-            let _turn = lock.lock().await;
-            tokio::task::spawn_blocking(move || ask_on_terminal(&request))
-                .await
-                .ok()
-                .flatten()
+            // One prompt at a time.
+            let mut lines = lines.lock().await;
+            while lines.try_recv().is_ok() {}
+            let mut shown = Shown(false);
+            show(&request);
+            loop {
+                prompt();
+                let line = lines.recv().await?;
+                if let Some(answer) = parse_answer(&line) {
+                    shown.0 = true;
+                    return Some(answer);
+                }
+            }
         })
     }))
 }
 
-/// Asks on the terminal until the answer is one of the four.
-fn ask_on_terminal(r: &ApprovalRequestedEvent) -> Option<Answer> {
+/// A prompt on the terminal: when it goes unanswered (another answerer
+/// decided first), it says so.
+struct Shown(bool);
+
+impl Drop for Shown {
+    fn drop(&mut self) {
+        if !self.0 {
+            let _ = writeln!(std::io::stderr(), "\n  (decided elsewhere)");
+        }
+    }
+}
+
+/// Shows a request on stderr.
+fn show(r: &ApprovalRequestedEvent) {
     let mut err = std::io::stderr().lock();
     let what = match &r.subject {
         Some(s) => format!("{} {}", r.tool, escape(s)),
@@ -251,23 +289,16 @@ fn ask_on_terminal(r: &ApprovalRequestedEvent) -> Option<Answer> {
     let _ = writeln!(
         err,
         "\n? {} wants to run: {what}\n  why: {}\n  (approval {})",
-        r.agent_id.as_deref().unwrap_or("the agent"),
+        escape(r.agent_id.as_deref().unwrap_or("the agent")),
         escape(&r.reason),
         r.approval_id
     );
-    let stdin = std::io::stdin();
-    loop {
-        let _ = write!(err, "  [y]es / [a]lways / [n]o (+message) / [q]uit: ");
-        let _ = err.flush();
-        let mut line = String::new();
-        match stdin.lock().read_line(&mut line) {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
-        }
-        if let Some(answer) = parse_answer(&line) {
-            return Some(answer);
-        }
-    }
+}
+
+fn prompt() {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "  [y]es / [a]lways / [n]o (+message) / [q]uit: ");
+    let _ = err.flush();
 }
 
 /// `y`, `a`, `n [message]`, `q` (and their long forms).
