@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod approvals;
+mod approvals_remote;
 mod attacks;
 mod batch;
 mod bounds;
