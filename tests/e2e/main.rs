@@ -4,6 +4,7 @@
 
 mod approvals;
 mod approvals_remote;
+mod approvals_terminal;
 mod attacks;
 mod batch;
 mod bounds;
