@@ -9,9 +9,9 @@
 //! request's resolution, which the worker's loop journals, comes back in
 //! the stream: a decision sent while no incarnation listened (between a
 //! worker's death and the next grant) reaches the next one. A decision
-//! the session remembered for the call's exact subject
+//! the session remembered for the call's exact subject, escalated or not
 //! (`approve_for_session` / `deny_for_session`, of a local agent or an
-//! earlier remote one) answers at once, `by: policy`, recorded in the
+//! earlier remote one), answers at once, `by: policy`, recorded in the
 //! session's decision files like any answer.
 //!
 //! Requests are watched from the log when the proxy starts (a restarted
@@ -174,7 +174,7 @@ async fn decision(
     let remembered = request
         .elicitation
         .is_none()
-        .then(|| approver.remembered(&request.tool, request.subject.as_deref()))
+        .then(|| approver.remembered(&request.tool, request.subject.as_deref(), request.escalated))
         .flatten();
     if let Some(rule) = remembered {
         let (decision, message) = match rule {

@@ -31,9 +31,13 @@ struct State {
     waiting: HashMap<String, (Option<String>, Vec<oneshot::Sender<Resolution>>)>,
     /// Decisions received, by approval id, with the agent they were for.
     decided: HashMap<String, (String, Resolution)>,
-    /// `*_for_session` decisions, by tool and exact subject.
-    remembered: HashMap<(String, Option<String>), Remembered>,
+    /// `*_for_session` decisions, by tool, exact subject and whether the
+    /// call escalated (remembered apart, as the session's broker does).
+    remembered: HashMap<RememberedKey, Remembered>,
 }
+
+/// A remembered decision's tool, exact subject and escalation.
+type RememberedKey = (String, Option<String>, bool);
 
 impl Forwarded {
     /// What the journal the incarnation resumes from remembers
@@ -82,19 +86,23 @@ impl Forwarded {
         if request.elicitation.is_some() {
             return;
         }
-        self.state
-            .lock()
-            .remembered
-            .insert((request.tool.clone(), request.subject.clone()), rule);
+        self.state.lock().remembered.insert(
+            (
+                request.tool.clone(),
+                request.subject.clone(),
+                request.escalated,
+            ),
+            rule,
+        );
     }
 }
 
 impl Approver for Forwarded {
-    fn remembered(&self, tool: &str, subject: Option<&str>) -> Option<Remembered> {
+    fn remembered(&self, tool: &str, subject: Option<&str>, escalated: bool) -> Option<Remembered> {
         self.state
             .lock()
             .remembered
-            .get(&(tool.to_string(), subject.map(str::to_string)))
+            .get(&(tool.to_string(), subject.map(str::to_string), escalated))
             .copied()
     }
 
@@ -209,9 +217,11 @@ mod tests {
             }),
         ]);
         assert_eq!(
-            f.remembered("exec_command", Some("make")),
+            f.remembered("exec_command", Some("make"), false),
             Some(Remembered::Allow)
         );
+        // An escalation of the same command is decided apart.
+        assert_eq!(f.remembered("exec_command", Some("make"), true), None);
         let mut push = request("b", "s/root/c");
         push.subject = Some("git push".into());
         f.resolved(
@@ -219,9 +229,9 @@ mod tests {
             &Resolution::new(ApprovalDecision::DenyForSession, "human"),
         );
         assert_eq!(
-            f.remembered("exec_command", Some("git push")),
+            f.remembered("exec_command", Some("git push"), false),
             Some(Remembered::Deny)
         );
-        assert_eq!(f.remembered("exec_command", Some("ls")), None);
+        assert_eq!(f.remembered("exec_command", Some("ls"), false), None);
     }
 }
