@@ -7,15 +7,17 @@
 //! decision goes back to that child on the worker: approved, the command
 //! ran once there; denied, nothing ran and the child's model got the
 //! denial. Request and resolution are each in the coordinator's log once.
+//! The same over HTTP (`troupe serve --nats`), and with the worker killed
+//! while the request waits.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_protocol::{ApprovalDecision, ItemStatus};
+use troupe_protocol::{ApprovalDecision, ItemStatus, ThreadEvent};
 use troupe_test_support::events::tool_outputs;
-use troupe_test_support::git::repo_at;
+use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::Worker;
 use troupe_test_support::wait::poll_for_blocking;
@@ -323,4 +325,144 @@ fn a_decision_made_while_no_worker_listens_reaches_the_next_incarnation() {
         w1.log()
     );
     once_each(done.ws.path(), &id, ApprovalDecision::Approve);
+}
+
+/// `troupe serve --nats`: the runner's request is listed and decided over
+/// HTTP. The runner writes `ran.txt` in its checkout on the worker; the
+/// root merges it, so the file at the workspace's HEAD says how many
+/// times the command ran.
+#[test]
+fn a_workers_request_is_decided_over_http() {
+    use super::serve::{Server as Serve, Sse, client, is_root_done, post, read_sse, rt, start};
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    // The worker's model: the runner's replies.
+    let model = Server::with_script(Script::replies(vec![]).with_history_route(
+        "Run the ran command (R-8)",
+        vec![
+            Reply::tool_call("x1", "exec_command", json!({"command": "echo ran >> ran.txt"})),
+            Reply::tool_call(
+                "h1",
+                "handoff",
+                json!({"state_summary": "ran it", "boundary_status": [{"name": "ran", "status": "done"}], "modified_files": ["ran.txt"]}),
+            ),
+            Reply::text("runner done"),
+        ],
+    ));
+    let worker = Worker::start(bin(), &nats.url(), &model.url(), tmp.path(), "w0", 10, &[]);
+    let ws = tempfile::tempdir().unwrap();
+    // Spawning and merging run unasked: only the runner's command asks.
+    let config = format!(
+        "{}\n[permissions]\nallow = [\"spawn_subagent\", \"merge_worktree\"]\n",
+        ALLOW_UNVERIFIED.1
+    );
+    repo_at(
+        ws.path(),
+        "initial",
+        &[("README.md", "greetings\n"), ("troupe.toml", &config)],
+    );
+    let root = Script::replies(vec![
+        Reply::tool_call(
+            "s1",
+            "spawn_subagent",
+            json!({"name": "runner", "task": "Run the ran command (R-8).", "isolation": "worktree"}),
+        ),
+        Reply::tool_call("m1", "merge_worktree", json!({"name": "runner"})),
+        Reply::text("merged"),
+    ]);
+    let server = Serve::start(ws.path(), &["--nats", &nats.url()], &[]);
+    let c = client();
+    let (id, aid) = rt().block_on(async {
+        let id = start(
+            &c,
+            &server,
+            json!({"prompt": "Delegate the ran command (D-8).", "script": serde_json::to_string(&root).unwrap(), "approval_policy": "untrusted"}),
+        )
+        .await;
+        let events = server.url(&format!("/v1/sessions/{id}/events"));
+        let asked = |e: &Sse| e.event == "troupe.approval_requested" || is_root_done(e, &id);
+        let (seen, _) = read_sse(c.get(&events).send().await.unwrap(), asked).await;
+        let request = &seen.last().unwrap().data;
+        assert_eq!(request["agent_id"], CHILD, "{request}\n{}", worker.log());
+        let aid = request["approval_id"].as_str().unwrap().to_string();
+        // Listed over HTTP with the runner's path; the runner waits.
+        let base = format!("/v1/sessions/{id}/approvals");
+        let listed: Value = c
+            .get(server.url(&base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let pending = listed["approvals"].as_array().unwrap();
+        assert_eq!(pending.len(), 1, "{listed}");
+        assert_eq!(pending[0]["approval_id"], aid.as_str());
+        assert_eq!(pending[0]["agent_id"], CHILD);
+        assert_eq!(pending[0]["subject"], "echo ran >> ran.txt");
+        let agent: Value = c
+            .get(server.url(&format!("/v1/sessions/{id}/agents/{CHILD}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(agent["state"], "waiting_for_approval", "{agent}");
+        let decide = server.url(&format!("{base}/{aid}"));
+        let (status, v) = post(&c, decide.clone(), json!({"decision": "approve"})).await;
+        assert_eq!(status, 200, "{v}");
+        let (rest, _) = read_sse(c.get(&events).send().await.unwrap(), |e| {
+            is_root_done(e, &id)
+        })
+        .await;
+        assert_eq!(
+            rest.last().unwrap().data["subtype"],
+            "success",
+            "{:?}\n{}",
+            rest.last(),
+            worker.log()
+        );
+        // A second decision: 409, naming the first.
+        let (status, e) = post(&c, decide, json!({"decision": "deny"})).await;
+        assert_eq!(status, 409, "{e}");
+        assert!(
+            e["error"]
+                .as_str()
+                .is_some_and(|m| m.contains("already decided: approve by human")),
+            "{e}"
+        );
+        (id, aid)
+    });
+    let out = std::process::Command::new("git")
+        .args(["show", "HEAD:ran.txt"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\n",
+        "the approved command ran once on the worker\n{}",
+        worker.log()
+    );
+    let events =
+        troupe_test_support::e2e::log_events(&ws.path().join(".vtcode/sessions").join(&id));
+    let count = |f: &dyn Fn(&ThreadEvent) -> bool| events.iter().filter(|e| f(e)).count();
+    assert_eq!(
+        count(&|e| matches!(e, ThreadEvent::ApprovalRequested(r) if r.approval_id == aid)),
+        1
+    );
+    assert_eq!(
+        count(
+            &|e| matches!(e, ThreadEvent::ApprovalResolved(r) if r.approval_id == aid && r.agent_id.as_deref() == Some(CHILD))
+        ),
+        1
+    );
+    assert!(
+        worker
+            .log()
+            .contains("waiting for the coordinator's decision"),
+        "{}",
+        worker.log()
+    );
 }
