@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod approvals;
+mod approvals_remote;
+mod approvals_terminal;
 mod attacks;
 mod batch;
 mod bounds;

@@ -1,15 +1,16 @@
 //! What crosses NATS between a coordinator and its workers
 //! (docs/scale-out.md): the task a coordinator queues ([`TaskMessage`]),
 //! a worker's claim of it ([`Claim`], answered by a [`ClaimReply`]), the
-//! coordinator's notices to the running worker ([`Control`], a steer
-//! answered by a [`SteerReply`]), the worker's heartbeat ([`Alive`]) and
+//! coordinator's notices to the running worker ([`Control`]: a steer
+//! answered by a [`SteerReply`], the decision on an approval request),
+//! the worker's heartbeat ([`Alive`]) and
 //! what goes on a task's event subject ([`WorkerMessage`]). Subjects,
 //! streams and the NATS I/O are troupe-remote's.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{AgentSpec, HandoffRequest, ThreadCompletedEvent, ThreadEvent};
+use crate::{AgentSpec, ApprovalDecision, HandoffRequest, ThreadCompletedEvent, ThreadEvent};
 
 /// A subagent to run on a worker.
 ///
@@ -163,6 +164,29 @@ pub enum Control {
         agent_id: String,
         /// The text.
         text: String,
+    },
+    /// The decision on approval request `approval_id` of agent
+    /// `agent_id` (the task's agent or one of its subagents), as the
+    /// coordinator's session recorded it (docs/scale-out.md). The worker
+    /// hands it to that request's waiting call only; the coordinator
+    /// sends it again until the request's `troupe.approval_resolved`
+    /// comes back on the task's event subject, so a decision sent while
+    /// no incarnation listened reaches the next one.
+    Approval {
+        /// The request's id.
+        approval_id: String,
+        /// The asking agent.
+        agent_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+        /// The answerer's message (given to the model with a denial).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Who decided: `human`, `agent:<id>`, `policy` or `timeout`.
+        by: String,
+        /// An accepted elicitation's answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<serde_json::Value>,
     },
 }
 

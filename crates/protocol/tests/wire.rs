@@ -224,6 +224,17 @@ fn claims_controls_and_heartbeats_round_trip() {
         json!({"type": "steer", "agent_id": "s/root/f", "text": "also the docs"})
     );
     assert_eq!(
+        round_trip(&Control::Approval {
+            approval_id: "0193a3c4-1111-7222-8333-444455556666".into(),
+            agent_id: "s/root/f".into(),
+            decision: ApprovalDecision::Deny,
+            message: Some("too risky".into()),
+            by: "human".into(),
+            content: None,
+        }),
+        json!({"type": "approval", "approval_id": "0193a3c4-1111-7222-8333-444455556666", "agent_id": "s/root/f", "decision": "deny", "message": "too risky", "by": "human"})
+    );
+    assert_eq!(
         round_trip(&SteerReply::Queued {
             intent_id: "i1".into()
         }),

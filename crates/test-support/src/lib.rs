@@ -21,6 +21,8 @@
 //! - [`sse`]: server-sent event blocks cut from a stream's bytes;
 //! - [`process`]: a command run under a time limit with its output read
 //!   as it comes, and a `troupe worker` killed on drop;
+//! - [`pty`]: a process whose stdin and stderr are a pseudo-terminal (an
+//!   interactive `troupe exec` answered by typing);
 //! - [`vtcode`]: a consumer typed on VT Code's published `ThreadEvent`,
 //!   which every e2e helper runs over what it reads.
 
@@ -32,6 +34,7 @@ pub mod git;
 pub mod nats;
 pub mod netns;
 pub mod process;
+pub mod pty;
 pub mod scripts;
 pub mod session;
 pub mod sse;

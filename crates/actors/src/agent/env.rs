@@ -86,7 +86,10 @@ impl std::fmt::Debug for Verification {
     }
 }
 
-/// What every agent of a session shares.
+/// What every agent of a session shares. A clone is the same session's
+/// environment; a worker gives its task's agents a clone whose
+/// `approver` forwards to the coordinator.
+#[derive(Clone)]
 pub struct AgentEnv {
     /// The session log.
     pub log: SessionLog,

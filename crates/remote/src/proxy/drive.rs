@@ -1,8 +1,9 @@
 //! The proxy's I/O: it subscribes to the task's claims and heartbeats,
 //! replays and follows its event stream, feeds each input to the fencing
 //! machine ([`crate::fence::Fence`]) and carries out the effects it
-//! returns; after the task finished it lingers, still fencing what stale
-//! incarnations send.
+//! returns, the agent's approval requests handed to the session
+//! (`approvals.rs`); after the task finished it lingers, still fencing
+//! what stale incarnations send.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -17,6 +18,7 @@ use troupe_protocol::{ErrorEvent, ThreadEvent};
 use troupe_runtime::store::EventReader;
 
 use super::ProxyArgs;
+use super::approvals::Watches;
 use crate::error::RemoteError;
 use crate::fence::{Effect, Fence};
 use crate::wire::{
@@ -50,15 +52,26 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
         .await
         .map_err(RemoteError::nats)?;
     let mut events = consumer.messages().await.map_err(RemoteError::nats)?;
+    let logged = journal(p);
     let mut m = Fence::new(
         p.args.agent_id.clone(),
         troupe_actors::agent::thread_id(&p.args),
         subject,
-        journal(p).len() as u64,
+        logged.len() as u64,
         replay_to,
     );
+    // The agent's requests the log holds undecided are the session's to
+    // decide again (a restarted proxy, a resumed coordinator).
+    let mut watches = Watches::new(
+        p.nats.clone(),
+        control_subject(&session, &p.task_id),
+        p.args.env.approver.clone(),
+        p.args.env.log.dir().to_path_buf(),
+    );
+    watches.start_from(&logged);
+    drop(logged);
     let effects = m.start();
-    execute(p, &mut m, effects).await?;
+    execute_watched(p, &mut m, effects, &mut watches).await?;
     loop {
         tokio::select! {
             req = claims.next() => {
@@ -94,7 +107,7 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                     RemoteError::BadMessage { subject: msg.subject.to_string(), why: e.to_string() }
                 })?;
                 let effects = m.on_message(wm, seq, Instant::now())?;
-                execute(p, &mut m, effects).await?;
+                execute_watched(p, &mut m, effects, &mut watches).await?;
                 if m.finished() {
                     // A zombie's late messages are still recorded (never
                     // merged) for a while, by a task the placement owns.
@@ -108,6 +121,35 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
             }
         }
     }
+}
+
+/// [`execute`], then the approval requests and resolutions it wrote into
+/// the log go to `watches`.
+async fn execute_watched(
+    p: &ProxyArgs,
+    m: &mut Fence<Subject>,
+    effects: Vec<Effect<Subject>>,
+    watches: &mut Watches,
+) -> Result<(), RemoteError> {
+    let approvals: Vec<ThreadEvent> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Write(ev)
+                if matches!(
+                    **ev,
+                    ThreadEvent::ApprovalRequested(_) | ThreadEvent::ApprovalResolved(_)
+                ) =>
+            {
+                Some((**ev).clone())
+            }
+            _ => None,
+        })
+        .collect();
+    execute(p, m, effects).await?;
+    for ev in &approvals {
+        watches.written(ev);
+    }
+    Ok(())
 }
 
 /// Carries out the machine's effects, in order; the first that fails

@@ -21,7 +21,10 @@
 //! - `drive.rs`: the proxy's I/O: it feeds claims, heartbeats and stream
 //!   messages to the fencing machine ([`crate::fence`]) and carries out
 //!   its effects; a finished task lingers in the placement's task set.
+//! - `approvals.rs`: the agent's approval requests decided by this
+//!   session, the decisions sent to the worker.
 
+mod approvals;
 mod drive;
 
 use std::sync::{Arc, Weak};

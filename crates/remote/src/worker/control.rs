@@ -1,10 +1,14 @@
 //! What the coordinator says to one running incarnation: fenced, cancel,
-//! steer (its control subject).
+//! steer, the decision on an approval request (its control subject).
+
+use std::sync::Arc;
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
+use troupe_runtime::approvals::Resolution;
 
 use super::Ctx;
+use super::approvals::Forwarded;
 use crate::error::RemoteError;
 use crate::task::Owned;
 use crate::wire::{Control, TaskMessage, control_subject};
@@ -25,6 +29,9 @@ pub(super) type SteerRequest = (String, String, Option<async_nats::Subject>);
 pub(super) struct Controls {
     pub(super) stop: watch::Receiver<Option<Stop>>,
     pub(super) steer: mpsc::UnboundedReceiver<SteerRequest>,
+    /// The approver of the incarnation's agents, which the coordinator's
+    /// decisions reach.
+    pub(super) approvals: Arc<Forwarded>,
     /// The listener (stopped with these controls).
     _listener: Owned<()>,
 }
@@ -43,6 +50,8 @@ pub(super) async fn controls(
         .map_err(RemoteError::nats)?;
     let (stop_tx, stop) = watch::channel(None);
     let (steer_tx, steer) = mpsc::unbounded_channel();
+    let approvals = Arc::new(Forwarded::default());
+    let decisions = Arc::clone(&approvals);
     let listener = Owned::spawn(async move {
         while let Some(m) = sub.next().await {
             match serde_json::from_slice::<Control>(&m.payload) {
@@ -55,6 +64,22 @@ pub(super) async fn controls(
                 Ok(Control::Steer { agent_id, text }) => {
                     let _ = steer_tx.send((agent_id, text, m.reply));
                 }
+                Ok(Control::Approval {
+                    approval_id,
+                    agent_id,
+                    decision,
+                    message,
+                    by,
+                    content,
+                }) => {
+                    let resolution = Resolution {
+                        decision,
+                        message,
+                        by,
+                        content,
+                    };
+                    decisions.deliver(approval_id, agent_id, resolution);
+                }
                 Ok(Control::Fenced { .. }) => {}
                 Err(e) => tracing::debug!(error = %e, "bad control message"),
             }
@@ -63,6 +88,7 @@ pub(super) async fn controls(
     Ok(Controls {
         stop,
         steer,
+        approvals,
         _listener: listener,
     })
 }

@@ -13,12 +13,16 @@
 //! - `heartbeat.rs`: in-progress acks and heartbeats while a delivery is
 //!   held.
 //! - `claim.rs`: the claim of a delivery.
-//! - `control.rs`: the coordinator's fence, cancel and steer notices.
+//! - `control.rs`: the coordinator's fence, cancel and steer notices, and
+//!   its decisions on approval requests.
+//! - `approvals.rs`: the approver of the task's agents, which waits for
+//!   the coordinator's decisions.
 //! - `delivery.rs`: one delivery: the claim's answer, the incarnation's
 //!   directory and bundles, the handoff, the ack after the committed mark.
 //! - `run.rs`: the agent in a session of its own, steering passed on.
 //! - `forward.rs`: its events and checkpoints published by position.
 
+mod approvals;
 mod claim;
 mod control;
 mod delivery;

@@ -1,6 +1,7 @@
 //! Running one incarnation's agent: a session of its own (the journal
 //! replayed into its log first), the agent started under that session's
-//! supervisor, steering passed on, stopped when the coordinator says so.
+//! supervisor, steering passed on, its approval requests answered by the
+//! coordinator, stopped when the coordinator says so.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use troupe_actors::SteerError;
 use troupe_actors::agent::{AgentArgs, AgentShared};
 use troupe_actors::subagent::agent_child_spec;
 use troupe_protocol::ThreadEvent;
+use troupe_runtime::approvals::Approver;
 use troupe_runtime::state::{BudgetNode, CostBudget};
 
 use super::control::{Controls, Stop};
@@ -83,7 +85,17 @@ pub(super) async fn run_agent(
         repo.to_path_buf(),
         controls.stop.clone(),
     ));
-    let env = Arc::clone(session.env());
+    // The task's agents ask the coordinator's session, never this one:
+    // their requests go there in the forwarded log, its decisions come
+    // back on the control subject. The task's approval_policy is the one
+    // its parent gave it (never looser than the parent's).
+    controls.approvals.load(journal);
+    let mut env = (**session.env()).clone();
+    env.approver = Some(Arc::clone(&controls.approvals) as Arc<dyn Approver>);
+    if let Some(policy) = task.spec.approval_policy {
+        env.approval_policy = policy;
+    }
+    let env = Arc::new(env);
     let (done_tx, mut done_rx) = oneshot::channel();
     let spec = task.spec.clone();
     let budget = BudgetNode::root_named(task.agent_id.clone(), CostBudget::unlimited());
