@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use troupe::approvals::{Answer, ClaimError, RequestStatus, approvals_dir, requests_in, store};
-use troupe_protocol::{
-    ApprovalDecision, ApprovalDecisionRecord, ApprovalPolicy, ApprovalRequestedEvent,
-};
+use troupe_protocol::{ApprovalDecision, ApprovalPolicy, ApprovalRequestedEvent};
 use troupe_runtime::store::SessionStore;
 
 use crate::failure::{Failure, exit};
@@ -194,14 +192,9 @@ fn decide(a: &DecideArgs, decision: ApprovalDecision) -> Result<u8, Failure> {
     if let Some(who) = status.decided() {
         return Err(bad(format!("approval {} was already decided: {who}", a.id)));
     }
-    let record = ApprovalDecisionRecord {
-        approval_id: a.id.clone(),
-        decision,
-        message: a.message.clone(),
-        by: "human".into(),
-        content: None,
-        decided_at_ms: store::now_ms(),
-    };
+    let mut answer = Answer::new(decision);
+    answer.message = a.message.clone();
+    let record = answer.record(&a.id);
     match store::claim(&approvals_dir(&dir), &record) {
         Ok(()) => {}
         Err(e @ ClaimError::AlreadyDecided(_)) | Err(e @ ClaimError::BadId(_)) => {

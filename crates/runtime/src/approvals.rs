@@ -83,6 +83,40 @@ pub enum Remembered {
     Deny,
 }
 
+/// What a remembered decision is about: the tool, the exact subject, and
+/// whether the call escalated.
+pub type RuleKey = (String, Option<String>, bool);
+
+/// The rule a `*_for_session` decision on `request` adds for the rest of
+/// the session (`None` for any other decision, and for an MCP
+/// elicitation).
+pub fn remembered_rule(
+    request: &ApprovalRequestedEvent,
+    decision: ApprovalDecision,
+) -> Option<(RuleKey, Remembered)> {
+    let rule = match decision {
+        ApprovalDecision::ApproveForSession => Remembered::Allow,
+        ApprovalDecision::DenyForSession => Remembered::Deny,
+        _ => return None,
+    };
+    if request.elicitation.is_some() {
+        return None;
+    }
+    Some((
+        (
+            request.tool.clone(),
+            request.subject.clone(),
+            request.escalated,
+        ),
+        rule,
+    ))
+}
+
+/// The key of a call's remembered decision.
+pub fn rule_key(tool: &str, subject: Option<&str>, escalated: bool) -> RuleKey {
+    (tool.to_string(), subject.map(str::to_string), escalated)
+}
+
 /// Decides one call of `tool` (capability `capability`) with `args`
 /// under `policy`, `rules` and the session's `remembered` decision for
 /// its exact subject. Precedence: a `deny` rule, then what the session

@@ -14,7 +14,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use troupe::approvals::{Answer, ClaimError, DecideError, RequestStatus, requests_in, store};
-use troupe_protocol::{ApprovalDecision, ApprovalDecisionRecord, ApprovalRequestedEvent};
+use troupe_protocol::{ApprovalDecision, ApprovalRequestedEvent};
 use troupe_runtime::store::SessionStatus;
 
 use super::api::parse;
@@ -157,14 +157,7 @@ impl Runs {
                 "session {id} has completed: nothing waits for approval {approval_id} any more"
             )));
         }
-        let record = ApprovalDecisionRecord {
-            approval_id: approval_id.to_string(),
-            decision: answer.decision,
-            message: answer.message,
-            by: answer.by.unwrap_or_else(|| "human".into()),
-            content: answer.content,
-            decided_at_ms: store::now_ms(),
-        };
+        let record = answer.record(approval_id);
         store::claim(&store::approvals_dir(&dir), &record).map_err(|e| claim_error(id, e))
     }
 

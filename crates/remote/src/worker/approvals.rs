@@ -17,7 +17,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use troupe_protocol::{ApprovalDecision, ApprovalRequestedEvent, ThreadEvent};
-use troupe_runtime::approvals::{Approver, Remembered, Resolution};
+use troupe_runtime::approvals::{
+    Approver, Remembered, Resolution, RuleKey, remembered_rule, rule_key,
+};
 
 /// The forwarding approver of one incarnation's agents.
 #[derive(Default)]
@@ -33,11 +35,8 @@ struct State {
     decided: HashMap<String, (String, Resolution)>,
     /// `*_for_session` decisions, by tool, exact subject and whether the
     /// call escalated (remembered apart, as the session's broker does).
-    remembered: HashMap<RememberedKey, Remembered>,
+    remembered: HashMap<RuleKey, Remembered>,
 }
-
-/// A remembered decision's tool, exact subject and escalation.
-type RememberedKey = (String, Option<String>, bool);
 
 impl Forwarded {
     /// What the journal the incarnation resumes from remembers
@@ -78,22 +77,9 @@ impl Forwarded {
     }
 
     fn remember(&self, request: &ApprovalRequestedEvent, decision: ApprovalDecision) {
-        let rule = match decision {
-            ApprovalDecision::ApproveForSession => Remembered::Allow,
-            ApprovalDecision::DenyForSession => Remembered::Deny,
-            _ => return,
-        };
-        if request.elicitation.is_some() {
-            return;
+        if let Some((key, rule)) = remembered_rule(request, decision) {
+            self.state.lock().remembered.insert(key, rule);
         }
-        self.state.lock().remembered.insert(
-            (
-                request.tool.clone(),
-                request.subject.clone(),
-                request.escalated,
-            ),
-            rule,
-        );
     }
 }
 
@@ -102,7 +88,7 @@ impl Approver for Forwarded {
         self.state
             .lock()
             .remembered
-            .get(&(tool.to_string(), subject.map(str::to_string), escalated))
+            .get(&rule_key(tool, subject, escalated))
             .copied()
     }
 

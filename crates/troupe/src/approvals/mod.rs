@@ -35,7 +35,9 @@ use tokio::sync::{broadcast, oneshot};
 use troupe_protocol::{
     ApprovalDecision, ApprovalDecisionRecord, ApprovalRequestedEvent, ThreadEvent,
 };
-use troupe_runtime::approvals::{Approver, Remembered, Resolution};
+use troupe_runtime::approvals::{
+    Approver, Remembered, Resolution, RuleKey, remembered_rule, rule_key,
+};
 
 pub use store::{ClaimError, approvals_dir};
 
@@ -87,6 +89,19 @@ impl Answer {
     pub fn with_content(mut self, content: serde_json::Value) -> Self {
         self.content = Some(content);
         self
+    }
+
+    /// The decision file's record of this answer to request `id` (by
+    /// `human` unless the answer says).
+    pub fn record(self, id: &str) -> ApprovalDecisionRecord {
+        ApprovalDecisionRecord {
+            approval_id: id.to_string(),
+            decision: self.decision,
+            message: self.message,
+            by: self.by.unwrap_or_else(|| "human".into()),
+            content: self.content,
+            decided_at_ms: store::now_ms(),
+        }
     }
 
     /// Decided by `by` (`agent:<id>`, `policy`).
@@ -202,10 +217,6 @@ pub fn requests_of(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<Request
     }
     out
 }
-
-/// What a remembered decision is about: the tool, the exact subject, and
-/// whether the call escalated.
-type RuleKey = (String, Option<String>, bool);
 
 /// One request waiting in this process.
 struct Waiting {
@@ -334,22 +345,9 @@ impl Broker {
     }
 
     fn remember(&self, request: &ApprovalRequestedEvent, decision: ApprovalDecision) {
-        let rule = match decision {
-            ApprovalDecision::ApproveForSession => Remembered::Allow,
-            ApprovalDecision::DenyForSession => Remembered::Deny,
-            _ => return,
-        };
-        if request.elicitation.is_some() {
-            return;
+        if let Some((key, rule)) = remembered_rule(request, decision) {
+            self.inner.remembered.lock().insert(key, rule);
         }
-        self.inner.remembered.lock().insert(
-            (
-                request.tool.clone(),
-                request.subject.clone(),
-                request.escalated,
-            ),
-            rule,
-        );
     }
 
     /// Starts the task that applies decisions other processes recorded
@@ -382,14 +380,7 @@ impl Broker {
 impl Inner {
     /// Records `answer` as the decision on `id`, then applies it.
     fn claim(&self, id: &str, answer: Answer) -> Result<(), ClaimError> {
-        let record = ApprovalDecisionRecord {
-            approval_id: id.to_string(),
-            decision: answer.decision,
-            message: answer.message,
-            by: answer.by.unwrap_or_else(|| "human".into()),
-            content: answer.content,
-            decided_at_ms: store::now_ms(),
-        };
+        let record = answer.record(id);
         store::claim(&self.dir, &record)?;
         self.deliver(&record);
         Ok(())
@@ -456,7 +447,7 @@ impl Approver for Broker {
         self.inner
             .remembered
             .lock()
-            .get(&(tool.to_string(), subject.map(str::to_string), escalated))
+            .get(&rule_key(tool, subject, escalated))
             .copied()
     }
 
