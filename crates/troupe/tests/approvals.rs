@@ -188,8 +188,9 @@ async fn parallel_calls_run_while_one_waits_and_results_keep_call_order() {
             let free = free.clone();
             async move {
                 // The call that needs no decision runs while this one
-                // waits: approve only once it has.
-                for _ in 0..200 {
+                // waits: approve only once it has (waiting on that file,
+                // at most a minute, not on a duration).
+                for _ in 0..2400 {
                     if free.exists() {
                         return Some(Answer::approve().with_message("after free"));
                     }
