@@ -136,17 +136,19 @@ impl Run {
         }
     }
 
-    /// Approves the root's spawn (it asks too: untrusted), then waits for
-    /// the runner's request: listed by the coordinator with the runner's
+    /// Waits for the runner's request (the root's spawn does not ask: the
+    /// child's own calls do): listed by the coordinator with the runner's
     /// path, asked on the worker, nothing ran. Its id.
     fn runner_request(&self) -> String {
-        let spawn = listed(self.ws.path(), "session/root");
-        assert_eq!(spawn["tool"], "spawn_subagent");
-        decide(
-            self.ws.path(),
-            &["approve", spawn["approval_id"].as_str().unwrap()],
-        );
         let row = listed(self.ws.path(), CHILD);
+        // It is the only request: starting the runner asked nothing.
+        let all = approvals(self.ws.path(), &["list", "--json"]);
+        assert_eq!(
+            String::from_utf8_lossy(&all.stdout).lines().count(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&all.stdout)
+        );
         assert_eq!(row["tool"], "exec_command");
         assert_eq!(
             row["subject"],

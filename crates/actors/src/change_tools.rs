@@ -220,6 +220,12 @@ impl Tool for VerifyChangeTool {
         Capability::Exec
     }
 
+    /// A verification is read-only by construction (the verifier's
+    /// sandbox, troupe's own checks on exports); the merge is what asks.
+    fn asks_for_approval(&self) -> bool {
+        false
+    }
+
     fn call<'a>(
         &'a self,
         args: Value,

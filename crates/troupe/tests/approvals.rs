@@ -422,3 +422,52 @@ async fn without_an_answerer_the_library_default_is_never() {
     assert_eq!(output(&ev, "c2").0, "completed");
     assert!(of_type(&ev, "troupe.approval_requested").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn starting_a_subagent_does_not_ask_its_own_commands_do() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start(
+        Script::replies(vec![])
+            .with_route(
+                "KID-2",
+                vec![exec("k1", "touch kid.txt"), Reply::text("kid done")],
+            )
+            .with_route(
+                "PARENT-1",
+                vec![
+                    Reply::tool_call(
+                        "p1",
+                        "spawn_subagent",
+                        json!({"name": "kid", "task": "KID-2: touch kid.txt"}),
+                    ),
+                    Reply::text("parent done"),
+                ],
+            ),
+    )
+    .await
+    .unwrap();
+    let asked: Arc<parking_lot::Mutex<Vec<(String, String)>>> = Arc::default();
+    let seen = Arc::clone(&asked);
+    let s = builder(ws.path(), &server)
+        .subagents(troupe::SubagentLimits::default())
+        .approval_policy(ApprovalPolicy::Untrusted)
+        .approvals(move |r: ApprovalRequestedEvent| {
+            seen.lock()
+                .push((r.tool.clone(), r.agent_id.clone().unwrap_or_default()));
+            async { Some(Answer::approve()) }
+        })
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        run(&s, "PARENT-1: have a kid touch a file").await,
+        CompletionSubtype::Success
+    );
+    s.close().await.unwrap();
+    // Only the kid's command asked, with its path in the tree.
+    assert_eq!(
+        *asked.lock(),
+        vec![("exec_command".to_string(), "session/a/kid".to_string())]
+    );
+    assert!(ws.path().join("kid.txt").exists());
+}

@@ -258,6 +258,12 @@ impl Tool for SpawnSubagentTool {
         Capability::Exec
     }
 
+    /// The child's own write and exec calls ask (its policy is never
+    /// looser than this agent's); starting it does not.
+    fn asks_for_approval(&self) -> bool {
+        false
+    }
+
     /// A child that finished before this agent restarted: its handoff is
     /// in the journal, so the call's result is that handoff (delivered
     /// once), not "interrupted".

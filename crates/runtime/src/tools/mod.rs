@@ -294,6 +294,15 @@ pub trait Tool: Send + Sync {
     fn write_paths(&self, _args: &serde_json::Value) -> Vec<String> {
         Vec::new()
     }
+    /// Whether a call of this tool may wait for an approval
+    /// (docs/approvals.md) when its capability is not read-only. Default:
+    /// yes. A tool whose effects are decided elsewhere says no: starting a
+    /// subagent (whose own calls ask, under a policy never looser than its
+    /// parent's) or a read-only verification. The permission rules still
+    /// apply to it.
+    fn asks_for_approval(&self) -> bool {
+        true
+    }
     /// Settles a call of this tool that a restart interrupted, from what
     /// is durable (a subagent's handoff journaled before its parent died),
     /// instead of reporting its effect as unknown. Default: `None`, the

@@ -274,7 +274,13 @@ impl ToolRegistry {
             Ok(tool) => tool,
             Err(e) => return Gate::Deny(e),
         };
-        let capability = tool.capability();
+        // A tool whose effects are approved elsewhere is decided by the
+        // rules alone, as a read-only one is.
+        let capability = if tool.asks_for_approval() {
+            tool.capability()
+        } else {
+            crate::tools::Capability::ReadOnly
+        };
         match self.canonical_args(tool_name, args, workspace) {
             Some(normalized) => {
                 if let Err(e) = self.policy.check_deny(tool_name, args) {
