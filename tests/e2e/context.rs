@@ -43,6 +43,10 @@ fn recorded_session(ws: &Path) -> String {
     }
     std::fs::write(ws.join("script.toml"), SCRIPT).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args(["exec", "--script", "script.toml", "--workspace"])
         .arg(ws)
         .arg(TASK)
@@ -75,6 +79,7 @@ fn sessions_compact_archives_compacts_and_appends_a_manual_boundary() {
         "[hooks.lifecycle]\npre_compact = [\"cat > pre_compact.json\"]\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws);
     let before = log_events(&dir).len();
 
     let out = troupe(

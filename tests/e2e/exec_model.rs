@@ -25,6 +25,7 @@ fn failover_moves_to_the_fallback_with_an_event() {
     ]);
     let backup = Server::start(vec![Reply::text("from the backup")]);
     std::fs::write(ws.path().join("troupe.toml"), failover_toml(&backup.url())).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let run = exec(ws.path(), &primary, &[], "hi");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.completed().result.as_deref(), Some("from the backup"));
@@ -52,6 +53,7 @@ fn no_silent_failover_when_the_model_was_pinned() {
     ]);
     let backup = Server::start(vec![Reply::text("must not be used")]);
     std::fs::write(ws.path().join("troupe.toml"), failover_toml(&backup.url())).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let run = exec(ws.path(), &primary, &["--model", "primary-model"], "hi");
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert_eq!(run.completed().outcome_code, "stream_error");
@@ -77,6 +79,7 @@ fn budget_stop_and_unknown_pricing() {
         "[models.\"gpt-4.1\"]\ninput_per_mtok = 2.0\noutput_per_mtok = 8.0\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let s = Server::start(vec![
         Reply::tool_call("c1", "list_files", json!({"path": "."})).with_usage(usage(1_000_000, 10)),
         Reply::text("never"),

@@ -41,6 +41,7 @@ fn deny_policy_declines_calls() {
         "[permissions]\ndeny = [\"exec_command(rm *)\", \"write_file\"]\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     std::fs::write(ws.path().join("keep.txt"), "keep").unwrap();
     let s = Server::start(vec![
         Reply::tool_calls(vec![
@@ -82,6 +83,7 @@ fn a_pre_tool_use_hook_exiting_2_blocks_the_call() {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let s = Server::start(vec![
         Reply::tool_call("w", "write_file", json!({"path": "x.txt", "content": "x"})),
         Reply::text("ok"),
@@ -122,6 +124,7 @@ fn deny_rules_match_every_spelling_of_a_path() {
         "[permissions]\ndeny = [\"write_file(secrets/*)\", \"read_file(secrets/*)\"]\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let abs = ws.path().join("secrets/d");
     let s = Server::start(vec![
         Reply::tool_calls(vec![
@@ -166,6 +169,7 @@ fn configured_key_variables_never_reach_commands() {
         "[providers.corp]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"CORP_LLM_CRED\"\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let s = Server::start(vec![
         Reply::tool_call(
             "e",

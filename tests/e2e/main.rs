@@ -50,6 +50,7 @@ mod serve_limits;
 mod serve_steer;
 mod sessions;
 mod terminal;
+mod trust;
 mod truth;
 mod truth_errors;
 mod turn_failed;
@@ -65,6 +66,10 @@ pub fn troupe(args: &[&str], cwd: &Path) -> Output {
         .args(args)
         .current_dir(cwd)
         .env("TROUPE_LOG", "warn")
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .output()
         .unwrap();
     vtcode::check_output(&out, &format!("troupe {}", args.join(" ")));
@@ -79,7 +84,11 @@ pub fn scripted_run(ws: &Path, url: &str) -> Command {
         .arg("--workspace")
         .arg(ws)
         .current_dir(ws)
-        .env("TROUPE_LOG", "warn");
+        .env("TROUPE_LOG", "warn")
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        );
     cmd
 }
 
@@ -90,6 +99,10 @@ pub fn troupe_ws(args: &[&str], ws: &Path) -> Output {
         .arg("--workspace")
         .arg(ws)
         .env("TROUPE_LOG", "warn")
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .output()
         .unwrap()
 }

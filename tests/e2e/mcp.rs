@@ -50,6 +50,7 @@ fn everything_stdio(extra: &str) -> String {
 fn ws_with(toml: &str) -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("troupe.toml"), toml).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     ws
 }
 
@@ -222,6 +223,7 @@ fn filesystem_server_reads_and_a_failing_call_is_a_tool_error() {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(&root);
     let note = root.join("note.txt").display().to_string();
     let missing = root.join("missing.txt").display().to_string();
     let s = Server::start(vec![
@@ -514,6 +516,7 @@ fn mcp_list_shows_each_server_its_state_and_tools() {
     ));
     let list = |json: bool| {
         let mut cmd = Command::new(super::exec::bin());
+        troupe_test_support::trust::isolated(&mut cmd);
         cmd.args(["mcp", "list", "--workspace"]).arg(ws.path());
         if json {
             cmd.arg("--json");

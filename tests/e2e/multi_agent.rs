@@ -275,6 +275,7 @@ fn a_conflicting_merge_is_reported_and_changes_nothing() {
         "[verifier]\nallow_unverified_merge = true\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let write = |id: &str, text: &str| {
         vec![
             Reply::tool_call(

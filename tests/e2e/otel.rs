@@ -156,6 +156,7 @@ fn workspace(otel: Option<&str>) -> tempfile::TempDir {
             ),
         )
         .unwrap();
+        troupe_test_support::trust::trust_fixture(ws.path());
     }
     ws
 }

@@ -29,11 +29,13 @@ fn workspace(server: &ScriptedServer) -> tempfile::TempDir {
         server.anthropic_base_url()
     );
     std::fs::write(ws.path().join("troupe.toml"), toml).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     ws
 }
 
 fn troupe_cmd(ws: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_troupe"));
+    troupe_test_support::trust::isolated(&mut cmd);
     cmd.args(args)
         .current_dir(ws)
         .env("TROUPE_LOG", "warn")
@@ -156,6 +158,7 @@ fn bad_effort_values_are_one_line_exit_2() {
         "model_reasoning_effort = \"max\"\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(tmp.path());
     let out = troupe(&["exec", "--model", "m", "hi"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);

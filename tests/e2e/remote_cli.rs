@@ -131,6 +131,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     )
     .unwrap();
     let mut cmd = Command::new(bin());
+    troupe_test_support::trust::isolated(&mut cmd);
     cmd.args(["run", "pipeline.toml", "--workspace"])
         .arg(ws.path())
         .args(["--base-url", &model.url(), "--nats", &nats.url()])
@@ -201,6 +202,10 @@ fn serve_with_an_unreachable_nats_exits_2_before_listening() {
     let ws = tempfile::tempdir().unwrap();
     let url = format!("nats://s3cret@127.0.0.1:{}", closed_port());
     let out = Command::new(bin())
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args([
             "serve",
             "--listen",
@@ -324,6 +329,10 @@ fn sessions_resume_without_nats_refuses_an_interrupted_nats_session() {
     let id = dir.file_name().unwrap().to_string_lossy().into_owned();
     let before = std::fs::read(dir.join("events.jsonl")).unwrap();
     let out = Command::new(bin())
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args(["sessions", "resume", &id, "--workspace"])
         .arg(ws.path())
         .env("TROUPE_LOG", "warn")

@@ -208,6 +208,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     coordinator.wait().unwrap();
     let id = dir.file_name().unwrap().to_string_lossy().into_owned();
     let mut resume = Command::new(bin());
+    troupe_test_support::trust::isolated(&mut resume);
     resume
         .args(["sessions", "resume", &id, "--nats", &nats.url()])
         .arg("--workspace")

@@ -30,6 +30,7 @@ fn server(rt: &tokio::runtime::Runtime) -> ScriptedServer {
 /// when `key`, the canary as `OPENAI_API_KEY`.
 fn troupe(ws: &Path, user_url: &str, key: bool, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_troupe"));
+    troupe_test_support::trust::isolated(&mut cmd);
     // `--workspace` goes with the first subcommand (`exec --workspace W
     // resume ...`, `sessions resume ID --workspace W`).
     let (head, rest) = args.split_at(if args[0] == "exec" { 1 } else { args.len() });
@@ -149,6 +150,7 @@ fn a_forged_provider_cannot_aim_another_variable_at_a_url() {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let id = crashed_session(ws.path(), &user.openai_base_url());
     let resume = ["sessions", "resume", id.as_str()];
     for url in [
@@ -215,6 +217,7 @@ fn secret_headers_count_as_a_key() {
         format!("[providers.openai]\nheaders = {{ \"x-team-token\" = \"{CANARY}\" }}\n"),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let id = crashed_session(ws.path(), &user.openai_base_url());
     forge(ws.path(), |s| {
         s["base_url"] = attacker.openai_base_url().into()

@@ -56,6 +56,7 @@ text = "answered by the fallback"
 fn an_offline_script_fails_over_to_the_configured_fallback() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("troupe.toml"), FAILOVER_TOML).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let script = write_script(ws.path(), "s.toml", FAILOVER_SCRIPT);
     let out = exec_script(bin(), ws.path(), &script, &[], "hi");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -75,6 +76,7 @@ fn an_offline_script_fails_over_to_the_configured_fallback() {
 fn an_offline_script_with_model_pinned_says_why_it_did_not_fail_over() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("troupe.toml"), FAILOVER_TOML).unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let script = write_script(ws.path(), "s.toml", FAILOVER_SCRIPT);
     let out = exec_script(bin(), ws.path(), &script, &["--model", "mine"], "hi");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -95,6 +97,7 @@ fn an_offline_script_with_model_pinned_says_why_it_did_not_fail_over() {
         "[providers.openai]\nmax_retries = 0\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let script = write_script(ws.path(), "s.toml", FAILOVER_SCRIPT);
     let out = exec_script(bin(), ws.path(), &script, &[], "hi");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -170,6 +173,7 @@ fn session_start_runs_with_source_resume_when_a_thread_continues() {
         "[hooks.lifecycle]\nsession_start = [\"jq -c -r .source >> starts.txt\"]\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let script = write_script(
         ws.path(),
         "s.toml",
@@ -179,6 +183,10 @@ fn session_start_runs_with_source_resume_when_a_thread_continues() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let id = session_id(ws.path());
     let out = std::process::Command::new(bin())
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args(["exec", "--workspace"])
         .arg(ws.path())
         .arg("--script")
@@ -280,6 +288,7 @@ fn a_blocked_run_hands_off_and_sessions_resume_continues_from_the_handoff() {
         "[providers.openai]\nmax_retries = 0\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     std::fs::write(ws.path().join("a.txt"), "alpha\n").unwrap();
     std::fs::write(ws.path().join("b.txt"), "beta\n").unwrap();
     let overloaded = || Reply::http_error(503, r#"{"error":{"message":"overloaded"}}"#);
@@ -318,6 +327,10 @@ fn a_blocked_run_hands_off_and_sessions_resume_continues_from_the_handoff() {
 
     let second = Server::start(vec![Reply::text("alpha and beta")]);
     let out = std::process::Command::new(bin())
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args(["sessions", "resume", &id, "--workspace"])
         .arg(ws.path())
         .args(["--base-url", &second.url()])
@@ -347,6 +360,10 @@ fn a_blocked_run_hands_off_and_sessions_resume_continues_from_the_handoff() {
     assert_eq!(done.result.as_deref(), Some("alpha and beta"));
     // Resuming again: the session completed, nothing to resume.
     let out = std::process::Command::new(bin())
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        )
         .args(["sessions", "resume", &id, "--workspace"])
         .arg(ws.path())
         .env("TROUPE_LOG", "warn")

@@ -29,6 +29,10 @@ impl Server {
             .arg(ws)
             .args(extra)
             .env("TROUPE_LOG", "warn")
+            .env(
+                "TROUPE_CONFIG_DIR",
+                troupe_test_support::trust::config_dir(),
+            )
             .env_remove("TROUPE_SERVE_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

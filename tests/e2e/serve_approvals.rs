@@ -90,6 +90,7 @@ fn allowing_spawns() -> troupe_test_support::git::GitRepo {
         "[permissions]\nallow = [\"spawn_subagent\"]\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(repo.path());
     repo
 }
 

@@ -37,6 +37,7 @@ fn a_person_answers_an_mcp_form_over_http_and_the_defaults_fill_the_rest() {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws);
     let script = serde_json::to_string(&Script::replies(vec![
         Reply::tool_call(
             "form",

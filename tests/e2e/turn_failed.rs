@@ -27,6 +27,7 @@ fn a_retried_request_that_then_succeeds_has_no_turn_failed() {
         "[providers.openai]\nmax_retries = 2\ninitial_backoff_ms = 10\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let s = Server::start(vec![Reply::http_error(503, OVERLOADED), Reply::text("ok")]);
     let run = exec(ws.path(), &s, &[], "hi");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
@@ -51,6 +52,7 @@ fn a_failover_that_recovers_has_no_turn_failed() {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let run = exec(ws.path(), &primary, &[], "hi");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.completed().result.as_deref(), Some("from the backup"));
@@ -67,6 +69,7 @@ fn a_run_that_fails_for_good_has_exactly_one_turn_failed_with_error_message() {
         "[providers.openai]\nmax_retries = 1\ninitial_backoff_ms = 10\n",
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(ws.path());
     let boom = "{\"error\":{\"message\":\"boom\"}}";
     let s = Server::start(vec![
         Reply::http_error(500, boom),

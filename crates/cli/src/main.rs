@@ -38,6 +38,7 @@ mod serve;
 mod sessions;
 mod telemetry;
 mod test_tools;
+mod trust_cmd;
 mod worker;
 
 use std::net::SocketAddr;
@@ -83,6 +84,9 @@ enum Command {
     Approvals(approvals_cmd::ApprovalsArgs),
     /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
     Mcp(mcp_cmd::McpArgs),
+    /// Trust a workspace whose troupe.toml starts processes or loosens
+    /// protections (docs/security.md#workspace-trust); --list, --revoke.
+    Trust(trust_cmd::TrustArgs),
     /// Serve a script with the scripted model server (OpenAI, Anthropic and
     /// Gemini wire formats on 127.0.0.1). Prints the bound address first.
     MockLlm {
@@ -160,6 +164,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Sessions(args) => sessions::run(args),
         Command::Approvals(args) => approvals_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::run(args),
+        Command::Trust(args) => trust_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Schema => {
             use std::io::Write as _;
@@ -214,7 +219,16 @@ fn otel_config(cli: &Cli) -> Option<troupe_runtime::config::OtelConfig> {
         _ => return None,
     };
     let config = troupe_runtime::config::Config::load_file(workspace).ok()?;
-    config.otel.enabled().then_some(config.otel)
+    // A workspace's own `[otel]` endpoint receives traces only once the
+    // workspace is trusted (the command itself refuses otherwise).
+    let trusted = troupe_runtime::config::trust::assess(
+        workspace,
+        troupe_protocol::ApprovalPolicy::Never,
+        &troupe_runtime::config::ConfigOverrides::default(),
+        &|var| std::env::var(var).ok(),
+    )
+    .is_ok_and(|a| a.allowed() || a.required().all(|s| !s.key.starts_with("otel.")));
+    (trusted && config.otel.enabled()).then_some(config.otel)
 }
 
 /// Whether writing stdout failed because its reader closed the pipe.

@@ -40,6 +40,14 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
         )));
     }
     let config = Config::load(&args.workspace).map_err(Failure::bad_input)?;
+    // Listing starts the servers' commands: a workspace's own ones only
+    // once it is trusted (asked on a terminal).
+    crate::trust_cmd::ensure(
+        &args.workspace,
+        troupe_protocol::ApprovalPolicy::Never,
+        &troupe_runtime::config::ConfigOverrides::default(),
+        crate::trust_cmd::interactive() && !args.json,
+    )?;
     let McpCommand::List = args.command;
     let rt = tokio::runtime::Runtime::new()?;
     let status = rt.block_on(async {

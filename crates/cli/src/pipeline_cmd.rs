@@ -246,6 +246,13 @@ fn execute(
     temporary: bool,
     nats: &crate::coordinator::NatsArgs,
 ) -> Result<u8, Failure> {
+    // An interactive run asks once whether to trust the workspace.
+    crate::trust_cmd::ensure(
+        workspace,
+        troupe_protocol::ApprovalPolicy::Never,
+        &crate::trust_cmd::flags_of(settings),
+        crate::trust_cmd::interactive() && !json,
+    )?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let remote = crate::coordinator::connect(nats).await?;

@@ -11,7 +11,7 @@ use troupe_remote::{FactoryError, SessionRequest, WorkerConfig};
 
 use crate::coordinator::NatsArgs;
 use crate::failure::{Failure, exit};
-use crate::launch::{Launch, Target};
+use crate::launch::{Launch, Target, Trust};
 
 /// Arguments of `troupe worker`.
 #[derive(Debug, Args)]
@@ -55,6 +55,12 @@ pub struct WorkerArgs {
     /// A name for claims and logs (default: `worker-<pid>`).
     #[arg(long)]
     name: Option<String>,
+    /// Obey the troupe.toml of every workspace a coordinator sends: its
+    /// hooks, MCP servers and loosened protections
+    /// (docs/security.md#workspace-trust). Without it a task whose
+    /// workspace sets them is refused.
+    #[arg(long)]
+    trust_workspaces: bool,
 }
 
 /// Runs the worker until it is killed or its connection fails.
@@ -89,11 +95,16 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
     settings.model_pinned = args.model.is_some();
     settings.base_url = args.base_url.clone();
     settings.sandbox = args.sandbox.map(Into::into);
+    let trust = if args.trust_workspaces {
+        Trust::Granted
+    } else {
+        Trust::Check
+    };
     let factory: troupe_remote::SessionFactory = Arc::new(move |req: SessionRequest| {
         let settings = settings.clone();
         Box::pin(async move {
             let exporter = std::sync::Mutex::new(Some(req.exporter));
-            let launch = Launch::prepare(&req.home, &settings, None)
+            let launch = Launch::prepare_with(&req.home, &settings, None, trust)
                 .await
                 .map_err(|e| FactoryError::from(format!("{e:?}")))?
                 .quiet_stdout()

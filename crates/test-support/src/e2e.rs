@@ -164,6 +164,7 @@ pub fn exec_command(bin: &Path, ws: &Path, url: &str, args: &[&str], prompt: &st
         .arg(prompt)
         .current_dir(ws)
         .env("TROUPE_LOG", "warn")
+        .env("TROUPE_CONFIG_DIR", crate::trust::config_dir())
         .env_remove("OPENAI_API_KEY")
         .env_remove("TROUPE_MODEL")
         .env_remove("AGENT_MAX_TURNS_PER_REQUEST");
@@ -183,6 +184,7 @@ pub fn pipeline_run(bin: &Path, ws: &Path, pipeline: &str, args: &[&str]) -> Out
         .arg(ws)
         .current_dir(ws)
         .env("TROUPE_LOG", "warn")
+        .env("TROUPE_CONFIG_DIR", crate::trust::config_dir())
         .env_remove("OPENAI_API_KEY")
         .env_remove("TROUPE_MODEL")
         .output()
@@ -269,6 +271,7 @@ pub fn stalled_exec(bin: &Path, tmp: &Path, prompt: &str) -> (Child, PathBuf, Pa
         .arg(prompt)
         .current_dir(&ws)
         .env("TROUPE_LOG", "error")
+        .env("TROUPE_CONFIG_DIR", crate::trust::config_dir())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -313,6 +316,7 @@ pub fn exec_script(
         .args(args)
         .arg(prompt)
         .env("TROUPE_LOG", "warn")
+        .env("TROUPE_CONFIG_DIR", crate::trust::config_dir())
         .output()
         .expect("troupe exec runs");
     crate::vtcode::check_output(&out, "troupe exec --script");

@@ -14,7 +14,9 @@ pub const ALLOW_UNVERIFIED: (&str, &str) =
 
 /// Makes `dir` (created if missing) a repository whose first commit,
 /// `message`, holds `files` and a `.gitignore` keeping `/.vtcode/` out
-/// (unless `files` brings its own `.gitignore`). Panics when it cannot.
+/// (unless `files` brings its own `.gitignore`). A `troupe.toml` among
+/// `files` is the test's own: it is trusted for the troupe processes this
+/// crate's helpers start ([`crate::trust`]). Panics when it cannot.
 pub fn repo_at(dir: &Path, message: &str, files: &[(&str, &str)]) {
     let write = |rel: &str, text: &str| {
         let path = dir.join(rel);
@@ -33,6 +35,9 @@ pub fn repo_at(dir: &Path, message: &str, files: &[(&str, &str)]) {
     }
     troupe_worktree::init_repo_with_commit(dir, message)
         .unwrap_or_else(|e| panic!("cannot make {} a repository: {e}", dir.display()));
+    if files.iter().any(|(rel, _)| *rel == "troupe.toml") {
+        crate::trust::trust_fixture(dir);
+    }
 }
 
 /// A calculator script whose `add` is off by one ...

@@ -39,6 +39,7 @@ pub mod scripts;
 pub mod session;
 pub mod sse;
 pub mod tools;
+pub mod trust;
 pub mod vtcode;
 pub mod wait;
 

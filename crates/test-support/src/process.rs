@@ -170,12 +170,15 @@ pub fn worker_args(
     workdir: &Path,
     extra: &[&str],
 ) {
+    // The coordinator's workspace is trusted by the test that starts it;
+    // a worker obeys its settings only when told to.
     cmd.args(["worker", "--nats", nats, "--base-url", model])
-        .args(["--name", name])
+        .args(["--name", name, "--trust-workspaces"])
         .args(extra)
         .arg("--workdir")
         .arg(workdir)
         .env("TROUPE_LOG", "info")
+        .env("TROUPE_CONFIG_DIR", crate::trust::config_dir())
         .env_remove("OPENAI_API_KEY")
         .env_remove("TROUPE_MODEL");
 }

@@ -93,6 +93,20 @@ pub fn run(mut args: ExecArgs) -> Result<u8, Failure> {
     settings.approval_policy = args.approval.policy.or(codex.approval_policy);
     settings.reasoning_effort = args.reasoning_effort;
     crate::coordinator::record(&mut settings, &args.nats);
+    // An interactive run asks once whether to trust the workspace's
+    // settings (its default policy asks too: a file's `never` loosens it).
+    let ask = crate::trust_cmd::interactive() && !json;
+    let front_default = if ask {
+        troupe_protocol::ApprovalPolicy::OnRequest
+    } else {
+        troupe_protocol::ApprovalPolicy::Never
+    };
+    crate::trust_cmd::ensure(
+        &workspace,
+        front_default,
+        &crate::trust_cmd::flags_of(&settings),
+        ask,
+    )?;
     let rt = tokio::runtime::Runtime::new()?;
     let (code, id) = rt.block_on(async {
         let task = settings.task.clone();

@@ -105,15 +105,47 @@ pub enum Target {
     },
 }
 
+/// Whether [`Launch::prepare_with`] checks the workspace's trust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// Refuse an untrusted workspace's settings (exit 2).
+    Check,
+    /// The command line trusted every workspace (`worker
+    /// --trust-workspaces`).
+    Granted,
+}
+
 impl Launch {
     /// Loads the configuration and applies the settings (starting the
-    /// scripted server for an offline run).
+    /// scripted server for an offline run); refuses an untrusted
+    /// workspace's settings.
     pub async fn prepare(
         workspace: &Path,
         s: &SessionSettings,
         events: Option<PathBuf>,
     ) -> Result<Launch, Failure> {
+        Self::prepare_with(workspace, s, events, Trust::Check).await
+    }
+
+    /// [`Launch::prepare`], with or without the trust check.
+    pub async fn prepare_with(
+        workspace: &Path,
+        s: &SessionSettings,
+        events: Option<PathBuf>,
+        trust: Trust,
+    ) -> Result<Launch, Failure> {
         let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
+        // Nothing of an untrusted workspace's file that starts a process
+        // or loosens a protection takes effect (an interactive front end
+        // asked before this).
+        if trust == Trust::Check {
+            crate::trust_cmd::ensure(
+                workspace,
+                troupe_protocol::ApprovalPolicy::Never,
+                &crate::trust_cmd::flags_of(s),
+                false,
+            )?;
+        }
         let server = match &s.script {
             Some(path) => {
                 let script = load_script(path)?;

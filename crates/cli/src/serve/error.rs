@@ -59,10 +59,16 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    /// A CLI failure: bad input is 400, anything else 500.
+    /// A CLI failure: an untrusted workspace is 403, other bad input
+    /// 400, anything else 500.
     pub fn from_failure(f: Failure) -> ApiError {
         let message = crate::errors::message(&f.error);
-        if f.code == crate::failure::exit::BAD_INPUT {
+        if f.error
+            .downcast_ref::<troupe_runtime::config::trust::Untrusted>()
+            .is_some()
+        {
+            ApiError::with_status(StatusCode::FORBIDDEN, message)
+        } else if f.code == crate::failure::exit::BAD_INPUT {
             ApiError::bad(message)
         } else {
             ApiError::internal(message)

@@ -34,6 +34,7 @@ pub mod mcp;
 pub mod otel;
 pub mod sections;
 pub mod supervision;
+pub mod trust;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -69,8 +70,56 @@ use sections::parse_kind;
 use troupe_protocol::ApprovalPolicy;
 use validate::FileChecker;
 
-/// The file's name, at the workspace root.
+/// The file's name, at the workspace root (and in the user's
+/// configuration directory).
 pub const FILE_NAME: &str = "troupe.toml";
+
+/// `TROUPE_CONFIG_DIR`: troupe's user configuration directory (its
+/// `troupe.toml`, the trusted workspaces); default
+/// `$XDG_CONFIG_HOME/troupe`, else `~/.config/troupe`.
+pub const ENV_CONFIG_DIR: &str = "TROUPE_CONFIG_DIR";
+
+/// troupe's user configuration directory: [`ENV_CONFIG_DIR`], else
+/// `$XDG_CONFIG_HOME/troupe` (an absolute `XDG_CONFIG_HOME` only, as the
+/// XDG specification says), else `$HOME/.config/troupe`; `None` when none
+/// is set.
+pub fn user_config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let set = |var: &str| env(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set(ENV_CONFIG_DIR)
+        .or_else(|| {
+            set("XDG_CONFIG_HOME")
+                .filter(|d| d.is_absolute())
+                .map(|d| d.join("troupe"))
+        })
+        .or_else(|| set("HOME").map(|h| h.join(".config").join("troupe")))
+}
+
+/// The text of the file at `path`, `None` when it does not exist.
+fn read_layer(path: &Path) -> Result<Option<(PathBuf, String)>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            tracing::debug!(path = %path.display(), "loading troupe.toml");
+            Ok(Some((path.to_path_buf(), text)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Merges `top` into `base`: tables key by key, any other value replaced.
+fn merge_tables(base: &mut toml::Table, top: toml::Table) {
+    for (key, value) in top {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(t)) => merge_tables(b, t),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
 
 /// The resolved configuration of one workspace.
 ///
@@ -147,8 +196,9 @@ pub struct Config {
 }
 
 impl Config {
-    /// Loads `<workspace>/troupe.toml` (defaults when absent), then the
-    /// environment of this process.
+    /// Loads the user's `troupe.toml` ([`user_config_dir`]), then
+    /// `<workspace>/troupe.toml` over it (defaults when both are absent),
+    /// then the environment of this process.
     pub fn load(workspace: &Path) -> Result<Self, ConfigError> {
         Self::load_with_env(workspace, &|var| std::env::var(var).ok())
     }
@@ -158,33 +208,80 @@ impl Config {
         workspace: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let mut config = Self::load_file(workspace)?;
+        let mut config = Self::load_files(workspace, env)?;
         let overrides = ConfigOverrides::from_env(env)?;
         config.apply_layer(&overrides, Origin::Env)?;
         Ok(config)
     }
 
-    /// Loads `<workspace>/troupe.toml` alone, with no environment.
+    /// Loads the user's and the workspace's `troupe.toml`, with no
+    /// environment overrides.
     pub fn load_file(workspace: &Path) -> Result<Self, ConfigError> {
-        let path = workspace.join(FILE_NAME);
-        let mut config = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                tracing::debug!(path = %path.display(), "loading troupe.toml");
+        Self::load_files(workspace, &|var| std::env::var(var).ok())
+    }
+
+    /// The two files: the user's (from `env`'s [`ENV_CONFIG_DIR`],
+    /// `XDG_CONFIG_HOME` or `HOME`), then the workspace's over it. Each is
+    /// checked on its own (errors name its file and line); tables merge
+    /// key by key, the workspace's value winning.
+    fn load_files(
+        workspace: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let user = match user_config_dir(env) {
+            Some(dir) => read_layer(&dir.join(FILE_NAME))?,
+            None => None,
+        };
+        let own = read_layer(&workspace.join(FILE_NAME))?;
+        let mut config = match (user, own) {
+            (None, None) => Self::default(),
+            (Some((path, text)), None) | (None, Some((path, text))) => {
                 let mut config = Self::parse(&text, &path)?;
                 config.source = Some(path);
                 config
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
-            Err(source) => return Err(ConfigError::Read { path, source }),
+            (Some((user_path, user_text)), Some((path, text))) => {
+                Self::parse(&user_text, &user_path)?;
+                Self::parse_merged(&user_text, &text, &path)?
+            }
         };
         config.workspace = workspace.to_path_buf();
         Ok(config)
     }
 
-    /// Parses and checks the text of a `troupe.toml`; `path` only names
-    /// the file in errors.
-    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let loc = Locator::parse(text).map_err(|e| {
+    /// The workspace's file (`text`, at `path`) over the user's: each key
+    /// of the workspace replaces the user's, tables merge.
+    fn parse_merged(user_text: &str, text: &str, path: &Path) -> Result<Self, ConfigError> {
+        // The workspace's file alone first: its own errors, its own lines.
+        let loc = Self::locate(text, path)?;
+        let checker = FileChecker { path, loc: &loc };
+        checker.no_literal_keys()?;
+        toml::from_str::<Config>(text)
+            .map_err(|e| ConfigError::from_toml(path.to_path_buf(), text, &loc, e))?;
+        let table = |t: &str, p: &Path| -> Result<toml::Table, ConfigError> {
+            toml::from_str(t).map_err(|e| ConfigError::from_toml(p.to_path_buf(), t, &loc, e))
+        };
+        let mut merged = table(user_text, path)?;
+        merge_tables(&mut merged, table(text, path)?);
+        let mut config: Config =
+            toml::Value::Table(merged)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::InvalidValue {
+                    path: path.to_path_buf(),
+                    line: None,
+                    key: String::new(),
+                    message: e.message().trim().to_owned(),
+                    fix: "this file and the user's troupe.toml do not fit together; fix either"
+                        .into(),
+                })?;
+        checker.check(&config)?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// The spans of `text`, or its syntax error.
+    fn locate<'a>(text: &'a str, path: &Path) -> Result<Locator<'a>, ConfigError> {
+        Locator::parse(text).map_err(|e| {
             let (line, column) = e
                 .span()
                 .map_or((1, 1), |span| Locator::position(text, span.start));
@@ -194,7 +291,13 @@ impl Config {
                 column,
                 message: e.message().trim().to_owned(),
             }
-        })?;
+        })
+    }
+
+    /// Parses and checks the text of a `troupe.toml`; `path` only names
+    /// the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let loc = Self::locate(text, path)?;
         let checker = FileChecker { path, loc: &loc };
         checker.no_literal_keys()?;
         let config: Config = toml::from_str(text)

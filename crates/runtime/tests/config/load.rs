@@ -397,3 +397,57 @@ fn wire_api_and_the_openai_responses_kind_pick_the_responses_api() {
         ProviderKind::OpenAiResponses
     );
 }
+
+/// The user's troupe.toml (`TROUPE_CONFIG_DIR`) is read first; the
+/// workspace's merges over it key by key; each file's errors name it.
+#[test]
+fn the_users_file_lies_under_the_workspaces() {
+    let ws = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    std::fs::write(
+        user.path().join("troupe.toml"),
+        "[agent]\nmax_turns = 9\nsystem_prompt = \"from the user\"\n\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("troupe.toml"),
+        "[agent]\nmax_turns = 4\nprovider = \"local\"\n",
+    )
+    .unwrap();
+    let dir = user.path().to_str().unwrap().to_string();
+    let env = move |var: &str| (var == "TROUPE_CONFIG_DIR").then(|| dir.clone());
+    let config = Config::load_with_env(ws.path(), &env).unwrap();
+    assert_eq!(config.agent.max_turns, 4, "the workspace's value wins");
+    assert_eq!(config.agent.system_prompt.as_deref(), Some("from the user"));
+    assert_eq!(
+        config.provider_config().unwrap().base_url,
+        "http://127.0.0.1:9/v1",
+        "a provider the user's file defines, named by the workspace's"
+    );
+    assert_eq!(config.source, Some(ws.path().join("troupe.toml")));
+
+    // Without the workspace's file, the user's alone.
+    std::fs::remove_file(ws.path().join("troupe.toml")).unwrap();
+    let config = Config::load_with_env(ws.path(), &env).unwrap();
+    assert_eq!(config.agent.max_turns, 9);
+
+    // A bad key in the user's file names the user's file and line.
+    std::fs::write(user.path().join("troupe.toml"), "[agent]\nmax_turn = 9\n").unwrap();
+    let e = Config::load_with_env(ws.path(), &env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("{}:2", user.path().join("troupe.toml").display())),
+        "{e}"
+    );
+    // No directory at all: the workspace's file alone.
+    let none = |_: &str| None;
+    std::fs::write(ws.path().join("troupe.toml"), "[agent]\nmax_turns = 4\n").unwrap();
+    assert_eq!(
+        Config::load_with_env(ws.path(), &none)
+            .unwrap()
+            .agent
+            .max_turns,
+        4
+    );
+}
