@@ -39,15 +39,14 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
             args.workspace.display()
         )));
     }
-    let config = Config::load(&args.workspace).map_err(Failure::bad_input)?;
     // Listing starts the servers' commands: a workspace's own ones only
-    // once it is trusted (asked on a terminal).
-    crate::trust_cmd::ensure(
-        &args.workspace,
-        troupe_protocol::ApprovalPolicy::Never,
-        &troupe_runtime::config::ConfigOverrides::default(),
-        crate::trust_cmd::interactive() && !args.json,
-    )?;
+    // once it is trusted (asked on a terminal), as loaded.
+    let flags = troupe_runtime::config::ConfigOverrides::default();
+    let never = troupe_protocol::ApprovalPolicy::Never;
+    let ask = crate::trust_cmd::interactive() && !args.json;
+    crate::trust_cmd::ensure(&args.workspace, never, &flags, ask)?;
+    let config = Config::load(&args.workspace).map_err(Failure::bad_input)?;
+    crate::trust_cmd::ensure_loaded(&config, never, &flags)?;
     let McpCommand::List = args.command;
     let rt = tokio::runtime::Runtime::new()?;
     let status = rt.block_on(async {

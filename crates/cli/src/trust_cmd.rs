@@ -178,6 +178,21 @@ pub fn ensure(
     ask: bool,
 ) -> Result<(), Failure> {
     let assessment = trust::assess(workspace, front_default, flags, &env).map_err(failure)?;
+    decide(assessment, ask)
+}
+
+/// [`ensure`] for a loaded configuration: judges the workspace file's
+/// text `config` was loaded from, so what runs is what was checked.
+pub fn ensure_loaded(
+    config: &Config,
+    front_default: ApprovalPolicy,
+    flags: &ConfigOverrides,
+) -> Result<(), Failure> {
+    let assessment = trust::assess_loaded(config, front_default, flags, &env).map_err(failure)?;
+    decide(assessment, false)
+}
+
+fn decide(assessment: Assessment, ask: bool) -> Result<(), Failure> {
     if assessment.allowed() {
         return Ok(());
     }

@@ -139,11 +139,10 @@ impl Launch {
         // or loosens a protection takes effect (an interactive front end
         // asked before this).
         if trust == Trust::Check {
-            crate::trust_cmd::ensure(
-                workspace,
+            crate::trust_cmd::ensure_loaded(
+                &config,
                 troupe_protocol::ApprovalPolicy::Never,
                 &crate::trust_cmd::flags_of(s),
-                false,
             )?;
         }
         let server = match &s.script {

@@ -37,11 +37,10 @@ pub fn compact(ws: &Path, id: &str, tail_tokens: u64, json: bool) -> Result<u8, 
     }
     let config = Config::load(ws).map_err(Failure::bad_input)?;
     // The manual compaction runs the workspace's pre_compact hooks.
-    crate::trust_cmd::ensure(
-        ws,
+    crate::trust_cmd::ensure_loaded(
+        &config,
         troupe_protocol::ApprovalPolicy::Never,
         &troupe_runtime::config::ConfigOverrides::default(),
-        false,
     )?;
     let dir = store.session_dir(id).map_err(store_err)?;
     let settings = ContextSettings {

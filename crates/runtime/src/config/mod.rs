@@ -94,6 +94,17 @@ pub fn user_config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> 
         .or_else(|| set("HOME").map(|h| h.join(".config").join("troupe")))
 }
 
+/// A file's text as loaded. Its `Debug` shows only its length: the file
+/// may hold header values, which are secrets.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct LoadedText(pub String);
+
+impl std::fmt::Debug for LoadedText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoadedText(<{} bytes>)", self.0.len())
+    }
+}
+
 /// The text of the file at `path`, `None` when it does not exist.
 fn read_layer(path: &Path) -> Result<Option<(PathBuf, String)>, ConfigError> {
     match std::fs::read_to_string(path) {
@@ -193,6 +204,11 @@ pub struct Config {
     /// The file that was read; `None` when there was none.
     #[serde(skip)]
     pub source: Option<PathBuf>,
+    /// The text of the workspace's own `troupe.toml`, as loaded: what
+    /// [`trust::assess_loaded`] judges (so the file cannot change between
+    /// the check and its use).
+    #[serde(skip)]
+    pub workspace_text: Option<LoadedText>,
 }
 
 impl Config {
@@ -233,6 +249,7 @@ impl Config {
             None => None,
         };
         let own = read_layer(&workspace.join(FILE_NAME))?;
+        let own_text = own.as_ref().map(|(_, text)| LoadedText(text.clone()));
         let mut config = match (user, own) {
             (None, None) => Self::default(),
             (Some((path, text)), None) | (None, Some((path, text))) => {
@@ -246,6 +263,7 @@ impl Config {
             }
         };
         config.workspace = workspace.to_path_buf();
+        config.workspace_text = own_text;
         Ok(config)
     }
 

@@ -209,15 +209,47 @@ pub fn assess(
     flags: &ConfigOverrides,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Assessment, TrustError> {
-    let canonical = canonical(workspace)?;
-    let file = canonical.join(FILE_NAME);
-    let table = match std::fs::read_to_string(&file) {
-        // A file that does not parse is reported by the configuration
-        // load, which runs first; nothing in it can take effect.
-        Ok(text) => toml::from_str::<toml::Table>(&text).unwrap_or_default(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
+    let file = canonical(workspace)?.join(FILE_NAME);
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(source) => return Err(TrustError::Io { path: file, source }),
     };
+    assess_text(workspace, text.as_deref(), front_default, flags, env)
+}
+
+/// [`assess`] of the workspace file `config` was loaded from, as it was
+/// loaded ([`Config::workspace_text`](super::Config::workspace_text)).
+pub fn assess_loaded(
+    config: &super::Config,
+    front_default: ApprovalPolicy,
+    flags: &ConfigOverrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Assessment, TrustError> {
+    assess_text(
+        &config.workspace,
+        config.workspace_text.as_ref().map(|t| t.0.as_str()),
+        front_default,
+        flags,
+        env,
+    )
+}
+
+/// [`assess`] of `text`, the workspace's `troupe.toml` (`None`: none).
+pub fn assess_text(
+    workspace: &Path,
+    text: Option<&str>,
+    front_default: ApprovalPolicy,
+    flags: &ConfigOverrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Assessment, TrustError> {
+    let canonical = canonical(workspace)?;
+    let file = canonical.join(FILE_NAME);
+    // A file that does not parse is reported by the configuration load;
+    // nothing in it can take effect.
+    let table = text
+        .and_then(|t| toml::from_str::<toml::Table>(t).ok())
+        .unwrap_or_default();
     let settings = settings_of(&table, front_default, flags);
     let hash = hash_of(&settings);
     let dir = user_config_dir(env);

@@ -341,7 +341,13 @@ fn config_parse_matches_load() {
     let mut parsed = Config::parse(FULL, &dir.path().join("troupe.toml")).unwrap();
     parsed.workspace = dir.path().to_path_buf();
     parsed.source = Some(dir.path().join("troupe.toml"));
-    assert_eq!(parsed, load(dir.path(), &[]).unwrap());
+    let loaded = load(dir.path(), &[]).unwrap();
+    assert_eq!(
+        loaded.workspace_text.as_ref().map(|t| t.0.as_str()),
+        Some(FULL)
+    );
+    parsed.workspace_text = loaded.workspace_text.clone();
+    assert_eq!(parsed, loaded);
 }
 
 #[test]
