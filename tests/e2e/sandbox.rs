@@ -33,16 +33,16 @@ fn listener() -> (u16, Arc<AtomicUsize>) {
     (port, n)
 }
 
-struct Case {
+pub(super) struct Case {
     _tmp: tempfile::TempDir,
-    ws: PathBuf,
-    outside: PathBuf,
+    pub(super) ws: PathBuf,
+    pub(super) outside: PathBuf,
     port: u16,
     accepted: Arc<AtomicUsize>,
 }
 
 impl Case {
-    fn new() -> Case {
+    pub(super) fn new() -> Case {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().canonicalize().unwrap();
         let ws = base.join("ws");
@@ -102,7 +102,7 @@ impl Case {
     /// `troupe exec` with `args`, the model running `commands` then
     /// `extra` calls, then answering; the exit code and every command's
     /// item by name.
-    fn exec(
+    pub(super) fn exec(
         &self,
         args: &[&str],
         commands: &[(&'static str, String)],
@@ -122,7 +122,10 @@ impl Case {
     ) -> (Option<i32>, String, Vec<(String, CommandExecutionItem)>) {
         let mut replies: Vec<Reply> = commands
             .iter()
-            .map(|(name, c)| Reply::tool_call(*name, "exec_command", json!({"command": c})))
+            .map(|(name, c)| {
+                let args = json!({"command": c, "timeout_ms": 180_000});
+                Reply::tool_call(*name, "exec_command", args)
+            })
             .collect();
         replies.extend(extra);
         replies.push(Reply::text("done"));
@@ -170,7 +173,7 @@ impl Case {
 }
 
 /// The command items whose command is one of `commands`, by name.
-fn commands_of(
+pub(super) fn commands_of(
     events: &[ThreadEvent],
     commands: &[(&'static str, String)],
 ) -> Vec<(String, CommandExecutionItem)> {
@@ -211,7 +214,7 @@ impl Case {
     }
 }
 
-fn exit_of(items: &[(String, CommandExecutionItem)], name: &str) -> Option<i32> {
+pub(super) fn exit_of(items: &[(String, CommandExecutionItem)], name: &str) -> Option<i32> {
     items
         .iter()
         .find(|(n, _)| n == name)

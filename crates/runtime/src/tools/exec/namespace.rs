@@ -33,10 +33,13 @@
 //! flags of a mount it inherited). The child
 //! ([`Protect::apply_in_child`]) makes only raw system calls.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 
 use super::SandboxError;
 use crate::tools::ProtectedPaths;
@@ -66,16 +69,49 @@ impl Protect {
     pub(super) fn prepare(
         workspace: &Path,
         protect: &ProtectedPaths,
-    ) -> Result<Protect, SandboxError> {
+    ) -> Result<(Protect, Placeholders), SandboxError> {
         let namespace =
             |e: String| SandboxError::NotEnforced(format!("the workspace's mount namespace: {e}"));
         let mut paths = Vec::new();
+        let mut placeholders = Placeholders(Vec::new());
         for name in PROTECTED_ENTRIES {
             let path = workspace.join(name);
-            if path.symlink_metadata().is_err() || !path.exists() {
-                continue;
+            match path.symlink_metadata() {
+                Ok(_) if path.exists() => paths.push(path),
+                Ok(_) => {
+                    return Err(namespace(format!(
+                        "`{}` is a symbolic link to nothing; remove it or make its target",
+                        path.display()
+                    )));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    match Placeholder::acquire(&path, name != "troupe.toml") {
+                        Ok(Some(placeholder)) => {
+                            placeholders.0.push(placeholder);
+                            paths.push(path);
+                        }
+                        // Made by someone else meanwhile: protect it as it is.
+                        Ok(None) if path.exists() => paths.push(path),
+                        Ok(None) => {
+                            return Err(namespace(format!(
+                                "`{}` appeared as a symbolic link to nothing",
+                                path.display()
+                            )));
+                        }
+                        // Nobody can create it there either.
+                        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+                        Err(e) => {
+                            return Err(namespace(format!(
+                                "cannot create the placeholder `{}`: {e}",
+                                path.display()
+                            )));
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err(namespace(format!("cannot inspect `{}`: {e}", path.display())));
+                }
             }
-            paths.push(path);
         }
         let task = protect
             .existing_under(workspace, MAX_PROTECTED_MOUNTS)
@@ -88,10 +124,13 @@ impl Protect {
             let flags = kept_flags(&c).map_err(namespace)?;
             mounts.push((c, flags));
         }
-        Ok(Protect {
-            mounts,
-            userns: !has_sys_admin(),
-        })
+        Ok((
+            Protect {
+                mounts,
+                userns: !has_sys_admin(),
+            },
+            placeholders,
+        ))
     }
 
     /// The child's side, before Landlock and seccomp: unshare, make the
@@ -153,6 +192,111 @@ impl Protect {
     }
 }
 
+/// The placeholders one command holds; dropping them (when the command
+/// has ended) releases each, and the last holder removes it.
+#[derive(Debug, Default)]
+pub(crate) struct Placeholders(Vec<Placeholder>);
+
+/// One hold on a placeholder troupe made for an absent protected entry.
+#[derive(Debug)]
+struct Placeholder {
+    path: PathBuf,
+}
+
+/// A placeholder troupe made, with the number of commands holding it.
+struct Made {
+    holders: usize,
+    dev: u64,
+    ino: u64,
+    dir: bool,
+}
+
+/// The placeholders of this process, by path.
+fn made() -> &'static Mutex<HashMap<PathBuf, Made>> {
+    static MADE: OnceLock<Mutex<HashMap<PathBuf, Made>>> = OnceLock::new();
+    MADE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Placeholder {
+    /// A hold on the placeholder at `path` (an empty directory when
+    /// `dir`, else an empty file): one this process already made, or a
+    /// new one (`O_CREAT | O_EXCL`, `mkdir`). `Ok(None)` when `path`
+    /// exists and is not ours (someone made it meanwhile).
+    fn acquire(path: &Path, dir: bool) -> std::io::Result<Option<Placeholder>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut made = made().lock();
+        if let Some(entry) = made.get_mut(path) {
+            entry.holders += 1;
+            return Ok(Some(Placeholder {
+                path: path.to_path_buf(),
+            }));
+        }
+        let created = if dir {
+            std::fs::create_dir(path)
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map(drop)
+        };
+        match created {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let meta = path.symlink_metadata()?;
+        made.insert(
+            path.to_path_buf(),
+            Made {
+                holders: 1,
+                dev: meta.dev(),
+                ino: meta.ino(),
+                dir,
+            },
+        );
+        tracing::debug!(path = %path.display(), "protected-entry placeholder created");
+        Ok(Some(Placeholder {
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+impl Drop for Placeholder {
+    /// The last holder removes the placeholder, if it is still the same
+    /// inode and still empty.
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let mut made = made().lock();
+        let Some(entry) = made.get_mut(&self.path) else {
+            return;
+        };
+        entry.holders = entry.holders.saturating_sub(1);
+        if entry.holders > 0 {
+            return;
+        }
+        let Some(entry) = made.remove(&self.path) else {
+            return;
+        };
+        let Ok(meta) = self.path.symlink_metadata() else {
+            return;
+        };
+        if meta.dev() != entry.dev || meta.ino() != entry.ino {
+            return;
+        }
+        let removed = if entry.dir {
+            std::fs::remove_dir(&self.path)
+        } else if meta.len() == 0 {
+            std::fs::remove_file(&self.path)
+        } else {
+            return;
+        };
+        if let Err(e) = removed {
+            tracing::debug!(path = %self.path.display(), error = %e, "placeholder kept");
+        }
+    }
+}
+
 /// The mount flags of `path`'s mount that a remount must keep.
 fn kept_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong, String> {
     // SAFETY: statvfs fills the zeroed struct it is given.
@@ -210,7 +354,8 @@ fn probe_uncached() -> Result<(), String> {
     ));
     let result = (|| {
         std::fs::create_dir_all(dir.join(".git")).map_err(|e| e.to_string())?;
-        let protect = Protect::prepare(&dir, &ProtectedPaths::none()).map_err(|e| e.to_string())?;
+        let (protect, _placeholders) =
+            Protect::prepare(&dir, &ProtectedPaths::none()).map_err(|e| e.to_string())?;
         let mut command = std::process::Command::new("sh");
         command.arg("-c").arg(":");
         // SAFETY: the hook makes raw system calls only (`apply_in_child`).
