@@ -20,6 +20,7 @@ mod exec_policy;
 mod first_hour;
 mod gates;
 mod help;
+mod hooks_sandbox;
 mod key_reach;
 mod mcp;
 mod mcp_conformance;

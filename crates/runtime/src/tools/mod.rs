@@ -42,6 +42,7 @@ pub use exec::{
     ToolSandbox, UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
     make_undumpable, spawn_tied, start_time,
 };
+pub(crate) use exec::Placeholders;
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use plan_mode::plan_mode;

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
 pub use self::lifetime::{GroupFate, kill_group, kill_recorded_group, spawn_tied, start_time};
 pub use self::mode::{SandboxMode, ToolSandbox, UnknownSandboxMode};
+pub(crate) use self::namespace::Placeholders;
 pub use self::namespace::{MAX_PROTECTED_MOUNTS, PROTECTED_ENTRIES};
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
