@@ -39,5 +39,8 @@ fn a_hook_cannot_write_outside_the_workspace_unless_configured_to() {
 
 #[test]
 fn under_danger_full_access_a_hook_writes_anywhere() {
-    assert_eq!(hooks(&["--sandbox", "danger-full-access"]), (true, true, true));
+    assert_eq!(
+        hooks(&["--sandbox", "danger-full-access"]),
+        (true, true, true)
+    );
 }

@@ -133,7 +133,12 @@ impl Listeners {
 
 /// Runs every attack in `troupe exec` with `args`: each attack's exit code
 /// and what arrived.
-fn attack(args: &[&str]) -> (Vec<(&'static str, Option<i32>)>, (usize, usize, usize, usize)) {
+fn attack(
+    args: &[&str],
+) -> (
+    Vec<(&'static str, Option<i32>)>,
+    (usize, usize, usize, usize),
+) {
     let case = Case::new();
     let listeners = Listeners::new(&case.outside);
     let attacks = listeners.attacks();
@@ -201,7 +206,10 @@ fn ordinary_tools_work_in_the_default_sandbox() {
         ("git-status", "git status --short".to_string()),
         ("git-diff", "git diff --stat".to_string()),
         ("git-log", "git log --oneline".to_string()),
-        ("pytest", "/usr/bin/python3 -m pytest -q -p no:cacheprovider".to_string()),
+        (
+            "pytest",
+            "/usr/bin/python3 -m pytest -q -p no:cacheprovider".to_string(),
+        ),
         ("npm", "npm test".to_string()),
         (
             "cargo",

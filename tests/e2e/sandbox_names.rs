@@ -17,7 +17,10 @@ fn attacks() -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
         ("symlink", "ln -s /etc/hostname troupe.toml".to_string()),
-        ("mv", "echo 'x = 1' > t.toml && mv t.toml troupe.toml".to_string()),
+        (
+            "mv",
+            "echo 'x = 1' > t.toml && mv t.toml troupe.toml".to_string(),
+        ),
         (
             "vtcode",
             "mkdir -p .vtcode && echo x > .vtcode/x".to_string(),
@@ -38,7 +41,11 @@ fn absent_protected_names_cannot_be_created_in_workspace_write() {
     let (code, stdout, items) = case.exec(&[], &commands, vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     for (name, _) in attacks() {
-        assert_ne!(exit_of(&items, name), Some(0), "`{name}` succeeded: {items:?}");
+        assert_ne!(
+            exit_of(&items, name),
+            Some(0),
+            "`{name}` succeeded: {items:?}"
+        );
     }
     assert_eq!(exit_of(&items, "ordinary"), Some(0), "{items:?}");
     assert_eq!(
@@ -63,12 +70,19 @@ fn a_workspace_without_git_cannot_get_one() {
             "mkdir -p .git/hooks && echo x > .git/hooks/x".to_string(),
         ),
         ("git-file", "echo 'gitdir: /tmp/evil' > .git".to_string()),
-        ("sees", "test -d .git && test -z \"$(ls -A .git)\"".to_string()),
+        (
+            "sees",
+            "test -d .git && test -z \"$(ls -A .git)\"".to_string(),
+        ),
     ];
     let (code, stdout, items) = case.exec(&[], &commands, vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     for name in ["git-init", "git-hooks", "git-file"] {
-        assert_ne!(exit_of(&items, name), Some(0), "`{name}` succeeded: {items:?}");
+        assert_ne!(
+            exit_of(&items, name),
+            Some(0),
+            "`{name}` succeeded: {items:?}"
+        );
     }
     // Inside, the placeholder is an empty directory; after the run it is gone.
     assert_eq!(exit_of(&items, "sees"), Some(0), "{items:?}");

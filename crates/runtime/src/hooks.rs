@@ -123,7 +123,9 @@ impl<'de> Deserialize<'de> for HookCommand {
         impl<'de> serde::de::Visitor<'de> for Entry {
             type Value = HookCommand;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a command string, or a table `{ command = \"...\", sandbox = \"none\" }`")
+                f.write_str(
+                    "a command string, or a table `{ command = \"...\", sandbox = \"none\" }`",
+                )
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HookCommand, E> {
                 Ok(HookCommand::Command(v.to_owned()))

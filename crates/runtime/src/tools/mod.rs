@@ -36,13 +36,13 @@ mod typed;
 mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
+pub(crate) use exec::Placeholders;
 pub use exec::{
     DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, MAX_PROTECTED_MOUNTS,
     PROTECTED_ENTRIES, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus,
     ToolSandbox, UnknownSandboxMode, drop_privileges, is_dumpable, kill_group, kill_recorded_group,
     make_undumpable, spawn_tied, start_time,
 };
-pub(crate) use exec::Placeholders;
 pub use grep::{DEFAULT_MAX_RESULTS, GrepTool, MAX_RESULTS_CAP};
 pub use list::{ListFilesTool, MAX_LIST_ENTRIES};
 pub use plan_mode::plan_mode;

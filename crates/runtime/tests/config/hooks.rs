@@ -444,7 +444,10 @@ async fn outside_writes(mode: SandboxMode) -> (bool, bool, bool) {
         })
         .await;
     assert_eq!(outcome.results.len(), 3, "{outcome:?}");
-    assert!(outcome.results.iter().all(|r| r.error.is_none()), "{outcome:?}");
+    assert!(
+        outcome.results.iter().all(|r| r.error.is_none()),
+        "{outcome:?}"
+    );
     // Each hook's scratch directory is gone.
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
@@ -468,7 +471,10 @@ async fn hooks_run_in_the_sessions_sandbox_unless_they_say_none() {
         (false, true, true)
     );
     // read-only: not even the workspace.
-    assert_eq!(outside_writes(SandboxMode::ReadOnly).await, (false, true, false));
+    assert_eq!(
+        outside_writes(SandboxMode::ReadOnly).await,
+        (false, true, false)
+    );
     // danger-full-access: everything, as before.
     assert_eq!(
         outside_writes(SandboxMode::DangerFullAccess).await,

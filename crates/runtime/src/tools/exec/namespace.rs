@@ -109,7 +109,10 @@ impl Protect {
                     }
                 }
                 Err(e) => {
-                    return Err(namespace(format!("cannot inspect `{}`: {e}", path.display())));
+                    return Err(namespace(format!(
+                        "cannot inspect `{}`: {e}",
+                        path.display()
+                    )));
                 }
             }
         }
