@@ -19,6 +19,15 @@
 //! seccomp filter and Landlock, applied after, refuse `mount`/`umount`,
 //! so the command cannot take the mounts off.
 //!
+//! A control entry that does not exist gets a placeholder first
+//! ([`Placeholder`]): the parent creates an empty `troupe.toml`
+//! (`O_CREAT | O_EXCL`) or an empty `.git` / `.vtcode` directory and it is
+//! mounted read-only like the others, so the command cannot create,
+//! rename onto or symlink the name. The parent removes it once the
+//! command's shell has ended, if it is still the same inode and still
+//! empty; concurrent commands of this process share it (a count per path,
+//! the last holder removes it). Limits in docs/security.md.
+//!
 //! A `protect` list is matched against what exists when the command
 //! starts: each matching file or directory (a directory whole, so a file
 //! created in `tests/` fails too) is one more read-only bind mount, at

@@ -14,7 +14,8 @@
 //! `seccomp` module) refuses with `EPERM` the calls that change a file's
 //! mode, owner, times, extended attributes or inode flags, make device
 //! nodes, or touch the mount table, anywhere (the writable directory
-//! included).
+//! included). With the network denied it also allows only `AF_UNIX`
+//! stream and seqpacket sockets and refuses `connect`.
 //!
 //! # How it is applied, and why that is sound
 //!
@@ -72,7 +73,8 @@ pub enum Sandbox {
     ReadOnly {
         /// The one writable directory (build outputs, caches, temp files).
         writable: PathBuf,
-        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        /// Network off: the seccomp network rules (only `AF_UNIX` stream
+        /// sockets, no `connect`) and Landlock's TCP rules.
         deny_network: bool,
     },
     /// Like [`Sandbox::ReadOnly`], and `workspace` is writable too, but
@@ -86,7 +88,7 @@ pub enum Sandbox {
         protect: ProtectedPaths,
         /// The scratch directory (TMPDIR, HOME, caches).
         writable: PathBuf,
-        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        /// Network off, as for [`Sandbox::ReadOnly`].
         deny_network: bool,
     },
 }
@@ -170,7 +172,7 @@ impl Sandbox {
         self
     }
 
-    /// This sandbox with TCP `connect`/`bind` refused (`deny`) or not.
+    /// This sandbox with the network off (`deny`) or not.
     pub fn with_network_denied(mut self, deny: bool) -> Self {
         match &mut self {
             Sandbox::ReadOnly { deny_network, .. }
