@@ -108,9 +108,8 @@ impl Listeners {
         ]
     }
 
-    /// What arrived: (UDP datagrams, TCP connections, Unix stream bytes
-    /// plus connections, Unix datagrams).
-    fn arrived(&self) -> (usize, usize, usize, usize) {
+    /// What arrived.
+    fn arrived(&self) -> Arrived {
         // The commands have ended; give the accept threads a moment.
         std::thread::sleep(Duration::from_millis(300));
         let mut buf = [0u8; 64];
@@ -131,14 +130,13 @@ impl Listeners {
     }
 }
 
+/// What arrived: UDP datagrams, TCP connections, Unix stream bytes plus
+/// connections, Unix datagrams.
+type Arrived = (usize, usize, usize, usize);
+
 /// Runs every attack in `troupe exec` with `args`: each attack's exit code
 /// and what arrived.
-fn attack(
-    args: &[&str],
-) -> (
-    Vec<(&'static str, Option<i32>)>,
-    (usize, usize, usize, usize),
-) {
+fn attack(args: &[&str]) -> (Vec<(&'static str, Option<i32>)>, Arrived) {
     let case = Case::new();
     let listeners = Listeners::new(&case.outside);
     let attacks = listeners.attacks();
