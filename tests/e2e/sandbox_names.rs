@@ -123,3 +123,40 @@ fn danger_full_access_lets_the_name_attacks_through() {
     assert!(case.ws.join(".vtcode/x").exists());
     assert!(case.ws.join(".git/hooks/x").exists());
 }
+
+/// Many commands of one step run side by side in a workspace without
+/// `troupe.toml` or `.git`: they share the placeholders (one ending never
+/// removes one another still uses, which once refused some of them), each
+/// runs, each is refused the name, and nothing is left.
+#[test]
+fn concurrent_commands_share_the_placeholders() {
+    use troupe_testkit::{Reply, ToolCallSpec};
+    let case = Case::new();
+    std::fs::remove_dir_all(case.ws.join(".git")).unwrap();
+    let calls: Vec<ToolCallSpec> = (0..24)
+        .map(|i| {
+            // Staggered, so commands end while others start.
+            let command = format!(
+                "sleep 0.{}; echo {i} >> ran.txt; echo x > troupe.toml || echo {i} >> refused.txt",
+                i % 5
+            );
+            ToolCallSpec::new(
+                format!("c{i}"),
+                "exec_command",
+                serde_json::json!({"command": command}),
+            )
+        })
+        .collect();
+    let (code, stdout, _) = case.exec(&[], &[], vec![Reply::tool_calls(calls)]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let count = |file: &str| {
+        std::fs::read_to_string(case.ws.join(file))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(count("ran.txt"), 24, "{stdout}");
+    assert_eq!(count("refused.txt"), 24, "{stdout}");
+    assert!(case.ws.join("troupe.toml").symlink_metadata().is_err());
+    assert!(case.ws.join(".git").symlink_metadata().is_err());
+}

@@ -85,41 +85,23 @@ impl Protect {
         let mut placeholders = Placeholders(Vec::new());
         for name in PROTECTED_ENTRIES {
             let path = workspace.join(name);
-            match path.symlink_metadata() {
-                Ok(_) if path.exists() => paths.push(path),
-                Ok(_) => {
+            match Placeholder::protect(&path, name != "troupe.toml") {
+                Ok(Entry::Existing) => paths.push(path),
+                Ok(Entry::Placeholder(placeholder)) => {
+                    placeholders.0.push(placeholder);
+                    paths.push(path);
+                }
+                Ok(Entry::Dangling) => {
                     return Err(namespace(format!(
                         "`{}` is a symbolic link to nothing; remove it or make its target",
                         path.display()
                     )));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    match Placeholder::acquire(&path, name != "troupe.toml") {
-                        Ok(Some(placeholder)) => {
-                            placeholders.0.push(placeholder);
-                            paths.push(path);
-                        }
-                        // Made by someone else meanwhile: protect it as it is.
-                        Ok(None) if path.exists() => paths.push(path),
-                        Ok(None) => {
-                            return Err(namespace(format!(
-                                "`{}` appeared as a symbolic link to nothing",
-                                path.display()
-                            )));
-                        }
-                        // Nobody can create it there either.
-                        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
-                        Err(e) => {
-                            return Err(namespace(format!(
-                                "cannot create the placeholder `{}`: {e}",
-                                path.display()
-                            )));
-                        }
-                    }
-                }
+                // Nobody can create it there either.
+                Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
                 Err(e) => {
                     return Err(namespace(format!(
-                        "cannot inspect `{}`: {e}",
+                        "cannot protect `{}` (a placeholder for it cannot be made): {e}",
                         path.display()
                     )));
                 }
@@ -229,19 +211,42 @@ fn made() -> &'static Mutex<HashMap<PathBuf, Made>> {
     MADE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// How one control entry is protected.
+enum Entry {
+    /// It exists (and is not a placeholder of ours): mount it as it is.
+    Existing,
+    /// It did not exist: a placeholder of ours, held.
+    Placeholder(Placeholder),
+    /// A symbolic link to nothing (it cannot be mounted).
+    Dangling,
+}
+
 impl Placeholder {
-    /// A hold on the placeholder at `path` (an empty directory when
-    /// `dir`, else an empty file): one this process already made, or a
-    /// new one (`O_CREAT | O_EXCL`, `mkdir`). `Ok(None)` when `path`
-    /// exists and is not ours (someone made it meanwhile).
-    fn acquire(path: &Path, dir: bool) -> std::io::Result<Option<Placeholder>> {
+    /// How to protect `path`, decided under the placeholders' lock (so a
+    /// placeholder of ours is never taken for an existing entry and then
+    /// removed under the command): a hold on our placeholder there, the
+    /// entry as it exists, or a new placeholder (an empty directory when
+    /// `dir`, else an empty file; `O_CREAT | O_EXCL`, `mkdir`).
+    fn protect(path: &Path, dir: bool) -> std::io::Result<Entry> {
         use std::os::unix::fs::MetadataExt;
         let mut made = made().lock();
         if let Some(entry) = made.get_mut(path) {
             entry.holders += 1;
-            return Ok(Some(Placeholder {
+            return Ok(Entry::Placeholder(Placeholder {
                 path: path.to_path_buf(),
             }));
+        }
+        let existing = |path: &Path| {
+            if path.exists() {
+                Entry::Existing
+            } else {
+                Entry::Dangling
+            }
+        };
+        match path.symlink_metadata() {
+            Ok(_) => return Ok(existing(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
         let created = if dir {
             std::fs::create_dir(path)
@@ -254,7 +259,8 @@ impl Placeholder {
         };
         match created {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            // Made by someone else meanwhile: protect it as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(existing(path)),
             Err(e) => return Err(e),
         }
         let meta = path.symlink_metadata()?;
@@ -268,7 +274,7 @@ impl Placeholder {
             },
         );
         tracing::debug!(path = %path.display(), "protected-entry placeholder created");
-        Ok(Some(Placeholder {
+        Ok(Entry::Placeholder(Placeholder {
             path: path.to_path_buf(),
         }))
     }
