@@ -1,18 +1,14 @@
 //! A full disk, a read-only workspace and an immutable session directory,
 //! through the real binary on real filesystems: a small tmpfs (mounted when
-//! this process may mount, as root in CI; skipped with the reason
-//! otherwise) and `chattr +i` (root bypasses permission bits, so chmod
-//! would prove nothing). Also what an offline run whose script runs out
+//! this process may mount) and `chattr +i` (root bypasses permission
+//! bits, so chmod would prove nothing). Those tests need root: they are
+//! `#[ignore = "needs root"]`, which `.ci/run` (root) runs with
+//! `--run-ignored only`; run as root, one that cannot mount or `chattr`
+//! fails with the reason. Also what an offline run whose script runs out
 //! says.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// Says why a test did not run (it passes without checking anything).
-#[allow(clippy::print_stderr)]
-fn skip(reason: &str) {
-    eprintln!("skipped: {reason}");
-}
 
 /// A small tmpfs, unmounted on drop.
 struct Tmpfs {
@@ -21,12 +17,13 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
+    fn mount(size: &str) -> Tmpfs {
         Tmpfs::mount_with(&format!("size={size}"))
     }
 
-    /// A tmpfs mounted with `options` (`ro,size=64k`: a read-only one).
-    fn mount_with(options: &str) -> Option<Tmpfs> {
+    /// A tmpfs mounted with `options` (`ro,size=64k`: a read-only one);
+    /// panics with the reason when it cannot be (not root).
+    fn mount_with(options: &str) -> Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fs");
         std::fs::create_dir(&path).unwrap();
@@ -35,16 +32,12 @@ impl Tmpfs {
             .arg(&path)
             .output();
         match out {
-            Ok(o) if o.status.success() => Some(Tmpfs { _dir: dir, path }),
+            Ok(o) if o.status.success() => Tmpfs { _dir: dir, path },
             Ok(o) => {
                 let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
-                skip(&format!("cannot mount a tmpfs here: {why}"));
-                None
+                panic!("cannot mount a tmpfs here (needs root): {why}");
             }
-            Err(e) => {
-                skip(&format!("cannot run mount: {e}"));
-                None
-            }
+            Err(e) => panic!("cannot run mount: {e}"),
         }
     }
 }
@@ -55,19 +48,15 @@ impl Drop for Tmpfs {
     }
 }
 
-/// `chattr FLAG PATH`; false (with the reason printed) when it cannot.
-fn chattr(path: &Path, flag: &str) -> bool {
+/// `chattr FLAG PATH`; panics with the reason when it cannot (not root).
+fn chattr(path: &Path, flag: &str) {
     match Command::new("chattr").arg(flag).arg(path).output() {
-        Ok(o) if o.status.success() => true,
+        Ok(o) if o.status.success() => {}
         Ok(o) => {
             let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
-            skip(&format!("chattr {flag} failed: {why}"));
-            false
+            panic!("chattr {flag} failed (needs root): {why}");
         }
-        Err(e) => {
-            skip(&format!("cannot run chattr: {e}"));
-            false
-        }
+        Err(e) => panic!("cannot run chattr: {e}"),
     }
 }
 
@@ -116,13 +105,12 @@ fn only_session(ws: &Path) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_full_disk_is_recorded_in_the_manifest_and_leaves_no_temp_file() {
     let script_dir = tempfile::tempdir().unwrap();
     // A 400 KB answer does not fit in a 256 KiB filesystem.
     let script = write_script(script_dir.path(), 400_000);
-    let Some(fs) = Tmpfs::mount("256k") else {
-        return;
-    };
+    let fs = Tmpfs::mount("256k");
     let ws = &fs.path;
     let out = troupe(
         ws,
@@ -150,6 +138,7 @@ fn a_full_disk_is_recorded_in_the_manifest_and_leaves_no_temp_file() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_immutable_session_directory_is_reported_as_not_writable() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
@@ -165,9 +154,7 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     // A clean exit leaves no lock file (its writer thread is waited for).
     assert!(!session.join("writer.pid").exists());
     // A new run of the completed thread.
-    if !chattr(&session, "+i") {
-        return;
-    }
+    chattr(&session, "+i");
     let continued = troupe(&ws, &["exec", "resume", &id, "more"]);
     chattr(&session, "-i");
     // A resume, as a crash leaves the session: not completed, and the dead
@@ -182,7 +169,7 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     let mut dead = Command::new("true").spawn().unwrap();
     dead.wait().unwrap();
     std::fs::write(session.join("writer.pid"), dead.id().to_string()).unwrap();
-    assert!(chattr(&session, "+i"));
+    chattr(&session, "+i");
     let resumed = troupe(&ws, &["sessions", "resume", &id]);
     chattr(&session, "-i");
     for out in [resumed, continued] {
@@ -198,7 +185,7 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     }
     // The sessions directory itself: a new run says so too.
     let sessions = ws.join(".vtcode/sessions");
-    assert!(chattr(&sessions, "+i"));
+    chattr(&sessions, "+i");
     let out = troupe(&ws, &["exec", "--script", s, "again"]);
     chattr(&sessions, "-i");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -210,12 +197,11 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_read_only_workspace_without_vtcode_says_how_to_fix_it() {
     let tmp = tempfile::tempdir().unwrap();
     let script = write_script(tmp.path(), 5);
-    let Some(fs) = Tmpfs::mount_with("ro,size=64k") else {
-        return;
-    };
+    let fs = Tmpfs::mount_with("ro,size=64k");
     assert!(!fs.path.join(".vtcode").exists());
     let out = troupe(
         &fs.path,

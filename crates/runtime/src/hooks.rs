@@ -13,12 +13,18 @@
 //!
 //! The payload always has `hook_event_name`, `session_id`, `cwd` and
 //! `transcript_path`, plus the event's own fields (see [`HookEvent`]).
+//!
+//! A hook runs in the session's sandbox ([`HookSandbox`], the agents'
+//! `sandbox_mode` with their network rules, on the workspace, with a
+//! scratch directory of its own made for the run and removed after it),
+//! unless its entry says `sandbox = "none"` ([`HookCommand`]), which runs
+//! it unconfined (but for the capability drop every command gets).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -34,19 +40,134 @@ const PIPE_GRACE: Duration = Duration::from_millis(200);
 /// The exit code by which a `pre_tool_use` hook blocks the call.
 pub const BLOCK_EXIT_CODE: i32 = 2;
 
+/// One `[hooks.lifecycle]` entry: a command string, run in the session's
+/// sandbox, or a table `{ command = "...", sandbox = "none" }`
+/// (`[[hooks.lifecycle.pre_tool_use]]`). Serialized as it is written (a
+/// string, or the table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum HookCommand {
+    /// `"cmd"`: runs in the session's sandbox.
+    Command(String),
+    /// `{ command = "cmd", sandbox = "agent" | "none" }`.
+    Table(HookCommandTable),
+}
+
+/// The table form of a [`HookCommand`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookCommandTable {
+    /// The shell command.
+    pub command: String,
+    /// Where it runs (default: the agents' sandbox).
+    #[serde(default)]
+    pub sandbox: HookSandboxSetting,
+}
+
+/// A hook's `sandbox` key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HookSandboxSetting {
+    /// `"agent"` (the default): the session's sandbox, as the agents'
+    /// `exec_command`.
+    #[default]
+    #[serde(rename = "agent")]
+    Agent,
+    /// `"none"`: unconfined (a loosening setting).
+    #[serde(rename = "none")]
+    Unconfined,
+}
+
+impl HookCommand {
+    /// The shell command.
+    pub fn command(&self) -> &str {
+        match self {
+            HookCommand::Command(c) => c,
+            HookCommand::Table(t) => &t.command,
+        }
+    }
+
+    /// Whether it runs unconfined (`sandbox = "none"`).
+    pub fn unconfined(&self) -> bool {
+        matches!(
+            self,
+            HookCommand::Table(HookCommandTable {
+                sandbox: HookSandboxSetting::Unconfined,
+                ..
+            })
+        )
+    }
+}
+
+/// Equal to the string form with this command.
+impl PartialEq<&str> for HookCommand {
+    fn eq(&self, other: &&str) -> bool {
+        matches!(self, HookCommand::Command(c) if c == other)
+    }
+}
+
+impl From<&str> for HookCommand {
+    fn from(command: &str) -> Self {
+        HookCommand::Command(command.to_owned())
+    }
+}
+
+impl From<String> for HookCommand {
+    fn from(command: String) -> Self {
+        HookCommand::Command(command)
+    }
+}
+
+impl<'de> Deserialize<'de> for HookCommand {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entry;
+        impl<'de> serde::de::Visitor<'de> for Entry {
+            type Value = HookCommand;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a command string, or a table `{ command = \"...\", sandbox = \"none\" }`",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HookCommand, E> {
+                Ok(HookCommand::Command(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<HookCommand, A::Error> {
+                HookCommandTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(HookCommand::Table)
+            }
+        }
+        d.deserialize_any(Entry)
+    }
+}
+
+/// The sandbox hooks run in: the session's `sandbox_mode` and network
+/// rules, on the runner's workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookSandbox {
+    /// The session's mode (`danger-full-access`: unconfined).
+    pub mode: crate::tools::SandboxMode,
+    /// `[sandbox_workspace_write] network_access`.
+    pub network_access: bool,
+    /// Where each hook's scratch directory is made (`None`: the system
+    /// temp directory).
+    pub scratch_root: Option<PathBuf>,
+}
+
 /// The commands to run per event (`[hooks.lifecycle]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookConfig {
     /// On `SessionStart`.
-    pub session_start: Vec<String>,
+    pub session_start: Vec<HookCommand>,
     /// On `PreToolUse`; exit code 2 blocks the call.
-    pub pre_tool_use: Vec<String>,
+    pub pre_tool_use: Vec<HookCommand>,
     /// On `PostToolUse`.
-    pub post_tool_use: Vec<String>,
+    pub post_tool_use: Vec<HookCommand>,
     /// On `Stop`.
-    pub stop: Vec<String>,
+    pub stop: Vec<HookCommand>,
     /// On `PreCompact`.
-    pub pre_compact: Vec<String>,
+    pub pre_compact: Vec<HookCommand>,
     /// Per-command limit; the whole process group is killed at it.
     pub timeout: Duration,
 }
@@ -66,7 +187,7 @@ impl Default for HookConfig {
 
 impl HookConfig {
     /// The commands for `event`.
-    pub fn commands(&self, event: &HookEvent) -> &[String] {
+    pub fn commands(&self, event: &HookEvent) -> &[HookCommand] {
         match event {
             HookEvent::SessionStart { .. } => &self.session_start,
             HookEvent::PreToolUse { .. } => &self.pre_tool_use,
@@ -186,6 +307,7 @@ pub struct HookRunner {
     workspace: PathBuf,
     session_id: String,
     transcript_path: Option<PathBuf>,
+    sandbox: Option<HookSandbox>,
 }
 
 impl HookRunner {
@@ -196,7 +318,15 @@ impl HookRunner {
             workspace: workspace.into(),
             session_id: String::new(),
             transcript_path: None,
+            sandbox: None,
         }
+    }
+
+    /// Runs the hooks in `sandbox` (but those that say `sandbox = "none"`).
+    /// Without it (the default of [`HookRunner::new`]) they run unconfined.
+    pub fn with_sandbox(mut self, sandbox: HookSandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
     }
 
     /// Sets the session the payloads name.
@@ -251,7 +381,8 @@ impl HookRunner {
         outcome
     }
 
-    async fn run_one(&self, command: &str, stdin: &[u8]) -> HookResult {
+    async fn run_one(&self, entry: &HookCommand, stdin: &[u8]) -> HookResult {
+        let command = entry.command();
         let mut result = HookResult {
             command: command.to_owned(),
             exit_code: None,
@@ -269,8 +400,24 @@ impl HookRunner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // Held until the hook has ended: its scratch directory and the
+        // placeholders of absent protected entries.
+        let confined = match self.sandbox.as_ref() {
+            Some(sandbox) if sandbox.mode.is_confined() && !entry.unconfined() => {
+                match self.confine(sandbox, &mut cmd) {
+                    Ok(confined) => Some(confined),
+                    Err(e) => {
+                        result.error = Some(format!("refused, the hook did not run: {e}"));
+                        return result;
+                    }
+                }
+            }
+            _ => None,
+        };
         crate::tools::drop_privileges(&mut cmd);
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        drop(cmd);
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 result.error = Some(format!("could not start `sh -c`: {e}"));
@@ -299,9 +446,66 @@ impl HookRunner {
                 kill_group(&mut child).await;
             }
         }
+        drop(confined);
         result.stdout = String::from_utf8_lossy(&out).into_owned();
         result.stderr = String::from_utf8_lossy(&err).into_owned();
         result
+    }
+
+    /// Confines `cmd` to `sandbox` on the workspace, with a fresh scratch
+    /// directory.
+    fn confine(
+        &self,
+        sandbox: &HookSandbox,
+        cmd: &mut Command,
+    ) -> Result<Confined, crate::tools::SandboxError> {
+        use crate::tools::{Sandbox, SandboxMode};
+        let scratch = Scratch::new(sandbox.scratch_root.as_deref()).map_err(|source| {
+            crate::tools::SandboxError::Writable {
+                path: sandbox
+                    .scratch_root
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir),
+                source,
+            }
+        })?;
+        let confined = match sandbox.mode {
+            SandboxMode::ReadOnly => Sandbox::read_only(&scratch.0),
+            _ => Sandbox::workspace_write(&self.workspace, &scratch.0),
+        }
+        .with_network_denied(!sandbox.network_access);
+        let placeholders = confined.confine(cmd)?;
+        Ok(Confined {
+            _placeholders: placeholders,
+            _scratch: scratch,
+        })
+    }
+}
+
+/// What a confined hook holds until it has ended.
+struct Confined {
+    _placeholders: crate::tools::Placeholders,
+    _scratch: Scratch,
+}
+
+/// A hook's scratch directory (0700, a fresh random name), removed when
+/// dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(root: Option<&Path>) -> std::io::Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = root.join(format!("troupe-hook-scratch-{}", &id[..16]));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -8,7 +8,7 @@ use troupe_runtime::config::Config;
 use troupe_runtime::context::ContextSettings;
 use troupe_runtime::context::history::{ForkArtifact, compact_stored, stored_messages};
 use troupe_runtime::context::summary::read_memory;
-use troupe_runtime::hooks::{HookEvent, HookRunner};
+use troupe_runtime::hooks::{HookEvent, HookRunner, HookSandbox};
 use troupe_runtime::store::{SessionLog, SessionStatus, SessionStore};
 
 use crate::failure::{Failure, exit, store_err};
@@ -58,8 +58,15 @@ pub fn compact(ws: &Path, id: &str, tail_tokens: u64, json: bool) -> Result<u8, 
         writeln!(out, "nothing to compact in session {id}")?;
         return Ok(exit::OK);
     };
-    let hooks =
-        HookRunner::new(config.hooks(), ws).with_session(id, Some(dir.join("events.jsonl")));
+    // The pre_compact hooks run in the sandbox a run here would have.
+    let mode = crate::sandbox_mode::resolve(config.sandbox_mode(), config.allow_unsandboxed)?;
+    let hooks = HookRunner::new(config.hooks(), ws)
+        .with_session(id, Some(dir.join("events.jsonl")))
+        .with_sandbox(HookSandbox {
+            mode,
+            network_access: config.sandbox_workspace_write.network_access,
+            scratch_root: None,
+        });
     tokio::runtime::Runtime::new()?.block_on(hooks.run(HookEvent::PreCompact {
         trigger: "manual".into(),
         mode: "local".into(),

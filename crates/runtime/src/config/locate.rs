@@ -91,6 +91,17 @@ fn walk_to(table: &DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
         {
             return true;
         }
+        // A table in an array (`[[hooks.lifecycle.stop]]`, or an inline
+        // table in a list): its keys are named under the array's key.
+        if let DeValue::Array(items) = v.get_ref() {
+            for item in items.iter() {
+                if let DeValue::Table(inner) = item.get_ref()
+                    && walk_to(inner, offset, path)
+                {
+                    return true;
+                }
+            }
+        }
         if v.span().contains(&offset) {
             return true;
         }

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::hooks::HookCommand;
 use crate::provider::{ProviderKind, SecretString};
 use crate::store::FsyncPolicy;
 
@@ -311,27 +312,28 @@ pub struct PermissionsConfig {
 }
 
 /// `[hooks]`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HooksSection {
     /// `[hooks.lifecycle]`.
     pub lifecycle: LifecycleHooks,
 }
 
-/// `[hooks.lifecycle]`: shell commands per lifecycle event.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// `[hooks.lifecycle]`: shell commands per lifecycle event, each a string
+/// or a table `{ command = "...", sandbox = "none" }` ([`HookCommand`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LifecycleHooks {
     /// When a session starts.
-    pub session_start: Vec<String>,
+    pub session_start: Vec<HookCommand>,
     /// Before each tool call; exit code 2 blocks it.
-    pub pre_tool_use: Vec<String>,
+    pub pre_tool_use: Vec<HookCommand>,
     /// After each tool call.
-    pub post_tool_use: Vec<String>,
+    pub post_tool_use: Vec<HookCommand>,
     /// When the session ends.
-    pub stop: Vec<String>,
+    pub stop: Vec<HookCommand>,
     /// Before a compaction boundary is recorded.
-    pub pre_compact: Vec<String>,
+    pub pre_compact: Vec<HookCommand>,
     /// Per-command timeout in milliseconds.
     pub timeout_ms: u64,
 }

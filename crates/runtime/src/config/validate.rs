@@ -419,7 +419,7 @@ impl FileChecker<'_> {
             ("stop", &l.stop),
             ("pre_compact", &l.pre_compact),
         ] {
-            if commands.iter().any(|c| c.trim().is_empty()) {
+            if commands.iter().any(|c| c.command().trim().is_empty()) {
                 self.at(
                     &["hooks", "lifecycle", k],
                     Err(Problem::new(

@@ -36,6 +36,7 @@ mod typed;
 mod write;
 
 pub use bound::{MAX_LINE_BYTES, MAX_OUTPUT_BYTES};
+pub(crate) use exec::Placeholders;
 pub use exec::{
     DEFAULT_ENV_REMOVE, ExecCommandTool, ExecConfig, GroupFate, LANDLOCK_ABI, MAX_PROTECTED_MOUNTS,
     PROTECTED_ENTRIES, SANDBOX_ERRNO, Sandbox, SandboxError, SandboxMode, SandboxStatus,

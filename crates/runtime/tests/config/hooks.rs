@@ -4,9 +4,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use troupe_runtime::hooks::{HookConfig, HookEvent, HookRunner, OUTPUT_LIMIT};
+use troupe_runtime::hooks::{
+    HookCommand, HookCommandTable, HookConfig, HookEvent, HookRunner, HookSandbox,
+    HookSandboxSetting, OUTPUT_LIMIT,
+};
+use troupe_runtime::tools::SandboxMode;
 
-use crate::common::{load, workspace};
+use crate::common::{load, load_err, workspace};
 
 fn runner(dir: &Path, config: HookConfig) -> HookRunner {
     HookRunner::new(config, dir).with_session("sess-1", Some(dir.join("events.jsonl")))
@@ -46,7 +50,7 @@ async fn pre_tool_use_gets_its_payload_on_stdin_and_runs_in_the_workspace() {
     let dir = tempfile::tempdir().unwrap();
     let (cmd, path) = capture(dir.path(), "pre");
     let config = HookConfig {
-        pre_tool_use: vec![cmd, "pwd > where.txt".into()],
+        pre_tool_use: vec![cmd.into(), "pwd > where.txt".into()],
         ..HookConfig::default()
     };
     let outcome = runner(dir.path(), config).run(pre_tool_use()).await;
@@ -144,7 +148,7 @@ async fn a_hook_past_its_timeout_is_killed_with_its_children_and_reported() {
     let pidfile = dir.path().join("child.pid");
     let config = HookConfig {
         pre_tool_use: vec![
-            format!("sleep 30 & echo $! > '{}'; wait", pidfile.display()),
+            format!("sleep 30 & echo $! > '{}'; wait", pidfile.display()).into(),
             "echo next".into(),
         ],
         timeout: Duration::from_millis(300),
@@ -256,10 +260,10 @@ async fn other_events_send_their_payloads() {
     let (stop, stop_path) = capture(dir.path(), "stop");
     let (compact, compact_path) = capture(dir.path(), "compact");
     let config = HookConfig {
-        session_start: vec![start],
-        post_tool_use: vec![post],
-        stop: vec![stop],
-        pre_compact: vec![compact],
+        session_start: vec![start.into()],
+        post_tool_use: vec![post.into()],
+        stop: vec![stop.into()],
+        pre_compact: vec![compact.into()],
         ..HookConfig::default()
     };
     let r = runner(dir.path(), config);
@@ -353,4 +357,127 @@ async fn hooks_from_troupe_toml_run() {
         .run(pre_tool_use())
         .await;
     assert_eq!(outcome.blocked.as_deref(), Some("denied by policy"));
+}
+
+#[test]
+fn a_hook_entry_is_a_string_or_a_table_and_serializes_as_written() {
+    let dir = workspace(Some(
+        "[hooks.lifecycle]\nsession_start = [\"a.sh\", { command = \"b.sh\", sandbox = \"none\" }]\n\n\
+         [[hooks.lifecycle.pre_tool_use]]\ncommand = \"guard.sh\"\nsandbox = \"none\"\n\n\
+         [[hooks.lifecycle.pre_tool_use]]\ncommand = \"audit.sh\"\n",
+    ));
+    let config = load(dir.path(), &[]).unwrap();
+    let l = &config.hooks.lifecycle;
+    let none = |c: &str| {
+        HookCommand::Table(HookCommandTable {
+            command: c.into(),
+            sandbox: HookSandboxSetting::Unconfined,
+        })
+    };
+    assert_eq!(l.session_start, [HookCommand::from("a.sh"), none("b.sh")]);
+    assert_eq!(
+        l.pre_tool_use,
+        [
+            none("guard.sh"),
+            HookCommand::Table(HookCommandTable {
+                command: "audit.sh".into(),
+                sandbox: HookSandboxSetting::Agent,
+            })
+        ]
+    );
+    assert!(l.pre_tool_use[0].unconfined() && !l.pre_tool_use[1].unconfined());
+    assert_eq!(config.hooks().session_start, l.session_start);
+    // The JSON the workspace-trust hash reads.
+    assert_eq!(
+        serde_json::to_value(&config.hooks).unwrap()["lifecycle"]["session_start"],
+        json!(["a.sh", {"command": "b.sh", "sandbox": "none"}])
+    );
+}
+
+#[test]
+fn a_bad_hook_table_names_the_key() {
+    for (text, expect) in [
+        (
+            "[[hooks.lifecycle.stop]]\ncommand = \"x\"\nsandbox = \"off\"\n",
+            "valid values: agent, none",
+        ),
+        (
+            "[[hooks.lifecycle.stop]]\ncommand = \"x\"\nsandbx = \"none\"\n",
+            "sandbx",
+        ),
+        ("[[hooks.lifecycle.stop]]\nsandbox = \"none\"\n", "command"),
+        ("[hooks.lifecycle]\nstop = [3]\n", "a command string"),
+    ] {
+        let e = load_err(text).to_string();
+        assert!(e.contains("hooks.lifecycle.stop"), "{text}: {e}");
+        assert!(e.contains(expect), "{text}: {e}");
+    }
+}
+
+/// A hook writing into the workspace and into a directory outside it,
+/// under `mode`, as a string entry and as `sandbox = "none"`.
+async fn outside_writes(mode: SandboxMode) -> (bool, bool, bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let config = HookConfig {
+        session_start: vec![
+            format!("echo x > '{}/default.txt'", outside.display()).into(),
+            HookCommand::Table(HookCommandTable {
+                command: format!("echo x > '{}/none.txt'", outside.display()),
+                sandbox: HookSandboxSetting::Unconfined,
+            }),
+            "echo ok > inside.txt".into(),
+        ],
+        ..HookConfig::default()
+    };
+    let runner = HookRunner::new(config, &ws).with_sandbox(HookSandbox {
+        mode,
+        network_access: false,
+        scratch_root: Some(tmp.path().to_path_buf()),
+    });
+    let outcome = runner
+        .run(HookEvent::SessionStart {
+            source: "startup".into(),
+        })
+        .await;
+    assert_eq!(outcome.results.len(), 3, "{outcome:?}");
+    assert!(
+        outcome.results.iter().all(|r| r.error.is_none()),
+        "{outcome:?}"
+    );
+    // Each hook's scratch directory is gone.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("scratch"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    (
+        outside.join("default.txt").exists(),
+        outside.join("none.txt").exists(),
+        ws.join("inside.txt").exists(),
+    )
+}
+
+#[tokio::test]
+async fn hooks_run_in_the_sessions_sandbox_unless_they_say_none() {
+    // workspace-write: the string entry cannot write outside, `none` can,
+    // and writing in the workspace works.
+    assert_eq!(
+        outside_writes(SandboxMode::WorkspaceWrite).await,
+        (false, true, true)
+    );
+    // read-only: not even the workspace.
+    assert_eq!(
+        outside_writes(SandboxMode::ReadOnly).await,
+        (false, true, false)
+    );
+    // danger-full-access: everything, as before.
+    assert_eq!(
+        outside_writes(SandboxMode::DangerFullAccess).await,
+        (true, true, true)
+    );
 }

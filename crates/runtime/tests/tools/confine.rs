@@ -1,7 +1,8 @@
 //! What a command troupe starts can do to troupe: its bounding set lacks
 //! the capabilities that open a non-dumpable process's /proc files or read
 //! memory another way, for `exec_command` and for hooks. Real processes;
-//! the bits are checked only as root (elsewhere there is nothing to drop).
+//! the bits are checked as root (elsewhere there is nothing to drop), so
+//! those tests are `#[ignore = "needs root"]` and `.ci/run` runs them.
 
 use serde_json::json;
 use troupe_runtime::hooks::{HookConfig, HookEvent, HookRunner};
@@ -18,15 +19,13 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
 
-/// True, after saying so, when this test is not root (as a user there
-/// are no capabilities to drop).
-#[allow(clippy::print_stderr)] // a skipped test says so, as the tests do
-fn skipped_unless_root() -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipped: as a user there are no capabilities to drop");
-    true
+/// Fails unless this test is root (as a user there are no capabilities
+/// to drop, so nothing would be checked).
+fn assert_root() {
+    assert!(
+        is_root(),
+        "needs root: as a user there are no capabilities to drop"
+    );
 }
 
 /// The `CapBnd` mask printed by `grep CapBnd /proc/self/status`.
@@ -58,10 +57,9 @@ fn assert_dropped(mask: u64, what: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs root"]
 async fn exec_command_runs_without_the_dropped_capabilities() {
-    if skipped_unless_root() {
-        return;
-    }
+    assert_root();
     let fx = Fixture::new();
     let ctx = ToolContext::new(&fx.root);
     let args = json!({"command": "sh -c 'grep CapBnd /proc/self/status'"});
@@ -77,10 +75,9 @@ async fn exec_command_runs_without_the_dropped_capabilities() {
 }
 
 #[tokio::test]
+#[ignore = "needs root"]
 async fn hooks_run_without_the_dropped_capabilities() {
-    if skipped_unless_root() {
-        return;
-    }
+    assert_root();
     let fx = Fixture::new();
     let config = HookConfig {
         session_start: vec!["grep CapBnd /proc/self/status".into()],

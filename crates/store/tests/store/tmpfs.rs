@@ -1,16 +1,11 @@
 //! Real-filesystem helpers for the full-disk tests: a small tmpfs
 //! (mounted when this process may mount, as root in CI) and `chattr`, each
-//! saying why when it cannot. Shared with troupe-runtime's full-disk test
+//! panicking with the reason when it cannot (the tests using them are
+//! `#[ignore = "needs root"]`; `.ci/run` runs them as root). Shared with troupe-runtime's full-disk test
 //! (`crates/runtime/tests/context/full_disk.rs` includes this file).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// Says why a test did not run (it passes without checking anything).
-#[allow(clippy::print_stderr)]
-fn skip(reason: &str) {
-    eprintln!("skipped: {reason}");
-}
 
 /// A small tmpfs, unmounted on drop.
 pub struct Tmpfs {
@@ -19,8 +14,9 @@ pub struct Tmpfs {
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `64k`), or says why it cannot.
-    pub fn mount(size: &str) -> Option<Tmpfs> {
+    /// Mounts a tmpfs of `size` (e.g. `64k`); panics with the reason
+    /// when it cannot (not root).
+    pub fn mount(size: &str) -> Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fs");
         std::fs::create_dir(&path).unwrap();
@@ -29,18 +25,12 @@ impl Tmpfs {
             .arg(&path)
             .output();
         match out {
-            Ok(o) if o.status.success() => Some(Tmpfs { _dir: dir, path }),
-            Ok(o) => {
-                skip(&format!(
-                    "cannot mount a tmpfs here: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ));
-                None
-            }
-            Err(e) => {
-                skip(&format!("cannot run mount: {e}"));
-                None
-            }
+            Ok(o) if o.status.success() => Tmpfs { _dir: dir, path },
+            Ok(o) => panic!(
+                "cannot mount a tmpfs here (needs root): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => panic!("cannot run mount: {e}"),
         }
     }
 
@@ -55,21 +45,15 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Sets or clears the immutable attribute; false (with the reason printed)
-/// when the filesystem or the user cannot.
-pub fn chattr(path: &Path, flag: &str) -> bool {
+/// Sets or clears the immutable attribute; panics with the reason when
+/// the filesystem or the user cannot.
+pub fn chattr(path: &Path, flag: &str) {
     match Command::new("chattr").arg(flag).arg(path).output() {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => {
-            skip(&format!(
-                "chattr {flag} failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ));
-            false
-        }
-        Err(e) => {
-            skip(&format!("cannot run chattr: {e}"));
-            false
-        }
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "chattr {flag} failed (needs root): {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => panic!("cannot run chattr: {e}"),
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use troupe_runtime::agent::Fallback;
 use troupe_runtime::context::ContextSettings;
-use troupe_runtime::hooks::HookRunner;
+use troupe_runtime::hooks::{HookRunner, HookSandbox};
 use troupe_runtime::provider::{ModelCatalog, ModelClient, ProviderClient, ProviderConfig};
 use troupe_runtime::state::CostBudget;
 use troupe_runtime::store::SessionLog;
@@ -108,8 +108,16 @@ impl SessionBuilder {
         if self.plan_mode {
             tools = troupe_runtime::tools::plan_mode(&tools);
         }
-        let hooks = HookRunner::new(config.hooks(), &self.workspace)
+        let mut hooks = HookRunner::new(config.hooks(), &self.workspace)
             .with_session(id.to_string(), Some(log.events_path().to_path_buf()));
+        // Hooks run in the session's sandbox, as the root agent's commands.
+        if let Some(mode) = self.sandbox {
+            hooks = hooks.with_sandbox(HookSandbox {
+                mode,
+                network_access: config.sandbox_workspace_write.network_access,
+                scratch_root: None,
+            });
+        }
         let system_prompt = self
             .system_prompt
             .clone()

@@ -18,8 +18,8 @@
 //! [`ToolContext::sandbox`] (its `sandbox_mode`, `mode.rs`) decides:
 //! `read-only` and `workspace-write` confine each command to the agent's
 //! workspace and a per-agent scratch directory (`namespace.rs` keeps the
-//! workspace's `.git`, `.vtcode` and `troupe.toml` read-only), with TCP
-//! refused unless [`ExecConfig::network_access`].
+//! workspace's `.git`, `.vtcode` and `troupe.toml` read-only, present or
+//! not), with the network off unless [`ExecConfig::network_access`].
 
 mod confine;
 mod lifetime;
@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 pub use self::confine::{drop_privileges, is_dumpable, make_undumpable};
 pub use self::lifetime::{GroupFate, kill_group, kill_recorded_group, spawn_tied, start_time};
 pub use self::mode::{SandboxMode, ToolSandbox, UnknownSandboxMode};
+pub(crate) use self::namespace::Placeholders;
 pub use self::namespace::{MAX_PROTECTED_MOUNTS, PROTECTED_ENTRIES};
 use self::process::{EndReason, ExitInfo, ProcSession, SpawnRequest};
 use self::sandbox::PreparedSandbox;
@@ -78,9 +79,11 @@ pub struct ExecConfig {
     /// the preview. Either way the result says so.
     pub max_spool_bytes: u64,
     /// In the agents' `read-only` and `workspace-write` modes, let
-    /// commands open TCP connections and listen (`[sandbox_workspace_write]
-    /// network_access`; default `false`: Landlock refuses `connect` and
-    /// `bind`). The verifier's [`ExecConfig::sandbox`] is not affected.
+    /// commands use the network (`[sandbox_workspace_write]
+    /// network_access`; default `false`: the seccomp filter allows only
+    /// `AF_UNIX` stream sockets and refuses `connect`, and Landlock refuses
+    /// TCP `connect` and `bind`). The verifier's [`ExecConfig::sandbox`] is
+    /// not affected.
     pub network_access: bool,
     /// Where the agents' scratch directories are made (`None`: the
     /// system temp directory). One per agent, removed with the tool.

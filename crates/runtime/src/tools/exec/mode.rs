@@ -10,7 +10,8 @@
 //! - `danger-full-access`: unconfined (troupe's behaviour before
 //!   `sandbox_mode`).
 //!
-//! In the two confined modes TCP `connect` and `bind` are refused unless
+//! In the two confined modes the network is off (the seccomp filter's
+//! network rules, `seccomp.rs`, and Landlock's TCP rules) unless
 //! `[sandbox_workspace_write] network_access = true`.
 
 /// One agent's sandbox mode, and the error of a name that is not one: wire

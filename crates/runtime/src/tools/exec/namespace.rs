@@ -19,6 +19,15 @@
 //! seccomp filter and Landlock, applied after, refuse `mount`/`umount`,
 //! so the command cannot take the mounts off.
 //!
+//! A control entry that does not exist gets a placeholder first
+//! ([`Placeholder`]): the parent creates an empty `troupe.toml`
+//! (`O_CREAT | O_EXCL`) or an empty `.git` / `.vtcode` directory and it is
+//! mounted read-only like the others, so the command cannot create,
+//! rename onto or symlink the name. The parent removes it once the
+//! command's shell has ended, if it is still the same inode and still
+//! empty; concurrent commands of this process share it (a count per path,
+//! the last holder removes it). Limits in docs/security.md.
+//!
 //! A `protect` list is matched against what exists when the command
 //! starts: each matching file or directory (a directory whole, so a file
 //! created in `tests/` fails too) is one more read-only bind mount, at
@@ -33,10 +42,13 @@
 //! flags of a mount it inherited). The child
 //! ([`Protect::apply_in_child`]) makes only raw system calls.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 
 use super::SandboxError;
 use crate::tools::ProtectedPaths;
@@ -66,16 +78,34 @@ impl Protect {
     pub(super) fn prepare(
         workspace: &Path,
         protect: &ProtectedPaths,
-    ) -> Result<Protect, SandboxError> {
+    ) -> Result<(Protect, Placeholders), SandboxError> {
         let namespace =
             |e: String| SandboxError::NotEnforced(format!("the workspace's mount namespace: {e}"));
         let mut paths = Vec::new();
+        let mut placeholders = Placeholders(Vec::new());
         for name in PROTECTED_ENTRIES {
             let path = workspace.join(name);
-            if path.symlink_metadata().is_err() || !path.exists() {
-                continue;
+            match Placeholder::protect(&path, name != "troupe.toml") {
+                Ok(Entry::Existing) => paths.push(path),
+                Ok(Entry::Placeholder(placeholder)) => {
+                    placeholders.0.push(placeholder);
+                    paths.push(path);
+                }
+                Ok(Entry::Dangling) => {
+                    return Err(namespace(format!(
+                        "`{}` is a symbolic link to nothing; remove it or make its target",
+                        path.display()
+                    )));
+                }
+                // Nobody can create it there either.
+                Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+                Err(e) => {
+                    return Err(namespace(format!(
+                        "cannot protect `{}` (a placeholder for it cannot be made): {e}",
+                        path.display()
+                    )));
+                }
             }
-            paths.push(path);
         }
         let task = protect
             .existing_under(workspace, MAX_PROTECTED_MOUNTS)
@@ -88,10 +118,13 @@ impl Protect {
             let flags = kept_flags(&c).map_err(namespace)?;
             mounts.push((c, flags));
         }
-        Ok(Protect {
-            mounts,
-            userns: !has_sys_admin(),
-        })
+        Ok((
+            Protect {
+                mounts,
+                userns: !has_sys_admin(),
+            },
+            placeholders,
+        ))
     }
 
     /// The child's side, before Landlock and seccomp: unshare, make the
@@ -153,6 +186,135 @@ impl Protect {
     }
 }
 
+/// The placeholders one command holds; dropping them (when the command
+/// has ended) releases each, and the last holder removes it.
+#[derive(Debug, Default)]
+pub(crate) struct Placeholders(Vec<Placeholder>);
+
+/// One hold on a placeholder troupe made for an absent protected entry.
+#[derive(Debug)]
+struct Placeholder {
+    path: PathBuf,
+}
+
+/// A placeholder troupe made, with the number of commands holding it.
+struct Made {
+    holders: usize,
+    dev: u64,
+    ino: u64,
+    dir: bool,
+}
+
+/// The placeholders of this process, by path.
+fn made() -> &'static Mutex<HashMap<PathBuf, Made>> {
+    static MADE: OnceLock<Mutex<HashMap<PathBuf, Made>>> = OnceLock::new();
+    MADE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// How one control entry is protected.
+enum Entry {
+    /// It exists (and is not a placeholder of ours): mount it as it is.
+    Existing,
+    /// It did not exist: a placeholder of ours, held.
+    Placeholder(Placeholder),
+    /// A symbolic link to nothing (it cannot be mounted).
+    Dangling,
+}
+
+impl Placeholder {
+    /// How to protect `path`, decided under the placeholders' lock (so a
+    /// placeholder of ours is never taken for an existing entry and then
+    /// removed under the command): a hold on our placeholder there, the
+    /// entry as it exists, or a new placeholder (an empty directory when
+    /// `dir`, else an empty file; `O_CREAT | O_EXCL`, `mkdir`).
+    fn protect(path: &Path, dir: bool) -> std::io::Result<Entry> {
+        use std::os::unix::fs::MetadataExt;
+        let mut made = made().lock();
+        if let Some(entry) = made.get_mut(path) {
+            entry.holders += 1;
+            return Ok(Entry::Placeholder(Placeholder {
+                path: path.to_path_buf(),
+            }));
+        }
+        let existing = |path: &Path| {
+            if path.exists() {
+                Entry::Existing
+            } else {
+                Entry::Dangling
+            }
+        };
+        match path.symlink_metadata() {
+            Ok(_) => return Ok(existing(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let created = if dir {
+            std::fs::create_dir(path)
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map(drop)
+        };
+        match created {
+            Ok(()) => {}
+            // Made by someone else meanwhile: protect it as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(existing(path)),
+            Err(e) => return Err(e),
+        }
+        let meta = path.symlink_metadata()?;
+        made.insert(
+            path.to_path_buf(),
+            Made {
+                holders: 1,
+                dev: meta.dev(),
+                ino: meta.ino(),
+                dir,
+            },
+        );
+        tracing::debug!(path = %path.display(), "protected-entry placeholder created");
+        Ok(Entry::Placeholder(Placeholder {
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+impl Drop for Placeholder {
+    /// The last holder removes the placeholder, if it is still the same
+    /// inode and still empty.
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let mut made = made().lock();
+        let Some(entry) = made.get_mut(&self.path) else {
+            return;
+        };
+        entry.holders = entry.holders.saturating_sub(1);
+        if entry.holders > 0 {
+            return;
+        }
+        let Some(entry) = made.remove(&self.path) else {
+            return;
+        };
+        let Ok(meta) = self.path.symlink_metadata() else {
+            return;
+        };
+        if meta.dev() != entry.dev || meta.ino() != entry.ino {
+            return;
+        }
+        let removed = if entry.dir {
+            std::fs::remove_dir(&self.path)
+        } else if meta.len() == 0 {
+            std::fs::remove_file(&self.path)
+        } else {
+            return;
+        };
+        if let Err(e) = removed {
+            tracing::debug!(path = %self.path.display(), error = %e, "placeholder kept");
+        }
+    }
+}
+
 /// The mount flags of `path`'s mount that a remount must keep.
 fn kept_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong, String> {
     // SAFETY: statvfs fills the zeroed struct it is given.
@@ -210,7 +372,8 @@ fn probe_uncached() -> Result<(), String> {
     ));
     let result = (|| {
         std::fs::create_dir_all(dir.join(".git")).map_err(|e| e.to_string())?;
-        let protect = Protect::prepare(&dir, &ProtectedPaths::none()).map_err(|e| e.to_string())?;
+        let (protect, _placeholders) =
+            Protect::prepare(&dir, &ProtectedPaths::none()).map_err(|e| e.to_string())?;
         let mut command = std::process::Command::new("sh");
         command.arg("-c").arg(":");
         // SAFETY: the hook makes raw system calls only (`apply_in_child`).

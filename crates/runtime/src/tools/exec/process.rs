@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::namespace::Placeholders;
 use super::sandbox::PreparedSandbox;
 
 /// Why a process ended.
@@ -154,9 +155,7 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
         command.env_remove(name);
     }
     let sandboxed = req.sandbox.is_some();
-    if let Some(sandbox) = req.sandbox {
-        sandbox.install(&mut command);
-    }
+    let placeholders = req.sandbox.map(|sandbox| sandbox.install(&mut command));
     super::lifetime::die_with_troupe(&mut command);
     super::confine::drop_privileges(&mut command);
     // The parent's copy of the ruleset fd closes with `command`, dropped
@@ -170,7 +169,14 @@ pub fn spawn(req: SpawnRequest<'_>) -> std::io::Result<ProcSession> {
     let start_time = super::lifetime::start_time(pgid).unwrap_or(0);
     let (tx, rx) = watch::channel(ProcState::Running);
     let kill = req.cancel.child_token();
-    tokio::spawn(supervise(child, pgid, req.ceiling, kill.clone(), tx));
+    tokio::spawn(supervise(
+        child,
+        pgid,
+        req.ceiling,
+        kill.clone(),
+        tx,
+        placeholders,
+    ));
     tracing::debug!(session_id = %req.id, pgid, sandboxed, command = req.command, "exec_command started");
     Ok(ProcSession {
         id: req.id,
@@ -206,9 +212,14 @@ async fn supervise(
     ceiling: Duration,
     kill: CancellationToken,
     tx: watch::Sender<ProcState>,
+    placeholders: Option<Placeholders>,
 ) {
+    // The shell has ended: the placeholders of absent protected entries
+    // are released (the last holder removes each) before the end is
+    // published, so nothing that follows the command sees them.
     let reason = tokio::select! {
         status = child.wait() => {
+            drop(placeholders);
             tx.send_replace(ProcState::Ended(exit_info(status, EndReason::Exited)));
             return;
         }
@@ -220,6 +231,7 @@ async fn supervise(
     kill_group(pgid);
     tracing::info!(pgid, ?reason, "exec_command process group killed");
     let status = child.wait().await;
+    drop(placeholders);
     tx.send_replace(ProcState::Ended(exit_info(status, reason)));
 }
 

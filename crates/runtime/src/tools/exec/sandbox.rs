@@ -14,7 +14,8 @@
 //! `seccomp` module) refuses with `EPERM` the calls that change a file's
 //! mode, owner, times, extended attributes or inode flags, make device
 //! nodes, or touch the mount table, anywhere (the writable directory
-//! included).
+//! included). With the network denied it also allows only `AF_UNIX`
+//! stream and seqpacket sockets and refuses `connect`.
 //!
 //! # How it is applied, and why that is sound
 //!
@@ -47,7 +48,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::namespace::Protect;
+use super::namespace::{Placeholders, Protect};
 use super::seccomp::Filter;
 use crate::tools::ProtectedPaths;
 use landlock::{
@@ -72,7 +73,8 @@ pub enum Sandbox {
     ReadOnly {
         /// The one writable directory (build outputs, caches, temp files).
         writable: PathBuf,
-        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        /// Network off: the seccomp network rules (only `AF_UNIX` stream
+        /// sockets, no `connect`) and Landlock's TCP rules.
         deny_network: bool,
     },
     /// Like [`Sandbox::ReadOnly`], and `workspace` is writable too, but
@@ -86,7 +88,7 @@ pub enum Sandbox {
         protect: ProtectedPaths,
         /// The scratch directory (TMPDIR, HOME, caches).
         writable: PathBuf,
-        /// Refuse every TCP `connect` and `bind` (Landlock ABI v4+).
+        /// Network off, as for [`Sandbox::ReadOnly`].
         deny_network: bool,
     },
 }
@@ -135,6 +137,7 @@ pub(super) struct PreparedSandbox {
     ruleset: OwnedFd,
     filter: Filter,
     protect: Option<Protect>,
+    placeholders: Placeholders,
     env: Vec<(String, OsString)>,
 }
 
@@ -169,7 +172,7 @@ impl Sandbox {
         self
     }
 
-    /// This sandbox with TCP `connect`/`bind` refused (`deny`) or not.
+    /// This sandbox with the network off (`deny`) or not.
     pub fn with_network_denied(mut self, deny: bool) -> Self {
         match &mut self {
             Sandbox::ReadOnly { deny_network, .. }
@@ -284,17 +287,20 @@ impl Sandbox {
                 "Landlock (ABI v5) cannot be fully enforced on this kernel: {e}"
             ))
         })?;
-        let protect = match self {
-            Sandbox::ReadOnly { .. } => None,
+        let (protect, placeholders) = match self {
+            Sandbox::ReadOnly { .. } => (None, Placeholders::default()),
             Sandbox::WorkspaceWrite {
                 workspace, protect, ..
-            } => Some(Protect::prepare(workspace, protect)?),
+            } => {
+                let (protect, placeholders) = Protect::prepare(workspace, protect)?;
+                (Some(protect), placeholders)
+            }
         };
         let fd: Option<OwnedFd> = ruleset.into();
         let ruleset = fd.ok_or_else(|| {
             SandboxError::NotEnforced("Landlock is not supported by this kernel".into())
         })?;
-        let filter = Filter::build().ok_or_else(|| {
+        let filter = Filter::build(self.denies_network()).ok_or_else(|| {
             SandboxError::NotEnforced(
                 "the seccomp filter has no program for this architecture".into(),
             )
@@ -303,16 +309,29 @@ impl Sandbox {
             ruleset,
             filter,
             protect,
+            placeholders,
             env: self.env(),
         })
+    }
+
+    /// Confines `command` (a hook's) to this sandbox: [`Sandbox::prepare`]
+    /// with no output file, then the `pre_exec` hook. Keep the returned
+    /// placeholders until the command has ended.
+    pub(crate) fn confine(
+        &self,
+        command: &mut tokio::process::Command,
+    ) -> Result<Placeholders, SandboxError> {
+        Ok(self.prepare(None)?.install(command))
     }
 }
 
 impl PreparedSandbox {
     /// Sets the environment and installs the `pre_exec` hook that
     /// restricts the child. The command never runs unrestricted: if the
-    /// hook fails, `spawn` fails with [`SANDBOX_ERRNO`].
-    pub(super) fn install(self, command: &mut tokio::process::Command) {
+    /// hook fails, `spawn` fails with [`SANDBOX_ERRNO`]. Returns the
+    /// placeholders of absent protected entries (`namespace.rs`): keep
+    /// them until the command has ended.
+    pub(super) fn install(self, command: &mut tokio::process::Command) -> Placeholders {
         for (name, value) in &self.env {
             command.env(name, value);
         }
@@ -339,6 +358,7 @@ impl PreparedSandbox {
                 restrict_in_child(fd.as_raw_fd(), &filter)
             });
         }
+        self.placeholders
     }
 }
 
@@ -431,7 +451,7 @@ fn probe_uncached() -> SandboxStatus {
                 .restrict_self()
                 .map_err(|e| e.to_string())?;
             if status.no_new_privs {
-                Filter::build()
+                Filter::build(true)
                     .ok_or("the seccomp filter has no program for this architecture")?
                     .install_in_child()
                     .map_err(|errno| {

@@ -23,6 +23,25 @@
 //!   `FS_IOC_SETVERSION` (and their 32-bit forms): `chattr` and project
 //!   ids. Every other ioctl (terminals, `FIONREAD`...) is allowed.
 //!
+//! With the network off ([`Filter::build`] with `deny_network`, every
+//! confined mode unless `network_access`), it also refuses:
+//!
+//! - `socket` and `socketpair` but for `AF_UNIX` with type `SOCK_STREAM`
+//!   or `SOCK_SEQPACKET` (the type masked with `0xf`, `SOCK_NONBLOCK` and
+//!   `SOCK_CLOEXEC` being ORed in): no `AF_INET`, `AF_INET6`,
+//!   `AF_NETLINK`, `AF_PACKET`, raw or any other family, and no Unix
+//!   datagram socket (`SOCK_DGRAM`, and `SOCK_RAW`, which the kernel makes
+//!   a datagram socket), which could `sendto` any socket path;
+//! - `connect`, whatever the socket: with only Unix sockets left, it
+//!   could only reach a Unix socket, and one outside the sandbox (a
+//!   container runtime's, a session bus) is an escape. A command's own
+//!   listening socket cannot be connected to either; `bind`, `listen` and
+//!   `accept` stay allowed (nothing inside can connect, and something
+//!   outside connecting in gets nothing it did not already have), and
+//!   `socketpair` and pipes work;
+//! - io_uring (always refused, above), whose `IORING_OP_SOCKET` and
+//!   `IORING_OP_CONNECT` would bypass these rules.
+//!
 //! A call from another ABI than the native one (x32 or i386 on x86_64,
 //! whose numbers differ) is refused as a whole, so the list cannot be
 //! sidestepped by renumbering. Everything else is allowed.
@@ -36,12 +55,21 @@
 /// endian), which for `ioctl` is the request.
 const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
+const OFFSET_ARG0_LOW: u32 = 16;
 const OFFSET_ARG1_LOW: u32 = 16 + 8;
+
+/// `AF_UNIX`, and the socket types the network rules allow for it.
+const AF_UNIX: u32 = libc::AF_UNIX as u32;
+const SOCK_STREAM: u32 = libc::SOCK_STREAM as u32;
+const SOCK_SEQPACKET: u32 = libc::SOCK_SEQPACKET as u32;
+/// The type bits of `socket`'s `type` (`SOCK_TYPE_MASK` in the kernel).
+const SOCK_TYPE_MASK: u32 = 0xf;
 
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
 const BPF_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
 const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const BPF_ALU_AND_K: u16 = 0x04 | 0x50; // BPF_ALU | BPF_AND | BPF_K
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -117,31 +145,49 @@ pub(super) struct Filter {
     program: Vec<libc::sock_filter>,
 }
 
-/// One instruction, before its jump to the final `deny` is resolved.
-enum Op {
-    Load(u32),
-    /// Jump to `deny` when equal, else fall through.
-    DenyIfEq(u32),
-    /// Jump to `deny` when greater or equal, else fall through.
-    DenyIfGe(u32),
-    /// Skip the next instruction when equal.
-    SkipIfEq(u32),
-    /// Go to the `ioctl` check when equal.
-    IoctlIfEq(u32),
+/// Where a jump lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Label {
+    /// The next instruction.
+    Next,
+    /// The final `return EPERM`.
+    Deny,
+    /// The final `return allow`.
     Allow,
-    /// The start of the `ioctl` request check.
-    IoctlStart,
+    /// The `ioctl` request check.
+    Ioctl,
+    /// The `socket` / `socketpair` domain and type check.
+    Socket,
+}
+
+/// One instruction, before its jumps are resolved.
+enum Op {
+    /// Load the 32-bit word at this `seccomp_data` offset.
+    Load(u32),
+    /// `A &= k`.
+    And(u32),
+    /// `if A == k goto jt else goto jf`.
+    Eq(u32, Label, Label),
+    /// `if A >= k goto jt else goto jf`.
+    Ge(u32, Label, Label),
+    /// Return `allow`.
+    Allow,
+    /// Return `EPERM`.
+    Deny,
+    /// Marks where a label lands (emits nothing).
+    Mark(Label),
 }
 
 impl Filter {
     /// The program for this architecture; `None` when there is none
-    /// (an architecture the sandbox does not know).
-    pub(super) fn build() -> Option<Filter> {
+    /// (an architecture the sandbox does not know). With `deny_network`,
+    /// the network rules too (see the module documentation).
+    pub(super) fn build(deny_network: bool) -> Option<Filter> {
         if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
             return None;
         }
         Some(Filter {
-            program: assemble(&ops())?,
+            program: assemble(&ops(deny_network))?,
         })
     }
 
@@ -180,71 +226,112 @@ impl Filter {
     }
 }
 
+/// A system call number as the filter compares it (they are small and
+/// non-negative).
+fn nr(call: libc::c_long) -> u32 {
+    u32::try_from(call).unwrap_or(u32::MAX)
+}
+
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn ops() -> Vec<Op> {
-    let mut ops = vec![Op::Load(OFFSET_ARCH), Op::SkipIfEq(AUDIT_ARCH)];
-    // Not the native architecture: refuse everything (`>= 0` always holds).
-    ops.push(Op::DenyIfGe(0));
+fn ops(deny_network: bool) -> Vec<Op> {
+    use Label::{Deny, Ioctl, Next, Socket};
+    // Not the native architecture: refuse everything.
+    let mut ops = vec![Op::Load(OFFSET_ARCH), Op::Eq(AUDIT_ARCH, Next, Deny)];
     ops.push(Op::Load(OFFSET_NR));
     #[cfg(target_arch = "x86_64")]
-    ops.push(Op::DenyIfGe(X32_SYSCALL_BIT));
-    for nr in refused_calls() {
-        // System call numbers are small and non-negative.
-        ops.push(Op::DenyIfEq(u32::try_from(nr).unwrap_or(u32::MAX)));
+    ops.push(Op::Ge(X32_SYSCALL_BIT, Deny, Next));
+    for call in refused_calls() {
+        ops.push(Op::Eq(nr(call), Deny, Next));
     }
-    let ioctl = u32::try_from(libc::SYS_ioctl).unwrap_or(u32::MAX);
-    ops.push(Op::IoctlIfEq(ioctl));
+    if deny_network {
+        ops.push(Op::Eq(nr(libc::SYS_connect), Deny, Next));
+        ops.push(Op::Eq(nr(libc::SYS_socket), Socket, Next));
+        ops.push(Op::Eq(nr(libc::SYS_socketpair), Socket, Next));
+    }
+    ops.push(Op::Eq(nr(libc::SYS_ioctl), Ioctl, Next));
     ops.push(Op::Allow);
-    ops.push(Op::IoctlStart);
+    ops.push(Op::Mark(Ioctl));
     ops.push(Op::Load(OFFSET_ARG1_LOW));
     for request in REFUSED_IOCTLS {
-        ops.push(Op::DenyIfEq(request));
+        ops.push(Op::Eq(request, Deny, Next));
     }
     ops.push(Op::Allow);
+    if deny_network {
+        // `socket(domain, type, protocol)` and `socketpair(domain, type,
+        // protocol, sv)`: only `AF_UNIX`, only the connection-oriented
+        // types (`SOCK_STREAM`, `SOCK_SEQPACKET`; the low four bits of
+        // `type`, the rest being `SOCK_NONBLOCK` / `SOCK_CLOEXEC`).
+        // `SOCK_DGRAM` can `sendto` any socket path, and an `AF_UNIX`
+        // `SOCK_RAW` is a datagram socket too.
+        ops.push(Op::Mark(Socket));
+        ops.push(Op::Load(OFFSET_ARG0_LOW));
+        ops.push(Op::Eq(AF_UNIX, Next, Deny));
+        ops.push(Op::Load(OFFSET_ARG1_LOW));
+        ops.push(Op::And(SOCK_TYPE_MASK));
+        ops.push(Op::Eq(SOCK_STREAM, Label::Allow, Next));
+        ops.push(Op::Eq(SOCK_SEQPACKET, Label::Allow, Deny));
+    }
+    ops.push(Op::Mark(Label::Allow));
+    ops.push(Op::Allow);
+    ops.push(Op::Mark(Deny));
+    ops.push(Op::Deny);
     ops
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn ops() -> Vec<Op> {
+fn ops(_deny_network: bool) -> Vec<Op> {
     Vec::new()
 }
 
-/// Resolves the jumps: `deny` is the instruction after the last op;
-/// `IoctlStart` emits nothing but marks where `IoctlIfEq` lands.
+/// Resolves the jumps (all forward, each at most 255 instructions).
 fn assemble(ops: &[Op]) -> Option<Vec<libc::sock_filter>> {
-    let emitted: Vec<&Op> = ops
-        .iter()
-        .filter(|op| !matches!(op, Op::IoctlStart))
-        .collect();
-    let deny = emitted.len();
-    let ioctl_at = ops
-        .iter()
-        .take_while(|op| !matches!(op, Op::IoctlStart))
-        .count();
-    let to = |from: usize, target: usize| u8::try_from(target.checked_sub(from + 1)?).ok();
+    let mut at = std::collections::HashMap::new();
+    let mut count = 0usize;
+    for op in ops {
+        match op {
+            Op::Mark(label) => {
+                at.insert(*label, count);
+            }
+            _ => count += 1,
+        }
+    }
+    let target = |from: usize, label: Label| -> Option<u8> {
+        if label == Label::Next {
+            return Some(0);
+        }
+        u8::try_from(at.get(&label)?.checked_sub(from + 1)?).ok()
+    };
     let stmt = |code, k| libc::sock_filter {
         code,
         jt: 0,
         jf: 0,
         k,
     };
-    let jump = |code, jt, k| libc::sock_filter { code, jt, jf: 0, k };
-    let mut program = Vec::with_capacity(deny + 1);
-    for (i, op) in emitted.iter().enumerate() {
-        program.push(match op {
+    let mut program = Vec::with_capacity(count);
+    for op in ops {
+        let i = program.len();
+        let insn = match op {
+            Op::Mark(_) => continue,
             Op::Load(offset) => stmt(BPF_LD_W_ABS, *offset),
-            Op::DenyIfEq(k) => jump(BPF_JEQ_K, to(i, deny)?, *k),
-            Op::DenyIfGe(k) => jump(BPF_JGE_K, to(i, deny)?, *k),
-            Op::SkipIfEq(k) => jump(BPF_JEQ_K, 1, *k),
-            Op::IoctlIfEq(k) => jump(BPF_JEQ_K, to(i, ioctl_at)?, *k),
+            Op::And(k) => stmt(BPF_ALU_AND_K, *k),
+            Op::Eq(k, jt, jf) | Op::Ge(k, jt, jf) => libc::sock_filter {
+                code: if matches!(op, Op::Eq(..)) {
+                    BPF_JEQ_K
+                } else {
+                    BPF_JGE_K
+                },
+                jt: target(i, *jt)?,
+                jf: target(i, *jf)?,
+                k: *k,
+            },
             Op::Allow => stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
-            Op::IoctlStart => return None,
-        });
+            Op::Deny => stmt(
+                BPF_RET_K,
+                libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & 0xFFFF),
+            ),
+        };
+        program.push(insn);
     }
-    program.push(stmt(
-        BPF_RET_K,
-        libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & 0xFFFF),
-    ));
     Some(program)
 }
 
@@ -254,11 +341,16 @@ mod tests {
 
     #[test]
     fn the_program_builds_within_bpf_limits() {
-        let filter = Filter::build().expect("a filter for this architecture");
-        assert!(filter.len() > REFUSED_IOCTLS.len() + 30);
-        assert!(filter.len() < 255);
-        let last = filter.program.last().expect("a last instruction");
-        assert_eq!(last.code, BPF_RET_K);
-        assert_eq!(last.k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        for deny_network in [false, true] {
+            let filter = Filter::build(deny_network).expect("a filter for this architecture");
+            assert!(filter.len() > REFUSED_IOCTLS.len() + 30);
+            assert!(filter.len() < 255);
+            let last = filter.program.last().expect("a last instruction");
+            assert_eq!(last.code, BPF_RET_K);
+            assert_eq!(last.k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        }
+        let open = Filter::build(false).expect("a filter").len();
+        let closed = Filter::build(true).expect("a filter").len();
+        assert!(closed > open + 6, "{open} {closed}");
     }
 }
