@@ -21,6 +21,7 @@ fn hooks(args: &[&str]) -> (bool, bool, bool) {
         ),
     )
     .unwrap();
+    troupe_test_support::trust::trust_fixture(&case.ws);
     let (code, stdout, _) = case.exec(args, &[], vec![]);
     assert_eq!(code, Some(0), "{stdout}");
     let default = case.outside.join("default.txt").exists();

@@ -164,7 +164,11 @@ impl Case {
                     .env("PATH", "/usr/local/bin:/usr/bin:/bin");
                 c
             }
-            None => Command::new(bin()),
+            None => {
+                let mut c = Command::new(bin());
+                troupe_test_support::trust::isolated(&mut c);
+                c
+            }
         };
         let out = cmd
             .arg("exec")
