@@ -20,7 +20,9 @@ pub fn scratch_dir() -> &'static std::path::Path {
     DIR.get_or_init(|| {
         let shm = std::path::Path::new("/dev/shm");
         let made = if shm.is_dir() {
-            tempfile::Builder::new().prefix("troupe-fuzz-").tempdir_in(shm)
+            tempfile::Builder::new()
+                .prefix("troupe-fuzz-")
+                .tempdir_in(shm)
         } else {
             tempfile::Builder::new().prefix("troupe-fuzz-").tempdir()
         };

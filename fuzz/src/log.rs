@@ -33,7 +33,10 @@ pub fn run(data: &[u8]) {
         .unwrap_or_else(|e| panic!("reopen must accept any bytes: {e}"));
     drop(log);
     let kept = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    assert_eq!(report.valid_len, kept as u64, "recovery kept the wrong length");
+    assert_eq!(
+        report.valid_len, kept as u64,
+        "recovery kept the wrong length"
+    );
     assert_eq!(report.torn_bytes, (data.len() - kept) as u64);
     let lines = data[..kept].iter().filter(|&&b| b == b'\n').count() as u64;
     assert_eq!(report.events, lines, "recovery counted the lines wrong");
@@ -42,7 +45,11 @@ pub fn run(data: &[u8]) {
 
     let reader = EventReader::open(&events_path).unwrap_or_else(|e| panic!("open: {e}"));
     let items: Vec<_> = reader.collect();
-    assert_eq!(items.len() as u64, lines, "the reader yielded the wrong number of lines");
+    assert_eq!(
+        items.len() as u64,
+        lines,
+        "the reader yielded the wrong number of lines"
+    );
     for (i, item) in items.iter().enumerate() {
         let line = match item {
             Ok((line, _)) => *line,
@@ -54,7 +61,11 @@ pub fn run(data: &[u8]) {
 
     let transcript = Transcript::from_events(items.clone().into_iter());
     let _ = transcript.render();
-    let events: Vec<_> = items.into_iter().filter_map(Result::ok).map(|(_, e)| e.event).collect();
+    let events: Vec<_> = items
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|(_, e)| e.event)
+        .collect();
     let _ = agent_tree(events.clone().into_iter());
     let _ = troupe_runtime::context::messages_from_events(events);
 

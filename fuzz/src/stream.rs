@@ -9,7 +9,8 @@
 //!
 //! Checked, besides "no panic, no hang":
 //! - chunking does not matter: the body fed whole and fed in the chosen
-//!   chunks gives the same events and the same first error;
+//!   chunks gives the same SSE events (names and ids included) and the
+//!   same model events and first error;
 //! - the events a client sees follow the provider tests' event grammar
 //!   (`check_grammar`: one start per call, deltas and the end only after
 //!   the start, one end, one `Usage`, `Finish` last), and every call ended
@@ -17,7 +18,9 @@
 
 use std::collections::BTreeMap;
 
-use troupe_provider::{ModelEvent, ModelResponse, StreamDecoder, StreamParser};
+use troupe_provider::{
+    ModelEvent, ModelResponse, SseDecoder, SseEvent, StreamDecoder, StreamParser,
+};
 
 /// Seed of the id generator, so two runs name generated call ids alike.
 const ID_SEED: u64 = 0x5eed;
@@ -31,12 +34,20 @@ pub fn run<D: StreamDecoder>(data: &[u8], make: impl Fn() -> D) {
     let (ctrl, body) = rest.split_at(ctrl_len);
     let chunks = split(body, ctrl);
 
+    assert_eq!(
+        sse_events(&[body]),
+        sse_events(&chunks),
+        "SSE framing depends on the chunking ({} chunks)",
+        chunks.len()
+    );
+
     fastrand::seed(ID_SEED);
     let whole = feed_all(make(), &[body]);
     fastrand::seed(ID_SEED);
     let chunked = feed_all(make(), &chunks);
     assert_eq!(
-        whole, chunked,
+        whole,
+        chunked,
         "the same body split into {} chunks decoded differently",
         chunks.len()
     );
@@ -77,6 +88,18 @@ pub fn split<'a>(body: &'a [u8], ctrl: &[u8]) -> Vec<&'a [u8]> {
     chunks
 }
 
+/// The SSE events of `chunks` (framing alone: event names and ids too,
+/// which the format decoders mostly ignore).
+fn sse_events(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    let mut sse = SseDecoder::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        sse.feed(chunk, &mut out);
+    }
+    sse.finish(&mut out);
+    out
+}
+
 /// Feeds every chunk (going on after errors, as the parser allows) and
 /// finishes: every event, and the first error as text.
 fn feed_all<D: StreamDecoder>(decoder: D, chunks: &[&[u8]]) -> (Vec<ModelEvent>, Option<String>) {
@@ -96,10 +119,7 @@ fn feed_all<D: StreamDecoder>(decoder: D, chunks: &[&[u8]]) -> (Vec<ModelEvent>,
 
 /// What `ProviderClient` does with a body: feed chunks until an error or
 /// the end marker, `finish` when the body ends.
-fn client<D: StreamDecoder>(
-    decoder: D,
-    chunks: &[&[u8]],
-) -> (Vec<ModelEvent>, Result<(), String>) {
+fn client<D: StreamDecoder>(decoder: D, chunks: &[&[u8]]) -> (Vec<ModelEvent>, Result<(), String>) {
     let mut parser = StreamParser::new(decoder);
     let mut out = Vec::new();
     for chunk in chunks {
@@ -139,12 +159,21 @@ fn check_tool_calls(events: &[ModelEvent], clean_end: bool) {
             }
             ModelEvent::ToolCallDelta { index, .. } => {
                 let seen = calls.entry(*index).or_default();
-                assert!(seen.started, "event {pos}: delta of call {index} before its start");
-                assert!(!seen.ended, "event {pos}: delta of call {index} after its end");
+                assert!(
+                    seen.started,
+                    "event {pos}: delta of call {index} before its start"
+                );
+                assert!(
+                    !seen.ended,
+                    "event {pos}: delta of call {index} after its end"
+                );
             }
             ModelEvent::ToolCallEnd { index, .. } => {
                 let seen = calls.entry(*index).or_default();
-                assert!(seen.started, "event {pos}: end of call {index} before its start");
+                assert!(
+                    seen.started,
+                    "event {pos}: end of call {index} before its start"
+                );
                 assert!(!seen.ended, "event {pos}: call {index} ended twice");
                 seen.ended = true;
             }
@@ -161,7 +190,10 @@ fn check_tool_calls(events: &[ModelEvent], clean_end: bool) {
     assert!(usages <= 1, "{usages} Usage events");
     if clean_end {
         for (index, seen) in &calls {
-            assert!(seen.ended, "call {index} started but the stream ended cleanly without its end");
+            assert!(
+                seen.ended,
+                "call {index} started but the stream ended cleanly without its end"
+            );
         }
     }
 }

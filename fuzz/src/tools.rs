@@ -18,7 +18,15 @@ fn registry() -> &'static ToolRegistry {
     REGISTRY.get_or_init(|| {
         let rules = |r: &[&str]| r.iter().map(|s| (*s).to_owned()).collect();
         ToolRegistry::builtin().with_policy(PermissionPolicy {
-            allow: rules(&["read_file", "list_files", "grep", "write_file(src/**)", "exec_command(git *)", "exec_command(cargo test*)", "edit_file(*.rs)"]),
+            allow: rules(&[
+                "read_file",
+                "list_files",
+                "grep",
+                "write_file(src/**)",
+                "exec_command(git *)",
+                "exec_command(cargo test*)",
+                "edit_file(*.rs)",
+            ]),
             deny: rules(&["write_file(secrets/*)", "exec_command(rm *)", "*(.env)"]),
             ask: rules(&["edit_file(*.toml)", "exec_command(git push*)"]),
         })
@@ -47,14 +55,24 @@ pub fn run(data: &[u8]) {
     let registry = registry();
     match registry.validate(name, text) {
         Ok((_tool, value)) => {
-            assert!(value.is_object(), "{name}: a valid argument value is not an object: {value}");
+            assert!(
+                value.is_object(),
+                "{name}: a valid argument value is not an object: {value}"
+            );
             let _ = registry.check_permission(name, &value);
             let _ = registry.check_permission_in(name, &value, crate::scratch_dir());
             for key in ["path", "command", "pattern", "content", "old", "new"] {
                 let _ = args::required_str(&value, key);
                 let _ = args::opt_str(&value, key);
             }
-            for key in ["start_line", "end_line", "max_results", "timeout_ms", "yield_time_ms", "max_output_tokens"] {
+            for key in [
+                "start_line",
+                "end_line",
+                "max_results",
+                "timeout_ms",
+                "yield_time_ms",
+                "max_output_tokens",
+            ] {
                 let _ = args::opt_u64(&value, key);
             }
             let _ = args::bool_or(&value, "recursive", false);

@@ -167,7 +167,10 @@ impl PendingCall {
             return;
         }
         if self.ended {
-            tracing::debug!(index = self.ordinal, "tool call arguments after its end ignored");
+            tracing::debug!(
+                index = self.ordinal,
+                "tool call arguments after its end ignored"
+            );
             return;
         }
         self.args.push_str(fragment);
