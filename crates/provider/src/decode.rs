@@ -159,8 +159,18 @@ impl PendingCall {
     }
 
     /// Appends an argument fragment, emitting it if the call has started.
+    /// A fragment after the call's end is ignored: the call was already
+    /// handed over whole (a `ToolCallDelta` after its `ToolCallEnd` would
+    /// break the event grammar; found by fuzzing, docs/security.md#fuzzing).
     pub fn push_args(&mut self, fragment: &str, out: &mut Vec<ModelEvent>) {
         if fragment.is_empty() {
+            return;
+        }
+        if self.ended {
+            tracing::debug!(
+                index = self.ordinal,
+                "tool call arguments after its end ignored"
+            );
             return;
         }
         self.args.push_str(fragment);

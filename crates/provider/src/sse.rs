@@ -45,8 +45,13 @@ impl SseDecoder {
         Self::default()
     }
 
-    /// Decodes `chunk`, appending every completed event to `out`.
+    /// Decodes `chunk`, appending every completed event to `out`. An empty
+    /// chunk changes nothing (it used to forget a CR that ended the chunk
+    /// before, so the LF of that CRLF became a blank line).
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        if chunk.is_empty() {
+            return;
+        }
         let mut rest = chunk;
         if !self.started {
             const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -186,6 +191,26 @@ mod tests {
             assert_eq!(evs[0].data, "h\u{e9}llo \u{1F600}");
             assert_eq!(evs[1].data, "b");
         }
+    }
+
+    #[test]
+    fn an_empty_chunk_between_cr_and_lf_is_no_blank_line() {
+        let input: &[&[u8]] = &[
+            b"event: a\r",
+            b"",
+            b"\ndata: one\r",
+            b"",
+            b"\ndata: two\r\n\r\n",
+        ];
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for chunk in input {
+            d.feed(chunk, &mut out);
+        }
+        d.finish(&mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].event.as_deref(), Some("a"));
+        assert_eq!(out[0].data, "one\ntwo");
     }
 
     #[test]

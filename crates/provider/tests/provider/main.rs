@@ -9,6 +9,7 @@
 mod bodies;
 mod common;
 mod fixtures;
+mod fuzzed;
 mod quirks;
 mod raw_server;
 mod reasoning;
