@@ -51,7 +51,7 @@ pub mod types;
 pub use anthropic::{AnthropicDecoder, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use catalog::{ModelCatalog, ModelInfo, ModelOverride, Pricing};
 pub use client::ProviderClient;
-pub use config::{ProviderConfig, ProviderKind, Timeouts};
+pub use config::{ProviderConfig, ProviderKind, Sampling, Timeouts};
 pub use decode::{StreamDecoder, StreamParser};
 pub use error::{ProviderError, is_context_overflow_text};
 pub use gemini::GeminiDecoder;

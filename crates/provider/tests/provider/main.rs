@@ -15,5 +15,6 @@ mod raw_server;
 mod reasoning;
 mod responses;
 mod responses_http;
+mod sampling;
 mod scripted;
 mod secrets;
