@@ -35,8 +35,10 @@ use support::{
 };
 use troupe_test_support::git::{CALC_SH, TEST_SH};
 
-/// The longest one `troupe` process of a scenario may take.
-const LIMIT: Duration = Duration::from_secs(480);
+/// The longest one `troupe` process of a scenario may take: a first
+/// prompt with a cold server cache takes 2 to 4 minutes on two cores that
+/// other work shares (the whole tier is bounded by CI's own time).
+const LIMIT: Duration = Duration::from_secs(900);
 
 fn exec(ws: &std::path::Path, prompt: &str) -> std::process::Command {
     let mut cmd = troupe(ws);
@@ -55,7 +57,8 @@ fn exec_runs_the_models_tool_calls() {
     let out = run(
         exec(
             ws.path(),
-            "Run the command `sh test.sh` with the exec_command tool, then tell me what it printed.",
+            "Call the exec_command tool with the arguments {\"command\": \"sh test.sh\"}, then tell me \
+             what it printed.",
         ),
         LIMIT,
         "troupe exec",
@@ -88,9 +91,9 @@ fn a_subagent_runs_and_hands_off_once() {
     let out = run(
         exec(
             ws.path(),
-            "Call the spawn_subagent tool with name \"reader\" and task \"Run `cat calc.sh` with \
-             the exec_command tool and report what it prints.\" Then tell me what the subagent \
-             reported.",
+            "Call the spawn_subagent tool with the arguments {\"name\": \"reader\", \"task\": \
+             \"Read the file calc.sh with the read_file tool and say what it does.\"}. Then tell me \
+             what the subagent reported.",
         ),
         LIMIT,
         "troupe exec",
@@ -166,7 +169,8 @@ fn compaction_inside_the_window_keeps_the_log_whole() {
     let first = run(
         exec(
             ws.path(),
-            "Run `sh step1.sh` with the exec_command tool, then reply with the last line it printed.",
+            "Call the exec_command tool with the arguments {\"command\": \"sh step1.sh\"}, then reply \
+             with the last line it printed.",
         ),
         LIMIT,
         "troupe exec",
@@ -184,7 +188,10 @@ fn compaction_inside_the_window_keeps_the_log_whole() {
     cmd.args(["exec", "--workspace"])
         .arg(ws.path())
         .args(["resume", &id])
-        .arg("Now run `sh step2.sh` the same way and reply with its last line.");
+        .arg(
+            "Now call the exec_command tool with the arguments {\"command\": \"sh step2.sh\"} and \
+             reply with the last line it printed.",
+        );
     let second = run(cmd, LIMIT, "troupe exec resume");
     let evs = log(&dir);
     let boundaries = of_type(&evs, "thread.compact_boundary");
@@ -232,7 +239,7 @@ checks = ["grep -q hello hello.txt"]
 
 [[proposers]]
 name = "writer"
-task = "Create the file hello.txt containing the word hello, with the write_file tool. Then call handoff."
+task = "Call the write_file tool with the arguments {\"path\": \"hello.txt\", \"content\": \"hello\"}. Then call handoff."
 max_turns = 4
 "#;
 
@@ -309,7 +316,12 @@ fn the_pipeline_ends_with_a_typed_verdict() {
         last["subtype"] = Value::from("success");
     }
     assert_invariants(&whole, 1, "pipeline");
-    Figures::of(&evs, out.wall).report("pipeline");
+    let approved = verdicts.iter().any(|v| v["verdict"]["approved"] == true);
+    Figures::of(&evs, out.wall).report(&format!(
+        "pipeline (gate {}, verdict {})",
+        gate["outcome_code"].as_str().unwrap_or_default(),
+        if approved { "approved" } else { "rejected" }
+    ));
 }
 
 /// The events of the complete lines of a log being written.
@@ -360,7 +372,8 @@ fn sigkill_mid_stream_then_resume_completes() {
     let mut child = troupe_test_support::process::Proc::spawn(
         exec(
             ws.path(),
-            "Read calc.sh with the read_file tool, then explain in about 100 words what it does.",
+            "Call the read_file tool with the arguments {\"path\": \"calc.sh\"}, then explain in \
+             about 100 words what the file does.",
         ),
         logs.path(),
         "exec",
