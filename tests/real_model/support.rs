@@ -37,6 +37,9 @@ pub fn model_url() -> String {
 /// The time limits are raised because a first prompt of a few thousand
 /// tokens takes a minute or two on two shared cores, past today's 60 s
 /// first-byte default; the tests assert no timeout trips under them.
+/// Retries keep their default: llama-server closes idle keep-alive
+/// connections, and a request sent on one as it closes fails with
+/// "connection closed before message completed", which troupe retries.
 pub fn troupe_toml(url: &str, max_turns: u32, max_output_tokens: u32, extra: &str) -> String {
     format!(
         r#"[agent]
@@ -52,7 +55,6 @@ seed = 42
 max_output_tokens = {max_output_tokens}
 first_byte_timeout_ms = 600000
 idle_timeout_ms = 600000
-max_retries = 0
 
 [models."{MODEL}"]
 context_window = {WINDOW}
