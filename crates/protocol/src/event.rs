@@ -2,8 +2,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ApprovalRequestedEvent, ApprovalResolvedEvent, CheckRun, HandoffRequest, ThreadItem, Usage,
-    Verdict,
+    ApprovalRequestedEvent, ApprovalResolvedEvent, CheckRun, HandoffRequest, StalledEvent,
+    ThreadItem, Usage, Verdict,
 };
 
 /// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
@@ -111,6 +111,10 @@ pub enum ThreadEvent {
     /// The one decision on a request.
     #[serde(rename = "troupe.approval_resolved")]
     ApprovalResolved(ApprovalResolvedEvent),
+    /// An agent repeated itself for `stall_threshold` turns, and what the
+    /// runtime did about it.
+    #[serde(rename = "troupe.stalled")]
+    Stalled(StalledEvent),
     /// The terminal event of a thread: how it ended, what it cost.
     #[serde(rename = "thread.completed")]
     ThreadCompleted(ThreadCompletedEvent),
@@ -145,13 +149,14 @@ impl ThreadEvent {
             ThreadEvent::Gate(_) => "troupe.gate",
             ThreadEvent::ApprovalRequested(_) => "troupe.approval_requested",
             ThreadEvent::ApprovalResolved(_) => "troupe.approval_resolved",
+            ThreadEvent::Stalled(_) => "troupe.stalled",
             ThreadEvent::ThreadCompleted(_) => "thread.completed",
             ThreadEvent::Unknown => "unknown",
         }
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 21] = [
+    pub const KNOWN_TYPES: [&'static str; 22] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -172,6 +177,7 @@ impl ThreadEvent {
         "troupe.gate",
         "troupe.approval_requested",
         "troupe.approval_resolved",
+        "troupe.stalled",
         "thread.completed",
     ];
 }
