@@ -289,7 +289,7 @@ async fn a_restarted_agent_resumes_from_its_last_compaction() {
         .find(|r| {
             r.tool_results()
                 .iter()
-                .any(|t| t.output.starts_with("interrupted:"))
+                .any(|t| t.output.contains("interrupted: troupe restarted"))
         })
         .expect("a request after the restart");
     let user = first.first_user_text().unwrap_or_default();
