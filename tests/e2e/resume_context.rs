@@ -2,8 +2,10 @@
 //! transcript it discarded: `troupe sessions resume` after a SIGKILL,
 //! `troupe exec resume` of a run that compacted, and `troupe exec resume`
 //! after `troupe sessions compact`. Each reads the first request the
-//! resumed agent sent to the scripted server: it carries the summary
-//! envelope (or the orientation) and none of the folded tool output, and
+//! resumed agent sent to the scripted server: it opens with the recorded
+//! summary envelope (or orientation), carries none of the folded tool
+//! output, and came without a new compaction (a resume that rebuilt the
+//! whole transcript would be past the threshold again and fold it anew);
 //! the step that had run is not run again.
 
 use std::path::Path;
@@ -14,7 +16,7 @@ use serde_json::json;
 use troupe_protocol::{CompletionSubtype, ContextMessage, ThreadEvent};
 use troupe_test_support::scripts::{STEP_COMMAND, steps_taken};
 use troupe_test_support::wait::wait_until_blocking;
-use troupe_testkit::{RecordedRequest, Reply, Script};
+use troupe_testkit::{RecordedRequest, Reply, Rule, Script};
 
 use super::exec::{Server, exec_cmd, log_events, session_dir};
 use super::{stderr, stdout, troupe};
@@ -95,6 +97,48 @@ fn assert_starts_from_the_summary(first: &RecordedRequest) {
     );
 }
 
+/// The text of the first message of the continuation `events`' last
+/// boundary (or reset, `resets`) records, and how many there are.
+fn recorded(ws: &Path, resets: bool) -> (usize, String) {
+    let records: Vec<Vec<ContextMessage>> = log_events(&session_dir(ws))
+        .into_iter()
+        .filter_map(|e| match e {
+            ThreadEvent::CompactBoundary(b) if !resets => b.continuation,
+            ThreadEvent::ContextReset(r) if resets => r.continuation,
+            _ => None,
+        })
+        .collect();
+    let first = match records.last().and_then(|c| c.first()) {
+        Some(ContextMessage::User { text }) => text.clone(),
+        other => panic!("no recorded continuation: {other:?}"),
+    };
+    (records.len(), first)
+}
+
+/// The resumed agent started from the recorded continuation: its first
+/// request opens with that message, and it did not compact (or reset)
+/// again (a resume that rebuilt the whole transcript would be past the
+/// threshold again and fold it anew).
+fn assert_started_from_the_record(
+    ws: &Path,
+    resets: bool,
+    before: &(usize, String),
+    first: &RecordedRequest,
+) {
+    let after = recorded(ws, resets);
+    assert_eq!(
+        after.0,
+        before.0,
+        "the resume {} again instead of starting from the recorded one",
+        if resets { "reset" } else { "compacted" }
+    );
+    assert_eq!(
+        first.first_user_text().as_deref(),
+        Some(before.1.as_str()),
+        "the resumed request does not start from the recorded continuation"
+    );
+}
+
 fn session_id(ws: &Path) -> String {
     session_dir(ws)
         .file_name()
@@ -161,9 +205,14 @@ fn sessions_resume(ws: &Path, id: &str) -> std::process::Output {
 }
 
 fn exec_resume(ws: &Path, server: &Server, id: &str, prompt: &str) -> std::process::Output {
-    let out = exec_cmd(ws, &server.url(), &["--model", "scripted", "resume", id], prompt)
-        .output()
-        .unwrap();
+    let out = exec_cmd(
+        ws,
+        &server.url(),
+        &["--model", "scripted", "resume", id],
+        prompt,
+    )
+    .output()
+    .unwrap();
     super::vtcode::check_output(&out, "troupe exec resume");
     out
 }
@@ -177,12 +226,15 @@ fn sessions_resume_after_a_compaction_starts_from_its_summary() {
     replies.push(Reply::text("all done"));
     let server = Server::with_script(Script::replies(replies));
     let seen = exec_killed_mid_request(ws.path(), &server, 5, "thread.compact_boundary");
+    let before = recorded(ws.path(), false);
 
     let out = sessions_resume(ws.path(), &session_id(ws.path()));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reqs = server.server.requests();
-    assert_eq!(reqs.len(), seen + 1, "one request after the resume");
+    assert!(reqs.len() > seen, "no request after the resume");
+    assert_started_from_the_record(ws.path(), false, &before, &reqs[seen]);
     assert_starts_from_the_summary(&reqs[seen]);
+    assert_eq!(reqs.len(), seen + 1, "one request after the resume");
     // What had run is not run again.
     assert_eq!(steps_taken(ws.path()), 1);
     let done = completed(ws.path());
@@ -202,12 +254,15 @@ fn sessions_resume_after_a_reset_starts_from_the_orientation() {
     replies.push(Reply::text("all done"));
     let server = Server::with_script(Script::replies(replies));
     let seen = exec_killed_mid_request(ws.path(), &server, 5, "context.reset");
+    let before = recorded(ws.path(), true);
 
     let out = sessions_resume(ws.path(), &session_id(ws.path()));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reqs = server.server.requests();
-    assert_eq!(reqs.len(), seen + 1, "one request after the resume");
+    assert!(reqs.len() > seen, "no request after the resume");
     let first = &reqs[seen];
+    assert_started_from_the_record(ws.path(), true, &before, first);
+    assert_eq!(reqs.len(), seen + 1, "one request after the resume");
     let user = first.first_user_text().unwrap_or_default();
     assert!(
         user.starts_with("[Orientation Context]")
@@ -230,7 +285,12 @@ fn exec_resume_after_an_auto_compaction_starts_from_its_summary() {
     let mut replies = work();
     replies.push(Reply::text("first run done"));
     replies.push(Reply::text("second run done"));
-    let server = Server::with_script(Script::replies(replies));
+    // Whatever else is asked (a summary call of a resume that compacted
+    // again) gets an answer, so the test fails on what it checks.
+    let server = Server::with_script(
+        Script::replies(replies)
+            .then_rule(Rule::tool_calls_until("none", 0).with_final_text("extra")),
+    );
     let out = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], TASK)
         .output()
         .unwrap();
@@ -243,14 +303,20 @@ fn exec_resume_after_an_auto_compaction_starts_from_its_summary() {
         "the run compacted, and its boundary records the summary and the continuation"
     );
     let seen = server.server.request_count();
+    let before = recorded(ws.path(), false);
 
     let out = exec_resume(ws.path(), &server, &id, "Say what you found.");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reqs = server.server.requests();
-    assert_eq!(reqs.len(), seen + 1);
+    assert!(reqs.len() > seen, "no request after the resume");
     let first = &reqs[seen];
-    assert_eq!(first.last_user_text().as_deref(), Some("Say what you found."));
+    assert_started_from_the_record(ws.path(), false, &before, first);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        first.last_user_text().as_deref(),
+        Some("Say what you found.")
+    );
     assert_starts_from_the_summary(first);
+    assert_eq!(reqs.len(), seen + 1);
     assert_eq!(steps_taken(ws.path()), 1);
     assert_eq!(
         completed(ws.path()).result.as_deref(),
@@ -325,13 +391,19 @@ fn exec_resume_after_sessions_compact_uses_the_compacted_history() {
         stdout(&again)
     );
 
+    let before = recorded(ws.path(), false);
     let out = exec_resume(ws.path(), &server, &id, "Say what you found.");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reqs = server.server.requests();
-    assert_eq!(reqs.len(), seen + 1);
+    assert!(reqs.len() > seen, "no request after the resume");
     let first = &reqs[seen];
-    assert_eq!(first.last_user_text().as_deref(), Some("Say what you found."));
     assert_starts_from_the_summary(first);
+    assert_started_from_the_record(ws.path(), false, &before, first);
+    assert_eq!(
+        first.last_user_text().as_deref(),
+        Some("Say what you found.")
+    );
+    assert_eq!(reqs.len(), seen + 1);
     assert!(
         first.tool_results().is_empty(),
         "no tail was asked for: {:?}",

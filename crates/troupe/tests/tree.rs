@@ -267,20 +267,38 @@ async fn a_restarted_agent_resumes_from_its_last_compaction() {
     })
     .await
     .unwrap();
-    let end = f.run_root("Read a.txt, b.txt and c.txt, then record twice.").await.unwrap();
+    let end = f
+        .run_root("Read a.txt, b.txt and c.txt, then record twice.")
+        .await
+        .unwrap();
     f.tree.shutdown().await.unwrap();
     let done = end.completed().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(done.subtype, CompletionSubtype::Success);
     let evs = try_read_log(f.log.events_path()).unwrap();
-    let boundary = evs
-        .iter()
-        .position(|e| matches!(e, ThreadEvent::CompactBoundary(b) if b.continuation.is_some()))
-        .expect("a compaction that records its continuation");
     let restart = evs
         .iter()
         .position(|e| matches!(e, ThreadEvent::AgentRestarted(r) if r.agent_id == "session/root"))
         .expect("the root crashed and was restarted");
-    assert!(boundary < restart);
+    let boundary = evs[..restart]
+        .iter()
+        .rposition(|e| matches!(e, ThreadEvent::CompactBoundary(b) if b.continuation.is_some()))
+        .expect("a compaction before the crash that records its continuation");
+    // It resumed from that compaction: no other one after the restart (a
+    // rebuilt transcript would be past the threshold and fold again).
+    assert!(
+        !evs[restart..]
+            .iter()
+            .any(|e| matches!(e, ThreadEvent::CompactBoundary(_))),
+        "the restarted agent compacted again instead of starting from the recorded compaction"
+    );
+    let ThreadEvent::CompactBoundary(b) = &evs[boundary] else {
+        unreachable!()
+    };
+    let Some(troupe_protocol::ContextMessage::User { text: envelope }) =
+        b.continuation.as_ref().and_then(|c| c.first())
+    else {
+        panic!("{b:?}")
+    };
     // The restarted agent's first request: the one that reports the
     // crashed write as interrupted.
     let reqs = server.requests();
@@ -298,6 +316,7 @@ async fn a_restarted_agent_resumes_from_its_last_compaction() {
         "the restarted agent starts from the transcript, not the summary: {}",
         &user[..user.len().min(300)]
     );
+    assert_eq!(&user, envelope, "not the recorded continuation");
     let text: String = first
         .messages
         .iter()

@@ -351,8 +351,12 @@ mod tests {
 
     #[test]
     fn the_task_survives_a_resume_from_an_envelope_or_an_orientation() {
-        let envelope = Message::user(format!("{ENVELOPE_HEADER}\nx\n\n## Task\nfix it\n\n## Summary of earlier turns\n- y"));
-        let orientation = Message::user(format!("{ORIENTATION_HEADER}\n\n## Task\nfix it\n\n## Loop state and progress\n- z"));
+        let envelope = Message::user(format!(
+            "{ENVELOPE_HEADER}\nx\n\n## Task\nfix it\n\n## Summary of earlier turns\n- y"
+        ));
+        let orientation = Message::user(format!(
+            "{ORIENTATION_HEADER}\n\n## Task\nfix it\n\n## Loop state and progress\n- z"
+        ));
         assert_eq!(task_of([&envelope]), Some("fix it"));
         assert_eq!(task_of([&orientation]), Some("fix it"));
         let kept = Message::user("the task");
