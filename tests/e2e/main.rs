@@ -39,6 +39,7 @@ mod remote_faults;
 mod remote_partition;
 mod responses;
 mod resume;
+mod resume_context;
 mod resume_trust;
 mod retries;
 mod sandbox;

@@ -327,6 +327,18 @@ pub struct CompactBoundaryEvent {
     /// Hash of the ordered tool catalog of the new segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_catalog_hash: Option<String>,
+    /// The summary of the folded messages (the text of the envelope's
+    /// summary section). Absent in logs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The history the new segment starts from, as the model is sent it:
+    /// the summary envelope, then the messages the compaction kept (the
+    /// continuity tail, oversized ones as bounded previews). A resume
+    /// rebuilds the thread from the last one plus the events after it.
+    /// Absent in logs written before it was recorded (a resume then
+    /// rebuilds the whole history, as those releases did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Vec<crate::ContextMessage>>,
 }
 
 /// `context.reset`.
@@ -346,6 +358,13 @@ pub struct ContextResetEvent {
     pub previous_context_usage_percent: u8,
     /// Whether per-segment tool budgets were reset.
     pub tool_budget_reset: bool,
+    /// The history the new segment starts from: the orientation message
+    /// (`on_stall`, `on_compaction`), or nothing (`plan_handoff`: the
+    /// build directive follows as a user message). A resume rebuilds the
+    /// thread from the last one plus the events after it. Absent in logs
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Vec<crate::ContextMessage>>,
 }
 
 /// `context.routed`.

@@ -29,7 +29,8 @@
 //! # Layout
 //!
 //! - `event.rs`, `item.rs`, `usage.rs`, `legacy.rs`: the event stream
-//!   (`legacy.rs` upgrades schema-1 lines);
+//!   (`legacy.rs` upgrades schema-1 lines); `context.rs`: the
+//!   continuation a compaction or a context reset records;
 //! - `handoff.rs`, `verdict.rs`: what agents and verifiers hand over;
 //!   `approval.rs`: approval policies, decisions and their events;
 //! - `spec.rs`: [`AgentSpec`] and its enums; `supervision.rs`: the
@@ -52,6 +53,7 @@
 //! ```
 
 mod approval;
+mod context;
 mod event;
 mod handoff;
 mod item;
@@ -66,6 +68,7 @@ mod usage;
 mod verdict;
 
 pub use approval::*;
+pub use context::*;
 pub use event::*;
 pub use handoff::*;
 pub use item::*;

@@ -522,6 +522,8 @@ impl ContextManager {
                 new_prefix_hash: Some(new.prefix_hash.clone()),
                 previous_catalog_hash: prev.as_ref().map(|s| s.catalog_hash.clone()),
                 new_catalog_hash: Some(new.catalog_hash),
+                summary: Some(outcome.summary.trim().to_owned()),
+                continuation: Some(super::continuation::record(messages)),
             }));
         self.pending = false;
         self.compactions += 1;
@@ -614,6 +616,7 @@ impl ContextManager {
                 previous_context_usage_percent: usage_percent
                     .map_or(0, |p| p.round().clamp(0.0, 100.0) as u8),
                 tool_budget_reset: false,
+                continuation: Some(super::continuation::record(messages)),
             }));
     }
 }
