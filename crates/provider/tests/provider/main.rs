@@ -17,3 +17,4 @@ mod responses;
 mod responses_http;
 mod scripted;
 mod secrets;
+mod timeouts;
