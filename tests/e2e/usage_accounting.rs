@@ -26,7 +26,10 @@ fn a_server_reporting_120_prompt_tokens_cannot_push_requests_past_twice_the_thre
         // Distinct files, so no two turns repeat each other; long lines,
         // so the JSON escapes of the body (a newline and a tab a line)
         // stay small beside the text.
-        let line = format!("file {i:02}: {}\n", "lorem ipsum dolor sit amet ".repeat(75));
+        let line = format!(
+            "file {i:02}: {}\n",
+            "lorem ipsum dolor sit amet ".repeat(75)
+        );
         let text = line.repeat(FILE_BYTES / line.len());
         std::fs::write(ws.path().join(format!("f{i:02}.txt")), text).unwrap();
     }
@@ -42,7 +45,7 @@ fn a_server_reporting_120_prompt_tokens_cannot_push_requests_past_twice_the_thre
     let mut replies: Vec<Reply> = (0..FILES)
         .map(|i| {
             Reply::tool_call(
-                &format!("c{i:02}"),
+                format!("c{i:02}"),
                 "read_file",
                 json!({ "path": format!("f{i:02}.txt") }),
             )
@@ -52,7 +55,12 @@ fn a_server_reporting_120_prompt_tokens_cannot_push_requests_past_twice_the_thre
     replies.push(Reply::text("read them all").with_usage(usage(120, 5)));
     let server = Server::start(replies);
 
-    let run = exec(ws.path(), &server, &[], "Read f00.txt to f39.txt, one by one.");
+    let run = exec(
+        ws.path(),
+        &server,
+        &[],
+        "Read f00.txt to f39.txt, one by one.",
+    );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.completed().subtype, CompletionSubtype::Success);
 
@@ -81,9 +89,7 @@ fn a_server_reporting_120_prompt_tokens_cannot_push_requests_past_twice_the_thre
     // here), hence the allowance.
     let largest = sizes.iter().copied().max().unwrap_or(0);
     let bound = 2 * threshold_bytes + FRAMING_ALLOWANCE;
-    eprintln!(
-        "largest request: {largest} bytes; {boundaries} compactions; bound {bound} bytes"
-    );
+    eprintln!("largest request: {largest} bytes; {boundaries} compactions; bound {bound} bytes");
     assert!(
         largest < bound,
         "a request of {largest} bytes went out, past 2 x {threshold_bytes} bytes (+ {FRAMING_ALLOWANCE}): {sizes:?}"

@@ -105,7 +105,11 @@ fn fenced_blocks(text: &str) -> Vec<Vec<TextToolCall>> {
             }
             // Another language, or not JSON: skip the block, closing
             // fence included.
-            None => at = text[body..].find(FENCE).map_or(text.len(), |i| body + i + FENCE.len()),
+            None => {
+                at = text[body..]
+                    .find(FENCE)
+                    .map_or(text.len(), |i| body + i + FENCE.len())
+            }
         }
     }
     out

@@ -103,7 +103,8 @@ fn malformed_json_is_left_as_text_and_later_blocks_still_count() {
 
 #[test]
 fn arguments_may_be_a_json_string_or_missing() {
-    let text = "```json\n{\"name\": \"read_file\", \"arguments\": \"{\\\"path\\\": \\\"a.txt\\\"}\"}\n```";
+    let text =
+        "```json\n{\"name\": \"read_file\", \"arguments\": \"{\\\"path\\\": \\\"a.txt\\\"}\"}\n```";
     assert_eq!(
         fenced(text),
         vec![call("read_file", serde_json::json!({"path": "a.txt"}))]
@@ -281,7 +282,11 @@ async fn native_calls_and_plain_text_pass_through_unchanged() {
             raw: Some("length".into()),
         }),
     ];
-    let events = through(futures::stream::iter(cut).boxed(), ToolCallFallback::FencedJson).await;
+    let events = through(
+        futures::stream::iter(cut).boxed(),
+        ToolCallFallback::FencedJson,
+    )
+    .await;
     assert!(ModelResponse::from_events(&events).tool_calls.is_empty());
 }
 

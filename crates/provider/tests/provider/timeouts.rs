@@ -29,7 +29,8 @@ async fn stops_mid_stream() -> (String, tokio::task::JoinHandle<()>) {
             };
             let mut buf = vec![0u8; 64 * 1024];
             let _ = sock.read(&mut buf).await;
-            let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Thinking\"}}]}\n\n";
+            let event =
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Thinking\"}}]}\n\n";
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
             let chunk = format!("{:x}\r\n{event}\r\n", event.len());
             let _ = sock.write_all(head.as_bytes()).await;
@@ -176,7 +177,10 @@ async fn a_slow_first_byte_under_the_limit_is_accepted() {
     let real = Duration::from_secs(12_000 / 20);
     let t = ProviderProfile::detect(&base).timeouts();
     assert!(t.first_byte > real && t.idle > real, "{t:?}");
-    assert!(Timeouts::hosted().first_byte < real, "the old default trips it");
+    assert!(
+        Timeouts::hosted().first_byte < real,
+        "the old default trips it"
+    );
 }
 
 #[tokio::test]
@@ -234,7 +238,11 @@ fn loopback_hosts_are_local_and_others_hosted() {
         "http://[::ffff:127.0.0.1]:8000/v1",
         "http://api.localhost/v1",
     ] {
-        assert_eq!(ProviderProfile::detect(url), ProviderProfile::Local, "{url}");
+        assert_eq!(
+            ProviderProfile::detect(url),
+            ProviderProfile::Local,
+            "{url}"
+        );
     }
     for url in [
         "https://api.openai.com/v1",

@@ -60,11 +60,7 @@ fn a_hosted_base_url_keeps_the_hosted_limits() {
     let p = provider("", &[]);
     assert_eq!(p.timeouts, Timeouts::hosted());
     assert_eq!(
-        (
-            p.timeouts.connect,
-            p.timeouts.first_byte,
-            p.timeouts.idle
-        ),
+        (p.timeouts.connect, p.timeouts.first_byte, p.timeouts.idle),
         (
             Duration::from_secs(10),
             Duration::from_secs(60),
