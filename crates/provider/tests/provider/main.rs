@@ -17,3 +17,5 @@ mod responses;
 mod responses_http;
 mod scripted;
 mod secrets;
+mod text_calls;
+mod timeouts;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::hooks::HookCommand;
-use crate::provider::{ProviderKind, SecretString};
+use crate::provider::{ProviderKind, ProviderProfile, SecretString, ToolCallFallback};
 use crate::store::FsyncPolicy;
 
 /// `[agent]`: which model runs the loop and how long.
@@ -194,6 +194,11 @@ pub struct ProviderSettings {
     /// Extra headers sent with every request (treated as secrets).
     #[serde(deserialize_with = "de_headers")]
     pub headers: BTreeMap<String, SecretString>,
+    /// Which defaults the time limits take: `hosted` (10 s / 60 s /
+    /// 300 s) or `local` (10 s / 20 min / 20 min, for a model served on
+    /// this machine). Unset: `local` when the base URL's host is a
+    /// loopback address, else `hosted`.
+    pub profile: Option<ProviderProfile>,
     /// Connect timeout in milliseconds.
     pub connect_timeout_ms: Option<u64>,
     /// Time to the response headers in milliseconds.
@@ -206,6 +211,10 @@ pub struct ProviderSettings {
     pub initial_backoff_ms: Option<u64>,
     /// Cap on one retry delay in milliseconds.
     pub max_backoff_ms: Option<u64>,
+    /// Read tool calls the model wrote as text when a response has no
+    /// native one: `fenced_json` (```` ```json {"name", "arguments"} ``` ````)
+    /// or `hermes` (`<tool_call>{...}</tool_call>`). Unset: never.
+    pub tool_call_fallback: Option<ToolCallFallback>,
     /// Which OpenAI API an `openai` kind speaks (Codex's key): `chat`
     /// (chat completions, the default) or `responses` (the Responses API,
     /// the same as `kind = "openai-responses"`).
