@@ -81,7 +81,7 @@ fn simultaneous_resumes_of_a_crashed_session_run_it_exactly_once() {
         .build()
         .unwrap();
     let rule = Rule::tool_calls_until("exec_command", STEPS)
-        .with_arguments(serde_json::json!({"command": "echo step >> steps.txt"}))
+        .with_arguments(serde_json::json!({"command": "echo step {n} >> steps.txt"}))
         .with_final_text("done after {tool_results} tool results")
         .with_delay_ms(100);
     let server = rt

@@ -469,3 +469,88 @@ fn the_example_pipeline_runs_offline() {
     let notes = std::fs::read_to_string(ws.join("NOTES.md")).unwrap();
     assert!(notes.contains("scratch repository"), "{notes}");
 }
+
+/// Each role sees only its tools (docs/tools.md): the proposer's requests
+/// carry `handoff` and the work tools, never `spawn_subagent`,
+/// `verify_change` or `merge_worktree` (the pipeline verifies and merges);
+/// the verifier's carry no write tool and no tree tool.
+#[test]
+fn each_role_is_offered_only_its_tools() {
+    let ws = tempfile::tempdir().unwrap();
+    calc_repo(ws.path(), &[]);
+    let script = Script::replies(vec![])
+        .with_route_all("first attempt", vec!["independent verifier".into()], vec![
+            Reply::tool_call("v1", "exec_command", json!({"command": "sh test.sh"})),
+            Reply::tool_call("v2", "submit_verdict", json!({"approved": true, "checks": [{"command": "sh test.sh", "exit_code": 0, "output_excerpt": "ok"}]})),
+            Reply::text("approved"),
+        ])
+        .with_route("Fix calc.sh", vec![
+            Reply::tool_call("p1", "edit_file", json!({"path": "calc.sh", "old_string": "$(($2 + $3 + 1))", "new_string": "$(($2 + $3))"})),
+            Reply::tool_call("p2", "handoff", handoff("first attempt")),
+            Reply::text("fixed"),
+        ]);
+    let rt = super::runtime();
+    let server = rt
+        .block_on(troupe_testkit::ScriptedServer::start(script))
+        .unwrap();
+    std::fs::write(
+        ws.path().join(".vtcode-pipeline.toml"),
+        "[[proposers]]\nname = \"fixer\"\ntask = \"Fix calc.sh so that sh test.sh passes.\"\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    troupe_test_support::trust::isolated(&mut cmd);
+    let out = cmd
+        .args([
+            "run",
+            ".vtcode-pipeline.toml",
+            "--model",
+            "scripted",
+            "--base-url",
+        ])
+        .arg(server.openai_base_url())
+        .arg("--workspace")
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env("TROUPE_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let reqs = server.requests();
+    let delegation = ["spawn_subagent", "verify_change", "merge_worktree"];
+    let proposer: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.tools.iter().any(|t| t == "handoff"))
+        .collect();
+    assert_eq!(proposer.len(), 3, "the proposer's three requests");
+    for r in &proposer {
+        for t in delegation {
+            assert!(
+                !r.tools.contains(&t.to_string()),
+                "a proposer offered {t}: {:?}",
+                r.tools
+            );
+        }
+        for t in ["read_file", "edit_file", "exec_command"] {
+            assert!(r.tools.contains(&t.to_string()), "no {t}: {:?}", r.tools);
+        }
+    }
+    let verifier: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.tools.iter().any(|t| t == "submit_verdict"))
+        .collect();
+    assert!(!verifier.is_empty());
+    for r in &verifier {
+        for t in delegation
+            .iter()
+            .chain(&["handoff", "write_file", "edit_file"])
+        {
+            assert!(
+                !r.tools.contains(&t.to_string()),
+                "the verifier offered {t}: {:?}",
+                r.tools
+            );
+        }
+    }
+}

@@ -15,7 +15,7 @@ use super::assert_exit;
 use super::exec::{bin, session_events};
 
 const PIPELINE: &str = "[[proposers]]\nname = \"fixer\"\n\
-    task = \"Fix calc.sh so that sh test_calc.sh passes.\"\nprotect = [\"test_*.sh\"]\n";
+    task = \"Fix calc.sh so that sh test_calc.sh passes.\"\nprotect = [\"test_*.sh\"]\nsubagents = true\n";
 
 fn script() -> Script {
     Script::replies(vec![])

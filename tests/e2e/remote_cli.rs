@@ -127,7 +127,7 @@ fn run_nats_sends_a_proposers_subagent_to_a_worker() {
     repo_at(ws.path(), "initial", &FILES);
     std::fs::write(
         ws.path().join("pipeline.toml"),
-        "[pipeline]\nname = \"greet\"\n\n[[proposers]]\nname = \"greeter\"\ntask = \"Add the greeting (G-1).\"\n",
+        "[pipeline]\nname = \"greet\"\n\n[[proposers]]\nname = \"greeter\"\ntask = \"Add the greeting (G-1).\"\nsubagents = true\n",
     )
     .unwrap();
     let mut cmd = Command::new(bin());
@@ -385,7 +385,7 @@ fn serve_nats_steers_a_subagent_running_on_a_worker() {
     // message, so what the child's model saw is in its answer.
     let model = Model::with_script(Script::rule(
         troupe_testkit::Rule::tool_calls_until("exec_command", 6)
-            .with_arguments(json!({"command": "echo step >> steps.txt"}))
+            .with_arguments(json!({"command": "echo step {n} >> steps.txt"}))
             .with_final_text("heard: {last_user_text}")
             .with_delay_ms(300),
     ));

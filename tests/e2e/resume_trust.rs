@@ -19,7 +19,7 @@ const CANARY: &str = "sk-canary-0123456789";
 
 fn server(rt: &tokio::runtime::Runtime) -> ScriptedServer {
     let rule = Rule::tool_calls_until("exec_command", 6)
-        .with_arguments(serde_json::json!({"command": "echo step >> steps.txt"}))
+        .with_arguments(serde_json::json!({"command": "echo step {n} >> steps.txt"}))
         .with_final_text("done after {tool_results} tool results")
         .with_delay_ms(60);
     rt.block_on(ScriptedServer::start(Script::rule(rule)))

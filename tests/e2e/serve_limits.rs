@@ -175,7 +175,7 @@ fn a_stalled_stream_is_disconnected_without_slowing_the_session() {
     let server = Server::start(ws, &["--stream-buffer", "16"], &[]);
     let c = client();
     rt().block_on(async {
-        let script = "[rule]\ntool = \"exec_command\"\narguments = { command = \"true\" }\ncalls_per_step = 50\nuntil_tool_results = 500\nfinal_text = \"ran\"\n";
+        let script = "[rule]\ntool = \"exec_command\"\narguments = { command = \"true {n}\" }\ncalls_per_step = 50\nuntil_tool_results = 500\nfinal_text = \"ran\"\n";
         let id = start(&c, &server, json!({"prompt": "run a lot", "script": script, "max_turns": 300})).await;
         let path = format!("/v1/sessions/{id}/events");
         // The stalled client: a small receive window, and it never reads.

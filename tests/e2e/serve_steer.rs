@@ -17,7 +17,7 @@ use super::serve::{
 fn delegating_script() -> String {
     let script = Script::rule(
         Rule::tool_calls_until("exec_command", 6)
-            .with_arguments(json!({"command": "echo step >> steps.txt"}))
+            .with_arguments(json!({"command": "echo step {n} >> steps.txt"}))
             .with_final_text("heard: {last_user_text}")
             .with_delay_ms(250),
     )

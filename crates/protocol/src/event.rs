@@ -2,8 +2,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ApprovalRequestedEvent, ApprovalResolvedEvent, CheckRun, HandoffRequest, ThreadItem, Usage,
-    Verdict,
+    ApprovalRequestedEvent, ApprovalResolvedEvent, CheckRun, HandoffRequest, StalledEvent,
+    ThreadItem, Usage, Verdict,
 };
 
 /// One line of the canonical log `.vtcode/sessions/<id>/events.jsonl`.
@@ -111,6 +111,10 @@ pub enum ThreadEvent {
     /// The one decision on a request.
     #[serde(rename = "troupe.approval_resolved")]
     ApprovalResolved(ApprovalResolvedEvent),
+    /// An agent repeated itself for `stall_threshold` turns, and what the
+    /// runtime did about it.
+    #[serde(rename = "troupe.stalled")]
+    Stalled(StalledEvent),
     /// The terminal event of a thread: how it ended, what it cost.
     #[serde(rename = "thread.completed")]
     ThreadCompleted(ThreadCompletedEvent),
@@ -145,13 +149,14 @@ impl ThreadEvent {
             ThreadEvent::Gate(_) => "troupe.gate",
             ThreadEvent::ApprovalRequested(_) => "troupe.approval_requested",
             ThreadEvent::ApprovalResolved(_) => "troupe.approval_resolved",
+            ThreadEvent::Stalled(_) => "troupe.stalled",
             ThreadEvent::ThreadCompleted(_) => "thread.completed",
             ThreadEvent::Unknown => "unknown",
         }
     }
 
     /// Every `type` tag this version of the protocol knows.
-    pub const KNOWN_TYPES: [&'static str; 21] = [
+    pub const KNOWN_TYPES: [&'static str; 22] = [
         "thread.started",
         "turn.started",
         "turn.completed",
@@ -172,6 +177,7 @@ impl ThreadEvent {
         "troupe.gate",
         "troupe.approval_requested",
         "troupe.approval_resolved",
+        "troupe.stalled",
         "thread.completed",
     ];
 }
@@ -321,6 +327,18 @@ pub struct CompactBoundaryEvent {
     /// Hash of the ordered tool catalog of the new segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_catalog_hash: Option<String>,
+    /// The summary of the folded messages (the text of the envelope's
+    /// summary section). Absent in logs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The history the new segment starts from, as the model is sent it:
+    /// the summary envelope, then the messages the compaction kept (the
+    /// continuity tail, oversized ones as bounded previews). A resume
+    /// rebuilds the thread from the last one plus the events after it.
+    /// Absent in logs written before it was recorded (a resume then
+    /// rebuilds the whole history, as those releases did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Vec<crate::ContextMessage>>,
 }
 
 /// `context.reset`.
@@ -340,6 +358,13 @@ pub struct ContextResetEvent {
     pub previous_context_usage_percent: u8,
     /// Whether per-segment tool budgets were reset.
     pub tool_budget_reset: bool,
+    /// The history the new segment starts from: the orientation message
+    /// (`on_stall`, `on_compaction`), or nothing (`plan_handoff`: the
+    /// build directive follows as a user message). A resume rebuilds the
+    /// thread from the last one plus the events after it. Absent in logs
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Vec<crate::ContextMessage>>,
 }
 
 /// `context.routed`.

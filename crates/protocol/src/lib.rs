@@ -29,7 +29,8 @@
 //! # Layout
 //!
 //! - `event.rs`, `item.rs`, `usage.rs`, `legacy.rs`: the event stream
-//!   (`legacy.rs` upgrades schema-1 lines);
+//!   (`legacy.rs` upgrades schema-1 lines); `context.rs`: the
+//!   continuation a compaction or a context reset records;
 //! - `handoff.rs`, `verdict.rs`: what agents and verifiers hand over;
 //!   `approval.rs`: approval policies, decisions and their events;
 //! - `spec.rs`: [`AgentSpec`] and its enums; `supervision.rs`: the
@@ -52,6 +53,7 @@
 //! ```
 
 mod approval;
+mod context;
 mod event;
 mod handoff;
 mod item;
@@ -60,11 +62,13 @@ mod remote;
 mod sandbox;
 mod settings;
 mod spec;
+mod stall;
 mod supervision;
 mod usage;
 mod verdict;
 
 pub use approval::*;
+pub use context::*;
 pub use event::*;
 pub use handoff::*;
 pub use item::*;
@@ -73,6 +77,7 @@ pub use remote::*;
 pub use sandbox::*;
 pub use settings::*;
 pub use spec::*;
+pub use stall::*;
 pub use supervision::*;
 pub use usage::*;
 pub use verdict::*;

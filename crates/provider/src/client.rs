@@ -12,7 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 use super::anthropic::{ANTHROPIC_VERSION, AnthropicDecoder};
-use super::config::{ProviderConfig, ProviderKind};
+use super::config::{ProviderConfig, ProviderKind, ProviderProfile};
 use super::decode::{StreamDecoder, StreamParser};
 use super::gemini::GeminiDecoder;
 use super::openai::OpenAiDecoder;
@@ -191,7 +191,16 @@ impl ModelClient for ProviderClient {
             finished: false,
             draining: None,
         };
-        futures::stream::unfold(run, Run::next).fuse().boxed()
+        let stream = futures::stream::unfold(run, Run::next).fuse().boxed();
+        match config.tool_call_fallback {
+            Some(style) if !request.tools.is_empty() => {
+                let tools = request.tools.iter().map(|t| t.name.clone()).collect();
+                super::text_calls::with_text_tool_calls(stream, style, tools)
+                    .fuse()
+                    .boxed()
+            }
+            _ => stream,
+        }
     }
 }
 
@@ -312,6 +321,13 @@ async fn open(inner: &Inner, url: &str, body: &Bytes, attempt: u32) -> Result<Co
     let send = request.send();
     let response = match tokio::time::timeout_at(deadline, send).await {
         Err(_) => return Err(first_byte_timeout(config)),
+        Ok(Err(e)) if e.is_connect() && e.is_timeout() => {
+            return Err(ProviderError::Retryable {
+                status: None,
+                message: timeout_message(config, Limit::Connect),
+                retry_after: None,
+            });
+        }
         Ok(Err(e)) => return Err(transport_error(e, inner.key.as_ref())),
         Ok(Ok(r)) => r,
     };
@@ -354,9 +370,9 @@ impl Inner {
             biased;
             read = conn.response.chunk() => read,
             () = conn.idle.as_mut() => {
-                return Err(ProviderError::stream_broken(format!(
-                    "no data for {} ms (idle timeout)",
-                    idle.as_millis()
+                return Err(ProviderError::stream_broken(timeout_message(
+                    &self.config,
+                    Limit::Idle,
                 )));
             }
         };
@@ -394,12 +410,48 @@ async fn drain(mut response: reqwest::Response) {
 fn first_byte_timeout(config: &ProviderConfig) -> ProviderError {
     ProviderError::Retryable {
         status: None,
-        message: format!(
-            "no response within {} ms (first-byte timeout)",
-            config.timeouts.first_byte.as_millis()
-        ),
+        message: timeout_message(config, Limit::FirstByte),
         retry_after: None,
     }
+}
+
+/// One of the three time limits of an attempt ([`Timeouts`](super::Timeouts)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    Connect,
+    FirstByte,
+    Idle,
+}
+
+/// What a tripped limit says: which limit, its value, what waited, and
+/// the `troupe.toml` key that raises it.
+pub(crate) fn timeout_message(config: &ProviderConfig, limit: Limit) -> String {
+    let t = &config.timeouts;
+    let (value, key) = match limit {
+        Limit::Connect => (t.connect, "connect_timeout_ms"),
+        Limit::FirstByte => (t.first_byte, "first_byte_timeout_ms"),
+        Limit::Idle => (t.idle, "idle_timeout_ms"),
+    };
+    let ms = value.as_millis();
+    let shown = match ms {
+        0 => "0 ms".to_owned(),
+        _ if ms % 60_000 == 0 => format!("{} min", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        _ => format!("{ms} ms"),
+    };
+    let what = match limit {
+        Limit::Connect => format!("connect timeout: could not connect within {shown}"),
+        Limit::FirstByte => {
+            format!("first-byte timeout: no response within {shown} of sending the request")
+        }
+        Limit::Idle => format!("idle timeout: no data from the stream for {shown}"),
+    };
+    let table = config.name.as_deref().unwrap_or("<name>");
+    let mut hint = format!("raise `{key}` (now {ms}) in [providers.{table}] of troupe.toml");
+    if limit != Limit::Connect && config.profile == ProviderProfile::Hosted {
+        hint.push_str(", or set `profile = \"local\"` there for a model served on this machine");
+    }
+    format!("{what} ({hint})")
 }
 
 /// A reqwest error without its URL, its source chain included, key redacted.

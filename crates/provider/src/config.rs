@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::openai::MaxTokensField;
 use super::retry::RetryPolicy;
 use super::secret::{KeySource, SecretString};
+use super::text_calls::ToolCallFallback;
 
 /// The wire format a client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -70,11 +71,91 @@ pub struct Timeouts {
 }
 
 impl Default for Timeouts {
+    /// The hosted defaults: 10 s / 60 s / 300 s.
     fn default() -> Self {
+        Self::hosted()
+    }
+}
+
+impl Timeouts {
+    /// The defaults for a hosted API: connect 10 s, first byte 60 s,
+    /// idle 300 s.
+    pub const fn hosted() -> Self {
         Self {
             connect: Duration::from_secs(10),
             first_byte: Duration::from_secs(60),
             idle: Duration::from_secs(300),
+        }
+    }
+
+    /// The defaults for a model served on this machine (llama.cpp, Ollama,
+    /// vLLM, LM Studio): connect 10 s, first byte and idle 20 minutes
+    /// each. A CPU server reads a prompt at 20–50 tokens/s, so a
+    /// 12,000-token prompt takes 4–10 minutes before its first token, and
+    /// servers differ in whether that wait comes before the response
+    /// headers (llama.cpp) or after them (vLLM): both limits get twice the
+    /// slowest case.
+    pub const fn local() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(LOCAL_WAIT_SECS),
+            idle: Duration::from_secs(LOCAL_WAIT_SECS),
+        }
+    }
+}
+
+/// The first-byte and idle limits of [`Timeouts::local`], in seconds.
+const LOCAL_WAIT_SECS: u64 = 20 * 60;
+
+/// Which defaults a provider's time limits take (`profile` in
+/// `troupe.toml`'s `[providers.<name>]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderProfile {
+    /// A hosted API: [`Timeouts::hosted`].
+    #[default]
+    Hosted,
+    /// A model served on this machine or the local network:
+    /// [`Timeouts::local`].
+    Local,
+}
+
+impl ProviderProfile {
+    /// `Local` when `base_url`'s host is a loopback address (`localhost`,
+    /// a `*.localhost` name, `127.0.0.0/8`, `::1`), else `Hosted`. A URL
+    /// that does not parse is `Hosted`.
+    pub fn detect(base_url: &str) -> Self {
+        let Ok(url) = reqwest::Url::parse(base_url) else {
+            return Self::Hosted;
+        };
+        let host = url.host_str().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let local = match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            }
+            Err(_) => {
+                let d = host.trim_end_matches('.').to_ascii_lowercase();
+                d == "localhost" || d.ends_with(".localhost")
+            }
+        };
+        if local { Self::Local } else { Self::Hosted }
+    }
+
+    /// The time limits this profile starts from.
+    pub const fn timeouts(self) -> Timeouts {
+        match self {
+            Self::Hosted => Timeouts::hosted(),
+            Self::Local => Timeouts::local(),
+        }
+    }
+
+    /// As written in `troupe.toml`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Hosted => "hosted",
+            Self::Local => "local",
         }
     }
 }
@@ -124,6 +205,16 @@ pub struct ProviderConfig {
     pub max_tokens_field: Option<MaxTokensField>,
     /// Sampling defaults for requests that set none.
     pub sampling: Sampling,
+    /// The profile [`Self::timeouts`] started from (named in timeout
+    /// errors).
+    pub profile: ProviderProfile,
+    /// Read tool calls the model wrote as text, when a response has no
+    /// native call ([`super::text_calls`]); `None`: never.
+    pub tool_call_fallback: Option<ToolCallFallback>,
+    /// The name of the `troupe.toml` table this config came from
+    /// (`[providers.<name>]`), so a timeout error names the key that
+    /// raises the limit; `None` for a config built in code.
+    pub name: Option<String>,
 }
 
 impl ProviderConfig {
@@ -139,6 +230,9 @@ impl ProviderConfig {
             retry: RetryPolicy::default(),
             max_tokens_field: None,
             sampling: Sampling::default(),
+            profile: ProviderProfile::Hosted,
+            tool_call_fallback: None,
+            name: None,
         }
     }
 
@@ -196,6 +290,27 @@ impl ProviderConfig {
     /// Sets the timeouts.
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
+        self
+    }
+
+    /// Uses `profile`'s time limits ([`ProviderProfile::timeouts`]); set
+    /// explicit limits after it with [`Self::with_timeouts`].
+    pub fn with_profile(mut self, profile: ProviderProfile) -> Self {
+        self.profile = profile;
+        self.timeouts = profile.timeouts();
+        self
+    }
+
+    /// Names the `troupe.toml` table (`[providers.<name>]`) this config
+    /// came from, for error messages.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Reads tool calls written as text in `style` ([`super::text_calls`]).
+    pub fn with_tool_call_fallback(mut self, style: ToolCallFallback) -> Self {
+        self.tool_call_fallback = Some(style);
         self
     }
 

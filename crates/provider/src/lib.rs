@@ -15,6 +15,9 @@
 //!   decoder, with no HTTP, so recorded streams can be replayed.
 //! - [`ProviderError`]: classified errors (retryable, context overflow,
 //!   auth, bad request, stream broken); [`RetryPolicy`]: backoff.
+//! - [`text_calls`]: tool calls a model wrote as text (fenced JSON,
+//!   Hermes tags), read into real calls when
+//!   [`ProviderConfig::tool_call_fallback`] is set.
 //! - [`SecretString`] / [`KeySource`]: keys that never print.
 //! - [`ModelCatalog`]: context windows, output caps, prices, cost.
 //!
@@ -45,13 +48,14 @@ mod responses_wire;
 mod retry;
 mod secret;
 pub mod sse;
+pub mod text_calls;
 mod turns;
 pub mod types;
 
 pub use anthropic::{AnthropicDecoder, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use catalog::{ModelCatalog, ModelInfo, ModelOverride, Pricing};
 pub use client::ProviderClient;
-pub use config::{ProviderConfig, ProviderKind, Sampling, Timeouts};
+pub use config::{ProviderConfig, ProviderKind, ProviderProfile, Sampling, Timeouts};
 pub use decode::{StreamDecoder, StreamParser};
 pub use error::{ProviderError, is_context_overflow_text};
 pub use gemini::GeminiDecoder;
@@ -61,6 +65,7 @@ pub use responses::ResponsesDecoder;
 pub use retry::{RetryPolicy, parse_retry_after};
 pub use secret::{KeySource, SecretString};
 pub use sse::{SseDecoder, SseEvent};
+pub use text_calls::{ToolCallFallback, parse_text_tool_calls, with_text_tool_calls};
 pub use types::{
     FinishReason, Message, ModelEvent, ModelRequest, ReasoningBlock, ReasoningEffort, ToolCall,
     ToolDefinition,

@@ -11,7 +11,7 @@ use troupe_testkit::Rule;
 use crate::wait::{WaitTimeout, wait_until_blocking};
 
 /// The command every step runs (in the workspace).
-pub const STEP_COMMAND: &str = "echo step >> steps.txt";
+pub const STEP_COMMAND: &str = "echo step {n} >> steps.txt";
 
 /// The file the steps append to, in the workspace.
 pub const STEPS_FILE: &str = "steps.txt";

@@ -67,7 +67,9 @@ impl Rule {
         }
     }
 
-    /// Sets the arguments of every call.
+    /// Sets the arguments of every call; `{n}` in a string value becomes
+    /// the call's index (0, 1, ...), so that each call differs as real
+    /// work does (a loop repeating one call with one result is a stall).
     pub fn with_arguments(mut self, arguments: Value) -> Rule {
         self.arguments = arguments;
         self
@@ -106,7 +108,7 @@ impl Rule {
                     ToolCallSpec::new(
                         format!("call_{}", n + i),
                         &self.tool,
-                        self.arguments.clone(),
+                        numbered(&self.arguments, n + i),
                     )
                 })
                 .collect();
@@ -132,5 +134,21 @@ impl Rule {
             return Err("arguments must be an object".to_string());
         }
         Ok(())
+    }
+}
+
+/// `arguments` with `{n}` in every string value replaced by `index`.
+fn numbered(arguments: &Value, index: usize) -> Value {
+    match arguments {
+        Value::String(s) if s.contains("{n}") => {
+            Value::String(s.replace("{n}", &index.to_string()))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| numbered(v, index)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbered(v, index)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }

@@ -47,7 +47,7 @@ pub(crate) async fn plan_step(
         protect: p.protect.clone(),
         ..AgentSpec::default()
     };
-    let outcome = run_agent(run, &p.name, &agent_id, spec, false, wt.path()).await?;
+    let outcome = run_agent(run, p, &agent_id, spec, false, wt.path()).await?;
     let done = outcome.completed;
     let plan = done.result.filter(|r| !r.trim().is_empty());
     match (done.subtype, plan) {

@@ -266,12 +266,14 @@ async fn the_manifest_is_current_once_the_session_has_ended() {
     let ws = tempfile::tempdir().unwrap();
     let server = ScriptedServer::start(Script::rule(
         Rule::tool_calls_until("read_file", 8)
-            .with_arguments(json!({"path": "a.txt"}))
+            .with_arguments(json!({"path": "a{n}.txt"}))
             .with_final_text("read eight times"),
     ))
     .await
     .unwrap();
-    std::fs::write(ws.path().join("a.txt"), "hello").unwrap();
+    for i in 0..8 {
+        std::fs::write(ws.path().join(format!("a{i}.txt")), "hello").unwrap();
+    }
     let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |_| {})
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! The supervision tree mirrors the agent tree: a grandchild is restarted
 //! by its parent's supervisor node and resumes without re-running a write;
 //! an escalation reaches the parent agent as a tool result, not the
-//! session. Real HTTP to the scripted model server, a real session log.
+//! session; a restarted agent resumes from its last compaction. Real HTTP to the scripted model server, a real session log.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::PathBuf;
@@ -224,4 +224,112 @@ fn a_pipeline_file_sets_a_proposers_supervision() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("max_restart"), "{err}");
+}
+
+/// A root agent that crashes after its history was compacted is restarted
+/// by its supervisor and resumes from the compaction's summary and tail,
+/// not from the transcript the compaction folded away (a.txt's output);
+/// its finished write is not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_resumes_from_its_last_compaction() {
+    let ws = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c"] {
+        let mut text: String = (0..800)
+            .map(|i| format!("{name}.txt line {i:04}: the quick brown fox jumps over\n"))
+            .collect();
+        text.push_str(&format!("{}-DEEP-MARKER\n", name.to_uppercase()));
+        std::fs::write(ws.path().join(format!("{name}.txt")), text).unwrap();
+    }
+    let mut replies: Vec<Reply> = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            Reply::tool_call(
+                format!("read_{n}"),
+                "read_file",
+                json!({"path": format!("{n}.txt")}),
+            )
+        })
+        .collect();
+    replies.push(Reply::tool_call("r1", "record", json!({})));
+    replies.push(Reply::tool_call("r2", "record", json!({})));
+    replies.push(Reply::text("done"));
+    let server = ScriptedServer::start(Script::replies(replies))
+        .await
+        .unwrap();
+    let side = ws.path().join("side.txt");
+    // The second write panics (after writing its line).
+    let tool = Arc::new(RecordingTool::new(&side).panicking_at(2));
+    let f = SessionFixture::start(ws.path(), &server, fast_supervisor(), |env| {
+        env.tools.register(tool);
+        // Crossed by the second or third read (about 10,000 tokens each).
+        env.context.auto_compaction_threshold_tokens = Some(25_000);
+        env.context.calibrate = false;
+    })
+    .await
+    .unwrap();
+    let end = f
+        .run_root("Read a.txt, b.txt and c.txt, then record twice.")
+        .await
+        .unwrap();
+    f.tree.shutdown().await.unwrap();
+    let done = end.completed().unwrap_or_else(|| panic!("{end:?}"));
+    assert_eq!(done.subtype, CompletionSubtype::Success);
+    let evs = try_read_log(f.log.events_path()).unwrap();
+    let restart = evs
+        .iter()
+        .position(|e| matches!(e, ThreadEvent::AgentRestarted(r) if r.agent_id == "session/root"))
+        .expect("the root crashed and was restarted");
+    let boundary = evs[..restart]
+        .iter()
+        .rposition(|e| matches!(e, ThreadEvent::CompactBoundary(b) if b.continuation.is_some()))
+        .expect("a compaction before the crash that records its continuation");
+    // It resumed from that compaction: no other one after the restart (a
+    // rebuilt transcript would be past the threshold and fold again).
+    assert!(
+        !evs[restart..]
+            .iter()
+            .any(|e| matches!(e, ThreadEvent::CompactBoundary(_))),
+        "the restarted agent compacted again instead of starting from the recorded compaction"
+    );
+    let ThreadEvent::CompactBoundary(b) = &evs[boundary] else {
+        unreachable!()
+    };
+    let Some(troupe_protocol::ContextMessage::User { text: envelope }) =
+        b.continuation.as_ref().and_then(|c| c.first())
+    else {
+        panic!("{b:?}")
+    };
+    // The restarted agent's first request: the one that reports the
+    // crashed write as interrupted.
+    let reqs = server.requests();
+    let first = reqs
+        .iter()
+        .find(|r| {
+            r.tool_results()
+                .iter()
+                .any(|t| t.output.contains("interrupted: troupe restarted"))
+        })
+        .expect("a request after the restart");
+    let user = first.first_user_text().unwrap_or_default();
+    assert!(
+        user.starts_with("[Compacted context]"),
+        "the restarted agent starts from the transcript, not the summary: {}",
+        &user[..user.len().min(300)]
+    );
+    assert_eq!(&user, envelope, "not the recorded continuation");
+    let text: String = first
+        .messages
+        .iter()
+        .flat_map(|m| {
+            std::iter::once(m.text.clone()).chain(m.tool_results.iter().map(|t| t.output.clone()))
+        })
+        .collect();
+    assert!(
+        !text.contains("A-DEEP-MARKER"),
+        "the restarted agent got back a.txt's output, which the compaction folded away"
+    );
+    // The first write ran once; the crashed one was not run again.
+    let lines = std::fs::read_to_string(&side).unwrap();
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+    server.check_invariants().unwrap();
 }

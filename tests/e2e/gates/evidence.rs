@@ -42,7 +42,7 @@ fn a_proposers_helpers_merge_into_its_worktree_not_the_workspace() {
             ws.path(),
             &format!(
                 "[pipeline]\nmax_rounds = 1\nchecks = [\"{check}\"]\n\
-                 [[proposers]]\nname = \"lead\"\ntask = \"Task LEAD: get helper.txt written.\"\n"
+                 [[proposers]]\nname = \"lead\"\ntask = \"Task LEAD: get helper.txt written.\"\nsubagents = true\n"
             ),
             script,
         );

@@ -104,7 +104,12 @@ impl Actor for AgentActor {
             // Nothing of its conversation reached the log (it stopped, or its
             // worker died, before its task was recorded): it starts its task
             // as a first run would, instead of a turn with no user message.
-            if report.messages == 0 && report.completed_event.is_none() {
+            // (A plan handoff's reset leaves nothing on purpose: the build
+            // directive, a pending intent, follows.)
+            if report.messages == 0
+                && report.completed_event.is_none()
+                && report.continued_from.is_none()
+            {
                 tracing::info!(agent = %state.args.agent_id, "nothing to resume; starting the task");
                 agent.start(&state.args.spec.task).await;
             }
@@ -327,6 +332,9 @@ fn agent_events(
             ThreadEvent::ApprovalRequested(e) => e.thread_id == thread,
             ThreadEvent::ApprovalResolved(e) => e.agent_id.as_deref() == Some(agent_id),
             ThreadEvent::ThreadCompleted(e) => e.thread_id == thread,
+            // The history restarts at a compaction or a reset.
+            ThreadEvent::CompactBoundary(e) => e.thread_id == thread,
+            ThreadEvent::ContextReset(e) => e.thread_id == thread,
             _ => false,
         };
         if mine {

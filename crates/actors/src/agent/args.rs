@@ -141,6 +141,23 @@ pub struct AgentArgs {
     /// `spawn_subagent` tool-call span for a subagent (carried here: a
     /// ractor message does not carry the current span).
     pub parent_span: tracing::Span,
+    /// Its role in the tree, which decides the tree's tools it gets
+    /// (`crate::subagent::tree_tools`).
+    pub role: TreeRole,
+}
+
+/// An agent's role in the tree: which of the tree's tools it is offered
+/// (docs/tools.md "Each role's tools").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TreeRole {
+    /// A root agent or a subagent: it may delegate (`spawn_subagent`,
+    /// `verify_change`, `merge_worktree`, while it can still nest), and a
+    /// subagent hands off.
+    #[default]
+    Agent,
+    /// A pipeline proposer: it does the work and hands off; the pipeline
+    /// verifies and merges, so it is offered none of the delegation tools.
+    Proposer,
 }
 
 impl AgentArgs {
@@ -188,6 +205,7 @@ impl AgentArgs {
             shared,
             autostart: true,
             parent_span: tracing::Span::current(),
+            role: TreeRole::Agent,
         }
     }
 
@@ -217,6 +235,12 @@ impl AgentArgs {
     /// At `depth` in the tree.
     pub fn at_depth(mut self, depth: u32) -> Self {
         self.depth = depth;
+        self
+    }
+
+    /// A pipeline proposer ([`TreeRole::Proposer`]).
+    pub fn as_proposer(mut self) -> Self {
+        self.role = TreeRole::Proposer;
         self
     }
 

@@ -30,7 +30,7 @@ pub mod spec;
 
 pub use crate::synthesized::synthesize_handoff;
 pub use actor::{AgentActor, AgentState};
-pub use args::{AgentArgs, AgentShared, ParentLink, loop_id, thread_id};
+pub use args::{AgentArgs, AgentShared, ParentLink, TreeRole, loop_id, thread_id};
 pub use build::Toolkit;
 pub use env::{AgentEnv, Builtins, DEFAULT_SYSTEM_PROMPT, Verification};
 pub use msg::AgentMsg;

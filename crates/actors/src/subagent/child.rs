@@ -10,7 +10,7 @@ use troupe_runtime::tools::{SandboxMode, ToolError, ToolRegistry};
 use super::SpawnSubagentTool;
 use super::handoff_tool::HandoffTool;
 use crate::agent::actor::AgentActor;
-use crate::agent::args::AgentArgs;
+use crate::agent::args::{AgentArgs, TreeRole};
 use crate::agent::spec::Isolation;
 use crate::change_tools::{MergeWorktreeTool, VerifyChangeTool};
 use crate::supervisor::ChildSpec;
@@ -65,11 +65,16 @@ pub fn agent_actor() -> AgentActor {
 }
 
 /// The tools of the agent tree, registered for each incarnation of an
-/// agent (the agent actor knows only the [`crate::agent::Toolkit`]):
-/// `spawn_subagent`, `verify_change` and `merge_worktree` when the
-/// session has subagents, and `handoff` for every subagent.
+/// agent (the agent actor knows only the [`crate::agent::Toolkit`]), by
+/// role: `spawn_subagent`, `verify_change` and `merge_worktree` for an
+/// agent that can still delegate (the session has subagents and it is
+/// above the deepest level), never for a pipeline proposer (the pipeline
+/// verifies and merges); `handoff` for every subagent and proposer.
 pub fn tree_tools(args: &AgentArgs, tools: &mut ToolRegistry) {
-    if args.env.builtins.subagents {
+    let delegates = args.env.builtins.subagents
+        && args.role == TreeRole::Agent
+        && args.depth < args.env.limits.max_depth;
+    if delegates {
         tools.register(Arc::new(SpawnSubagentTool::new(args.clone())));
         tools.register(Arc::new(VerifyChangeTool::new(args.clone())));
         tools.register(Arc::new(MergeWorktreeTool::new(args.clone())));

@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use troupe_protocol::HandoffRequest;
+use troupe_protocol::{CompletionSubtype, HandoffRequest};
 use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
 
 use crate::address::Address;
@@ -405,8 +405,15 @@ impl SpawnSubagentTool {
                 return Err(ToolError::Cancelled);
             }
         };
+        // Why it did not succeed (`stalled`, `max_turns`, ...), when it
+        // did not.
+        let why = if outcome.completed.subtype == CompletionSubtype::Success {
+            String::new()
+        } else {
+            format!(" ({})", outcome.completed.outcome_code)
+        };
         let mut output = format!(
-            "Subagent {agent_id} ended as {} after {} turns ({}).\n\n{}",
+            "Subagent {agent_id} ended as {}{why} after {} turns ({}).\n\n{}",
             outcome.completed.subtype,
             outcome.completed.num_turns,
             handoff_id(&agent_id, outcome.completed.num_turns),

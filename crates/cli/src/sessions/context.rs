@@ -94,10 +94,10 @@ pub fn compact(ws: &Path, id: &str, tail_tokens: u64, json: bool) -> Result<u8, 
 
 pub fn fork(ws: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     let store = SessionStore::for_workspace(ws);
-    store.manifest(id).map_err(store_err)?;
+    let manifest = store.manifest(id).map_err(store_err)?;
     let config = Config::load(ws).map_err(Failure::bad_input)?;
     let source = store.session_dir(id).map_err(store_err)?;
-    let messages = stored_messages(&source)?;
+    let messages = stored_messages(&source, &manifest.root_thread_id)?;
     let artifact = ForkArtifact::build(id, &messages, read_memory(ws).as_deref());
     let new_id = SessionStore::new_session_id();
     let log = store

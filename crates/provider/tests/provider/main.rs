@@ -18,3 +18,5 @@ mod responses_http;
 mod sampling;
 mod scripted;
 mod secrets;
+mod text_calls;
+mod timeouts;

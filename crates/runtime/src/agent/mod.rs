@@ -22,6 +22,9 @@
 //! - the budget: `error_max_budget_usd`;
 //! - the event log failed closed: `error_during_execution`
 //!   (`persistence_failed`);
+//! - `stall_threshold` turns without progress, with `stall_action =
+//!   "stop"` (or `escalate` with nobody to ask or a denial, or a nudge not
+//!   heeded): `error_during_execution` (`stalled`);
 //! - cancellation: `cancelled`.
 
 mod asking;
@@ -33,6 +36,7 @@ mod progress;
 pub(crate) mod reasoning;
 mod resume;
 mod sink;
+mod stall;
 mod tools_step;
 mod turn;
 
@@ -49,6 +53,7 @@ use troupe_protocol::{
 pub use plan::PLAN_HANDOFF_TRIGGER;
 pub use resume::ResumeReport;
 pub use sink::{EventSink, LogSink, MemorySink, NullSink};
+pub use stall::{STALL_REQUEST_TOOL, STALLED};
 
 use crate::context::{ContextManager, ContextSettings};
 use crate::hooks::{HookEvent, HookRunner};
@@ -157,6 +162,8 @@ struct RunState {
     commands: commands::Commands,
     /// Calls a resume left for the next step: one waits for a decision.
     unsettled: Option<resume::PendingCalls>,
+    /// The model was nudged about a stall (`stall_action = "nudge"`).
+    nudged: bool,
 }
 
 /// One agent's loop.

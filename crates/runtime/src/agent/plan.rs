@@ -41,6 +41,9 @@ impl AgentLoop {
             plan_preserved: true,
             previous_context_usage_percent: percent,
             tool_budget_reset: true,
+            // The build starts from nothing but its directive, which
+            // follows as a user message: a resume rebuilds from here.
+            continuation: Some(Vec::new()),
         }));
     }
 }

@@ -26,7 +26,7 @@ impl AgentLoop {
         else {
             return;
         };
-        let threshold = settings.reset_stall_threshold.max(1);
+        let threshold = settings.stall_threshold.max(1);
         let stalled_turns = self.context.stalled_turns();
         let stalled = stalled_turns >= threshold;
         let results: Vec<bool> = self

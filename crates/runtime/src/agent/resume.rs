@@ -10,6 +10,10 @@
 //! in the log, that decision is applied once. Before anything else,
 //! resume kills the process groups of commands that were still running
 //! when the previous incarnation died (`commands.rs`).
+//!
+//! The history starts from the last compaction boundary or context reset
+//! that records its continuation (the summary envelope and the kept tail,
+//! or the orientation): what the live loop discarded stays discarded.
 
 use std::collections::{HashMap, HashSet};
 
@@ -47,6 +51,9 @@ pub struct ResumeReport {
     /// Process groups of commands still running from the previous run,
     /// killed before continuing.
     pub killed_groups: Vec<i32>,
+    /// The event whose continuation the history starts from
+    /// (`thread.compact_boundary` or `context.reset`), when there is one.
+    pub continued_from: Option<String>,
     /// The thread had already completed.
     pub already_completed: bool,
     /// Its terminal event, when it had.
@@ -86,6 +93,17 @@ struct JournalTurn {
 }
 
 impl JournalTurn {
+    /// Nothing of the turn is in the log yet (its model call had not
+    /// answered).
+    fn is_empty(&self) -> bool {
+        self.text.is_empty()
+            && self.reasoning.is_empty()
+            && self.calls.is_empty()
+            && self.outputs.is_empty()
+            && self.requests.is_empty()
+            && self.users.is_empty()
+    }
+
     /// A call of the turn that asked still has no output.
     fn waiting(&self) -> bool {
         self.requests
@@ -110,6 +128,9 @@ struct Rebuilt {
     resolutions: HashMap<String, ApprovalResolvedEvent>,
     /// Intent ids of steering messages already in the history.
     intents: Vec<String>,
+    /// The event the history starts from, when a continuation replaced
+    /// what came before it.
+    continued_from: Option<String>,
 }
 
 fn arguments_text(v: &serde_json::Value) -> String {
@@ -173,6 +194,19 @@ impl Rebuilt {
                     turn = Some(JournalTurn::default());
                 }
                 ThreadEvent::TurnCompleted(t) => r.usage.add(&t.usage),
+                // A compaction or a reset: the history is what it left,
+                // not what came before it.
+                ThreadEvent::CompactBoundary(_) | ThreadEvent::ContextReset(_) => {
+                    if let Some(c) = crate::context::continuation::of_event(ev, thread_id) {
+                        r.messages = crate::context::continuation::restore(c);
+                        r.pending.clear();
+                        r.continued_from = Some(ev.type_name().to_owned());
+                        // The turn it came in (before that turn's model
+                        // call) goes on; a turn with content (a final
+                        // answer a manual compaction kept) is in it.
+                        turn = turn.take().filter(JournalTurn::is_empty);
+                    }
+                }
                 // A later run of a completed thread (`troupe exec resume`,
                 // a pipeline's next round): open again until its own end.
                 ThreadEvent::ThreadStarted(t) if t.thread_id == thread_id => {
@@ -277,6 +311,7 @@ impl AgentLoop {
             messages: r.messages.len(),
             turns: r.turns,
             completed_calls: r.completed_calls,
+            continued_from: r.continued_from.clone(),
             already_completed: r.completed,
             completed_event: r.completed_event.clone(),
             killed_groups,

@@ -196,7 +196,11 @@ impl AgentLoop {
     /// must be; `Some` ends the run closed when it cannot be (a call whose
     /// record was refused must not run: after a crash nothing would show
     /// it happened).
-    async fn journal_durable(&mut self, needs: bool, last_seq: Option<u64>) -> Option<StepOutcome> {
+    pub(super) async fn journal_durable(
+        &mut self,
+        needs: bool,
+        last_seq: Option<u64>,
+    ) -> Option<StepOutcome> {
         if self.state.failed_closed.is_some() {
             return Some(self.done(
                 CompletionSubtype::ErrorDuringExecution,

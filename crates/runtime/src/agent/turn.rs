@@ -152,8 +152,13 @@ impl AgentLoop {
             reasoning: response.reasoning_blocks.clone(),
         });
         let outcome = self.run_tools(bounded.calls, bounded.refused).await;
-        self.context.after_tools(&self.state.messages, &self.tools);
+        self.context.after_tools(&self.state.messages);
         self.write_progress();
+        if outcome == StepOutcome::Continue
+            && let Some(done) = self.on_stall().await
+        {
+            return done;
+        }
         outcome
     }
 

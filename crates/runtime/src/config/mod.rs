@@ -59,8 +59,8 @@ pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
 use crate::hooks::HookConfig;
 use crate::provider::{
-    ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, ReasoningEffort, RetryPolicy,
-    Sampling, Timeouts,
+    ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, ProviderProfile, ReasoningEffort,
+    RetryPolicy, Sampling, Timeouts,
 };
 use crate::store::{LogConfig, RetentionPolicy};
 use crate::tools::{ExecConfig, PermissionPolicy, SandboxMode};
@@ -531,16 +531,32 @@ impl Config {
             .ok_or_else(|| ConfigError::UnknownProvider {
                 name: name.to_owned(),
             })?;
-        let mut config = ProviderConfig::new(kind);
+        let mut config = ProviderConfig::new(kind).with_name(name);
         if parse_kind(name).is_none() {
             config = config.without_key();
         }
-        if let Some(s) = self.providers.get(name) {
+        let settings = self.providers.get(name);
+        if let Some(s) = settings {
             config = apply_settings(config, s);
         }
         if let Some(url) = base_url_override {
             config.base_url = url.to_owned();
         }
+        // The time limits: the explicit keys, else the profile's defaults
+        // (`profile`, else `local` for a loopback base URL).
+        let default = ProviderSettings::default();
+        let s = settings.unwrap_or(&default);
+        let profile = s
+            .profile
+            .unwrap_or_else(|| ProviderProfile::detect(&config.base_url));
+        let t = profile.timeouts();
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        config.profile = profile;
+        config.timeouts = Timeouts {
+            connect: ms(s.connect_timeout_ms, t.connect),
+            first_byte: ms(s.first_byte_timeout_ms, t.first_byte),
+            idle: ms(s.idle_timeout_ms, t.idle),
+        };
         Ok(config)
     }
 }
@@ -558,13 +574,10 @@ fn apply_settings(mut config: ProviderConfig, s: &ProviderSettings) -> ProviderC
     for (name, value) in &s.headers {
         config = config.with_header(name.clone(), value.clone());
     }
+    if let Some(style) = s.tool_call_fallback {
+        config = config.with_tool_call_fallback(style);
+    }
     let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
-    let t = config.timeouts;
-    config.timeouts = Timeouts {
-        connect: ms(s.connect_timeout_ms, t.connect),
-        first_byte: ms(s.first_byte_timeout_ms, t.first_byte),
-        idle: ms(s.idle_timeout_ms, t.idle),
-    };
     let r = config.retry.clone();
     config.retry = RetryPolicy {
         max_retries: s.max_retries.unwrap_or(r.max_retries),

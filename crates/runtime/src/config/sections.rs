@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::hooks::HookCommand;
-use crate::provider::{ProviderKind, SecretString};
+use crate::provider::{ProviderKind, ProviderProfile, SecretString, ToolCallFallback};
 use crate::store::FsyncPolicy;
 
 /// `[agent]`: which model runs the loop and how long.
@@ -79,7 +79,8 @@ pub enum ContextResetMode {
     /// Never (the default).
     #[default]
     Off,
-    /// After `context_reset_stall_threshold` consecutive stalled turns.
+    /// After `stall_threshold` consecutive stalled turns: the same as
+    /// `stall_action = "reset"`.
     OnStall,
     /// After every auto-compaction.
     OnCompaction,
@@ -108,8 +109,33 @@ pub struct HarnessConfig {
     pub event_log_path: Option<PathBuf>,
     /// When to reset the context.
     pub context_reset_mode: ContextResetMode,
-    /// Consecutive stalled turns that trigger `on_stall`.
+    /// The older name of `stall_threshold` (used when that is not set).
     pub context_reset_stall_threshold: u32,
+    /// Consecutive turns without progress (a turn repeating one of the
+    /// last three turns' calls and results, or a second `handoff`) before
+    /// `stall_action`; `None`: `context_reset_stall_threshold` (3).
+    pub stall_threshold: Option<u32>,
+    /// What to do when an agent stalls; `None`: `reset` when
+    /// `context_reset_mode = "on_stall"`, else `nudge`.
+    pub stall_action: Option<troupe_protocol::StallAction>,
+}
+
+impl HarnessConfig {
+    /// The stall threshold in effect (at least 1).
+    pub fn effective_stall_threshold(&self) -> u32 {
+        self.stall_threshold
+            .unwrap_or(self.context_reset_stall_threshold)
+            .max(1)
+    }
+
+    /// The stall action in effect.
+    pub fn effective_stall_action(&self) -> troupe_protocol::StallAction {
+        match (self.stall_action, self.context_reset_mode) {
+            (Some(action), _) => action,
+            (None, ContextResetMode::OnStall) => troupe_protocol::StallAction::Reset,
+            (None, _) => troupe_protocol::StallAction::Nudge,
+        }
+    }
 }
 
 impl Default for HarnessConfig {
@@ -123,6 +149,8 @@ impl Default for HarnessConfig {
             event_log_path: None,
             context_reset_mode: ContextResetMode::Off,
             context_reset_stall_threshold: 3,
+            stall_threshold: None,
+            stall_action: None,
         }
     }
 }
@@ -166,6 +194,11 @@ pub struct ProviderSettings {
     /// Extra headers sent with every request (treated as secrets).
     #[serde(deserialize_with = "de_headers")]
     pub headers: BTreeMap<String, SecretString>,
+    /// Which defaults the time limits take: `hosted` (10 s / 60 s /
+    /// 300 s) or `local` (10 s / 20 min / 20 min, for a model served on
+    /// this machine). Unset: `local` when the base URL's host is a
+    /// loopback address, else `hosted`.
+    pub profile: Option<ProviderProfile>,
     /// Connect timeout in milliseconds.
     pub connect_timeout_ms: Option<u64>,
     /// Time to the response headers in milliseconds.
@@ -178,6 +211,10 @@ pub struct ProviderSettings {
     pub initial_backoff_ms: Option<u64>,
     /// Cap on one retry delay in milliseconds.
     pub max_backoff_ms: Option<u64>,
+    /// Read tool calls the model wrote as text when a response has no
+    /// native one: `fenced_json` (```` ```json {"name", "arguments"} ``` ````)
+    /// or `hermes` (`<tool_call>{...}</tool_call>`). Unset: never.
+    pub tool_call_fallback: Option<ToolCallFallback>,
     /// Which OpenAI API an `openai` kind speaks (Codex's key): `chat`
     /// (chat completions, the default) or `responses` (the Responses API,
     /// the same as `kind = "openai-responses"`).

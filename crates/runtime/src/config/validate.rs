@@ -345,6 +345,28 @@ impl FileChecker<'_> {
             ),
         )?;
         self.at(
+            &key("stall_threshold"),
+            h.stall_threshold
+                .map_or(Ok(()), |v| positive(v.into(), "the stall threshold")),
+        )?;
+        self.at(
+            &key("stall_action"),
+            match (h.stall_action, h.context_reset_mode) {
+                (Some(action), crate::config::ContextResetMode::OnStall)
+                    if action != troupe_protocol::StallAction::Reset =>
+                {
+                    Err(Problem::new(
+                        format!(
+                            "`stall_action = \"{}\"` contradicts `context_reset_mode = \"on_stall\"`, which means `stall_action = \"reset\"`",
+                            action.as_str()
+                        ),
+                        "keep one of the two settings",
+                    ))
+                }
+                _ => Ok(()),
+            },
+        )?;
+        self.at(
             &["context", "max_context_tokens"],
             positive(c.context.max_context_tokens, "max_context_tokens"),
         )

@@ -16,6 +16,7 @@ use super::ContextError;
 use super::archive::HistoryArchive;
 use super::estimator::estimate_message;
 use super::groups::{GroupKind, groups};
+use super::orientation::ORIENTATION_HEADER;
 use super::summary::{ENVELOPE_HEADER, Envelope, local_summary, preview, section};
 use crate::provider::Message;
 
@@ -124,14 +125,22 @@ fn task_for(messages: &[Message], sel: &Selection) -> Option<String> {
     }
 }
 
-/// The task: the first user message that is not an envelope.
+/// The task: the first user message that is neither a summary envelope
+/// nor an orientation; else the task section one of those carries (a
+/// history resumed from a compaction that folded the task, or from a
+/// reset).
 pub fn task_of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Option<&'a str> {
-    messages.into_iter().find_map(|m| match m {
-        Message::User { content } if !content.starts_with(ENVELOPE_HEADER) => {
-            Some(content.as_str())
+    let mut carried = None;
+    for m in messages {
+        let Message::User { content } = m else {
+            continue;
+        };
+        if !content.starts_with(ENVELOPE_HEADER) && !content.starts_with(ORIENTATION_HEADER) {
+            return Some(content.as_str());
         }
-        _ => None,
-    })
+        carried = carried.or_else(|| section(content, "## Task"));
+    }
+    carried
 }
 
 /// The result of a compaction.
@@ -338,6 +347,20 @@ mod tests {
         assert!(
             matches!(out.messages.last(), Some(Message::ToolResult { call_id, .. }) if call_id == "c19")
         );
+    }
+
+    #[test]
+    fn the_task_survives_a_resume_from_an_envelope_or_an_orientation() {
+        let envelope = Message::user(format!(
+            "{ENVELOPE_HEADER}\nx\n\n## Task\nfix it\n\n## Summary of earlier turns\n- y"
+        ));
+        let orientation = Message::user(format!(
+            "{ORIENTATION_HEADER}\n\n## Task\nfix it\n\n## Loop state and progress\n- z"
+        ));
+        assert_eq!(task_of([&envelope]), Some("fix it"));
+        assert_eq!(task_of([&orientation]), Some("fix it"));
+        let kept = Message::user("the task");
+        assert_eq!(task_of([&envelope, &kept]), Some("the task"));
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!
 //! [`Calibration`] keeps, per model, an exponentially smoothed ratio of
 //! the input tokens the provider reported to the estimate of the request
-//! that produced them; projections are the raw estimate times that ratio.
+//! that produced them, between 0.5 and 4 (reported usage lowers the
+//! estimate by half at most); projections are the raw estimate times that
+//! ratio.
 
 use std::collections::HashMap;
 
@@ -30,8 +32,14 @@ pub const REQUEST_OVERHEAD: u64 = 3;
 
 /// Weight of a new observation in the smoothed ratio.
 const SMOOTHING: f64 = 0.3;
-/// Ratios outside this range are treated as noise and clamped.
-const RATIO_RANGE: (f64, f64) = (0.25, 4.0);
+/// Ratios outside this range are treated as noise and clamped. The lower
+/// bound is how far reported usage may lower the byte-based estimate: by
+/// half at most. Some servers report 0 or only the uncached prompt tokens
+/// (issue 28: one reported 120 for every request); no tokenizer reads
+/// ordinary text at 8 bytes a token, so a lower ratio is a report to
+/// distrust, and with it requests stay under twice the compaction
+/// threshold.
+const RATIO_RANGE: (f64, f64) = (0.5, 4.0);
 /// Requests smaller than this (estimated) do not calibrate: fixed
 /// provider overheads dominate them.
 const MIN_CALIBRATION_TOKENS: u64 = 256;
@@ -208,5 +216,22 @@ mod tests {
         c.observe("m", 10, 1_000);
         c.observe("m", 5_000, 0);
         assert!((c.ratio("m") - 1.2).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_server_reporting_too_few_tokens_lowers_the_estimate_by_at_most_half() {
+        // Issue 28: a server that reports 120 prompt tokens whatever it
+        // received (or only the tokens it did not have cached).
+        let mut c = Calibration::default();
+        for estimated in [1_000, 10_000, 60_000, 120_000] {
+            c.observe("liar", estimated, 120);
+        }
+        assert!((c.ratio("liar") - 0.5).abs() < 1e-9, "{}", c.ratio("liar"));
+        assert_eq!(c.project("liar", 60_000), 30_000);
+        // A tokenizer that really is denser than the estimate still
+        // lowers it, down to the bound.
+        let mut c = Calibration::default();
+        c.observe("dense", 10_000, 7_000);
+        assert!((c.ratio("dense") - 0.7).abs() < 1e-9);
     }
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use troupe_protocol::{
-    CompactBoundaryEvent, CompactionMode, CompactionTrigger, ItemDetails, ItemStatus, ThreadEvent,
+    CompactBoundaryEvent, CompactionMode, CompactionTrigger, ContextResetEvent, ItemDetails,
+    ItemStatus, ThreadEvent,
 };
 
 use super::ContextError;
@@ -17,11 +18,13 @@ use super::settings::ContextSettings;
 use super::summary::{ENVELOPE_HEADER, Envelope, local_summary, preview, read_memory};
 use crate::provider::{Message, ModelRequest, ReasoningBlock, ToolCall};
 
-/// Rebuilds the conversation from a session's events: user messages,
-/// assistant text with the tool calls and the reasoning blocks of the same
-/// turn, tool results. Reasoning text and unknown events are skipped; a
-/// call with no recorded output stays without a result (a compaction drops
-/// it).
+/// Rebuilds the conversation from one thread's events
+/// ([`thread_events`]): user messages, assistant text with the tool calls
+/// and the reasoning blocks of the same turn, tool results. A compaction
+/// boundary or a reset that records its continuation replaces everything
+/// before it with that continuation. Reasoning text and unknown events are
+/// skipped; a call with no recorded output stays without a result (a
+/// compaction drops it).
 pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Vec<Message> {
     let mut out = Vec::new();
     let mut pending: Option<Pending> = None;
@@ -44,6 +47,17 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
     for event in events {
         match event {
             ThreadEvent::TurnStarted(_) => flush(&mut out, &mut pending),
+            ThreadEvent::CompactBoundary(CompactBoundaryEvent {
+                continuation: Some(c),
+                ..
+            })
+            | ThreadEvent::ContextReset(ContextResetEvent {
+                continuation: Some(c),
+                ..
+            }) => {
+                pending = None;
+                out = super::continuation::restore(&c);
+            }
             ThreadEvent::ItemStarted(e) => {
                 if let ItemDetails::ToolInvocation(c) = e.item.details {
                     let p = pending.get_or_insert_with(Default::default);
@@ -92,14 +106,43 @@ pub fn messages_from_events(events: impl IntoIterator<Item = ThreadEvent>) -> Ve
 /// An assistant turn being rebuilt: text, calls, reasoning blocks.
 type Pending = (String, Vec<ToolCall>, Vec<ReasoningBlock>);
 
-/// The messages of the session stored in `session_dir`.
-pub fn stored_messages(session_dir: &Path) -> Result<Vec<Message>, ContextError> {
+/// The events of thread `thread_id`: those of the agent that owns it
+/// (its `thread.started` names it; without one, those that name no
+/// agent), and its boundaries and resets.
+pub fn thread_events(
+    events: impl IntoIterator<Item = ThreadEvent>,
+    thread_id: &str,
+) -> Vec<ThreadEvent> {
+    let events: Vec<ThreadEvent> = events.into_iter().collect();
+    let owner = events.iter().find_map(|e| match e {
+        ThreadEvent::ThreadStarted(t) if t.thread_id == thread_id => Some(t.agent_id.clone()),
+        _ => None,
+    });
+    let owner = owner.flatten();
+    let mine = |agent: &Option<String>| *agent == owner;
+    events
+        .into_iter()
+        .filter(|e| match e {
+            ThreadEvent::TurnStarted(t) => mine(&t.agent_id),
+            ThreadEvent::ItemStarted(i) | ThreadEvent::ItemCompleted(i) => mine(&i.agent_id),
+            ThreadEvent::UserMessage(m) => mine(&m.agent_id),
+            ThreadEvent::CompactBoundary(b) => b.thread_id == thread_id,
+            ThreadEvent::ContextReset(r) => r.thread_id == thread_id,
+            _ => false,
+        })
+        .collect()
+}
+
+/// The messages of thread `thread_id` of the session stored in
+/// `session_dir`, as a resume of it starts from.
+pub fn stored_messages(session_dir: &Path, thread_id: &str) -> Result<Vec<Message>, ContextError> {
     let path = session_dir.join(crate::store::EVENTS_FILE);
     let reader = crate::store::EventReader::open(&path)
         .map_err(|e| ContextError::io("read", &path, std::io::Error::other(e.to_string())))?;
-    Ok(messages_from_events(
+    Ok(messages_from_events(thread_events(
         reader.filter_map(Result::ok).map(|(_, e)| e.event),
-    ))
+        thread_id,
+    )))
 }
 
 /// A manual compaction of a stored session.
@@ -123,7 +166,7 @@ pub fn compact_stored(
     settings: &ContextSettings,
     window: Option<u64>,
 ) -> Result<Option<ManualCompaction>, ContextError> {
-    let messages = stored_messages(session_dir)?;
+    let messages = stored_messages(session_dir, thread_id)?;
     let hard = settings.ceiling(window);
     let opts = CompactOptions {
         // Previews only for messages above half the default tail, even
@@ -177,6 +220,8 @@ pub fn compact_stored(
         new_prefix_hash: Some(seg.prefix_hash),
         previous_catalog_hash: None,
         new_catalog_hash: None,
+        summary: Some(outcome.summary.trim().to_owned()),
+        continuation: Some(super::continuation::record(&outcome.messages)),
     };
     Ok(Some(ManualCompaction {
         compacted_path: archive.display(&compacted),
@@ -306,5 +351,59 @@ mod tests {
         assert_eq!(fork.retained_user_messages, vec!["task".to_string()]);
         assert_eq!(fork.messages().len(), 2);
         assert!(fork.envelope.contains("mem"));
+    }
+
+    #[test]
+    fn a_recorded_continuation_replaces_the_history_before_it() {
+        let user = |text: &str, agent: Option<&str>| {
+            ThreadEvent::UserMessage(UserMessageEvent {
+                id: "u".into(),
+                text: text.into(),
+                intent_id: None,
+                agent_id: agent.map(Into::into),
+            })
+        };
+        let boundary = |thread: &str, continuation: Option<Vec<Message>>| {
+            ThreadEvent::CompactBoundary(CompactBoundaryEvent {
+                thread_id: thread.into(),
+                trigger: CompactionTrigger::Auto,
+                mode: CompactionMode::Local,
+                original_message_count: 2,
+                compacted_message_count: 1,
+                history_artifact_path: None,
+                previous_segment_id: None,
+                new_segment_id: None,
+                previous_prefix_hash: None,
+                new_prefix_hash: None,
+                previous_catalog_hash: None,
+                new_catalog_hash: None,
+                summary: None,
+                continuation: continuation.map(|m| super::super::continuation::record(&m)),
+            })
+        };
+        let started = ThreadEvent::ThreadStarted(troupe_protocol::ThreadStartedEvent {
+            thread_id: "t".into(),
+            session_id: None,
+            agent_id: Some("root".into()),
+        });
+        let events = vec![
+            started,
+            user("task", Some("root")),
+            user("a child's task", Some("root/child")),
+            // Another thread's boundary, and one of an older release.
+            boundary("other", Some(vec![Message::user("not mine")])),
+            boundary("t", None),
+            user("more", Some("root")),
+            boundary("t", Some(vec![Message::user("[Compacted context]\nS")])),
+            user("after", Some("root")),
+        ];
+        let mine = thread_events(events, "t");
+        assert_eq!(
+            messages_from_events(mine),
+            vec![
+                Message::user("[Compacted context]\nS"),
+                Message::user("after")
+            ]
+        );
     }
 }

@@ -27,7 +27,6 @@ use super::summary::{local_summary, model_summary, read_memory};
 use crate::config::ContextResetMode;
 use crate::hooks::HookEvent;
 use crate::provider::{Message, ModelRequest};
-use crate::tools::ToolRegistry;
 
 /// How many projection records are kept.
 const RECORDS_KEPT: usize = 1_024;
@@ -47,6 +46,8 @@ pub struct ContextManager {
     calibration: Calibration,
     segments: SegmentTracker,
     stall: StallTracker,
+    /// The loop asked for a stall reset before the next request.
+    reset_due: bool,
     archive: Option<HistoryArchive>,
     pending: bool,
     recovery_in_flight: bool,
@@ -68,6 +69,7 @@ impl ContextManager {
             calibration: Calibration::default(),
             segments: SegmentTracker::default(),
             stall: StallTracker::default(),
+            reset_due: false,
             archive,
             pending: false,
             recovery_in_flight: false,
@@ -103,9 +105,24 @@ impl ContextManager {
         self.compactions
     }
 
-    /// Consecutive stalled turns so far.
+    /// Consecutive turns without progress so far.
     pub fn stalled_turns(&self) -> u32 {
         self.stall.consecutive()
+    }
+
+    /// The stall tracker (the calls of the last turn without progress).
+    pub fn stall(&self) -> &StallTracker {
+        &self.stall
+    }
+
+    /// After a nudge: count turns without progress from zero again.
+    pub fn restart_stall_count(&mut self) {
+        self.stall.restart_count();
+    }
+
+    /// `stall_action = "reset"`: reset before the next request.
+    pub fn reset_before_next_request(&mut self) {
+        self.reset_due = true;
     }
 
     /// The task, once the first request was prepared.
@@ -183,9 +200,7 @@ impl ContextManager {
             estimate_parts(input.system, messages, input.tools),
         );
         let window = window_of(input.catalog, input.model);
-        if self.settings.reset_mode == ContextResetMode::OnStall
-            && self.stall.consecutive() >= self.settings.reset_stall_threshold.max(1)
-        {
+        if std::mem::take(&mut self.reset_due) {
             let percent = window.map(|w| before as f64 * 100.0 / w as f64);
             let reason = format!("on_stall after {} stalled turns", self.stall.consecutive());
             let reset = ResetKind {
@@ -344,9 +359,9 @@ impl ContextManager {
         }
     }
 
-    /// Call after a step's tools ran: counts stalled turns.
-    pub fn after_tools(&mut self, messages: &[Message], registry: &ToolRegistry) {
-        if self.stall.record(messages, registry) {
+    /// Call after a step's tools ran: counts turns without progress.
+    pub fn after_tools(&mut self, messages: &[Message]) {
+        if self.stall.record(messages) {
             tracing::debug!(consecutive = self.stall.consecutive(), "stalled turn");
         }
     }
@@ -507,6 +522,8 @@ impl ContextManager {
                 new_prefix_hash: Some(new.prefix_hash.clone()),
                 previous_catalog_hash: prev.as_ref().map(|s| s.catalog_hash.clone()),
                 new_catalog_hash: Some(new.catalog_hash),
+                summary: Some(outcome.summary.trim().to_owned()),
+                continuation: Some(super::continuation::record(messages)),
             }));
         self.pending = false;
         self.compactions += 1;
@@ -600,6 +617,7 @@ impl ContextManager {
                 previous_context_usage_percent: usage_percent
                     .map_or(0, |p| p.round().clamp(0.0, 100.0) as u8),
                 tool_budget_reset: false,
+                continuation: Some(super::continuation::record(messages)),
             }));
     }
 }

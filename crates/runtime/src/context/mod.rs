@@ -23,6 +23,8 @@
 //! - [`routing`]: the larger-window model of the same provider family.
 //! - [`reset`] and [`orientation`]: stall tracking, the reset manifest and
 //!   the `[Orientation Context]` a reset starts from.
+//! - [`continuation`]: the history a compaction or a reset starts the next
+//!   segment from, as its event records it (what a resume starts from).
 //! - [`history`]: a session's messages rebuilt from its events, and the
 //!   fork artifact.
 //! - [`step`]: what the hook points take ([`TurnInput`]) and return.
@@ -30,6 +32,7 @@
 
 pub mod archive;
 pub mod compactor;
+pub mod continuation;
 pub mod estimator;
 pub mod groups;
 pub mod history;

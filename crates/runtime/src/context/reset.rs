@@ -1,45 +1,73 @@
-//! Context reset: when to reset (stalled turns) and the reset manifest.
+//! Stall detection and the context reset manifest.
 //!
-//! A turn is **stalled** when it made no progress: no write or exec tool
-//! call succeeded, and every read-only call that succeeded repeated a
-//! (tool, arguments) pair already made in the current segment (it learned
-//! nothing new). A turn whose calls all failed is stalled. A turn with no
-//! tool call ends the run, so it is never counted. `on_stall` resets after
-//! `context_reset_stall_threshold` consecutive stalled turns.
+//! A turn makes **no progress** when its calls and their results repeat
+//! one of the last three turns' (the same calls, with the same arguments
+//! and the same results, in the same order: a cycle of length 1 to 3),
+//! whatever the tools; or when it calls `handoff` after a `handoff` was
+//! already recorded. Results are compared with what differs on every run
+//! masked: timings (a test runner's `0.03s`) and generated ids (the
+//! spool file `exec-e5da87ea8155.log` of each command); exit codes,
+//! counts and line numbers are compared. A turn with no tool call ends the run, so it is never
+//! counted. After `stall_threshold` consecutive such turns the loop acts
+//! by `stall_action` (`crate::agent`, docs/context.md).
 
-use std::collections::HashSet;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+
+use troupe_protocol::RepeatedCall;
 
 use super::ContextError;
 use super::groups::groups;
 use crate::provider::Message;
-use crate::tools::{Capability, ToolRegistry};
 
 /// Where the manifest of the last reset goes, under the workspace.
 pub const MANIFEST_PATH: &str = ".vtcode/tasks/current_context_reset.md";
 
-/// Counts consecutive stalled turns.
+/// The longest cycle of repeated turns that counts as no progress.
+const CYCLE: usize = 3;
+
+/// The tool whose second successful call is no progress.
+const HANDOFF: &str = "handoff";
+
+/// Counts consecutive turns without progress.
 #[derive(Debug, Clone, Default)]
 pub struct StallTracker {
     consecutive: u32,
-    seen: HashSet<String>,
+    /// The fingerprints of the last [`CYCLE`] turns, newest last.
+    recent: VecDeque<String>,
+    handed_off: bool,
+    /// The calls of the last turn without progress.
+    repeated: Vec<RepeatedCall>,
 }
 
 impl StallTracker {
-    /// Consecutive stalled turns so far.
+    /// Consecutive turns without progress so far.
     pub fn consecutive(&self) -> u32 {
         self.consecutive
     }
 
+    /// The calls of the last turn without progress.
+    pub fn repeated(&self) -> &[RepeatedCall] {
+        &self.repeated
+    }
+
     /// Forgets everything (a new segment after a reset).
     pub fn clear(&mut self) {
+        *self = Self {
+            handed_off: self.handed_off,
+            ..Self::default()
+        };
+    }
+
+    /// Starts counting again from zero, remembering the recent turns (a
+    /// nudge: the next repeat still counts, from one).
+    pub fn restart_count(&mut self) {
         self.consecutive = 0;
-        self.seen.clear();
     }
 
     /// Records the turn whose calls and results end `messages`; returns
-    /// whether it was stalled.
-    pub fn record(&mut self, messages: &[Message], tools: &ToolRegistry) -> bool {
+    /// whether it made no progress.
+    pub fn record(&mut self, messages: &[Message]) -> bool {
         let Some(g) = groups(messages).pop() else {
             return false;
         };
@@ -47,26 +75,132 @@ impl StallTracker {
         let Some(Message::Assistant { tool_calls, .. }) = group.first() else {
             return false;
         };
-        let mut progress = false;
+        let mut fingerprint = String::new();
+        let mut second_handoff = false;
         for call in tool_calls {
-            let ok = group.iter().any(|m| {
-                matches!(m, Message::ToolResult { call_id, is_error: false, .. } if *call_id == call.id)
+            let result = group.iter().find_map(|m| match m {
+                Message::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                } if *call_id == call.id => Some((content.as_str(), *is_error)),
+                _ => None,
             });
-            if !ok {
-                continue;
+            let (content, is_error) = result.unwrap_or(("", true));
+            if call.name == HANDOFF {
+                second_handoff |= self.handed_off;
+                self.handed_off |= !is_error;
             }
-            let capability = tools.get(&call.name).map(|t| t.capability());
-            let key = format!("{}\u{0}{}", call.name, call.arguments);
-            let new = self.seen.insert(key);
-            progress |= matches!(capability, Some(Capability::Write | Capability::Exec)) || new;
+            fingerprint.push_str(&call.name);
+            fingerprint.push('\u{0}');
+            fingerprint.push_str(&call.arguments);
+            fingerprint.push('\u{0}');
+            fingerprint.push(if is_error { 'E' } else { 'O' });
+            fingerprint.push_str(&mask_volatile(content));
+            fingerprint.push('\u{1}');
         }
-        if progress {
-            self.consecutive = 0;
-        } else {
+        let repeat = self.recent.contains(&fingerprint);
+        if self.recent.len() == CYCLE {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(fingerprint);
+        let stalled = repeat || second_handoff;
+        if stalled {
             self.consecutive += 1;
+            self.repeated = tool_calls
+                .iter()
+                .map(|c| RepeatedCall {
+                    tool: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect();
+        } else {
+            self.consecutive = 0;
         }
-        !progress
+        stalled
     }
+}
+
+/// `text` with its generated ids and timings masked
+/// ([`mask_ids`], [`mask_timings`]).
+fn mask_volatile(text: &str) -> String {
+    mask_timings(&mask_ids(text))
+}
+
+/// `text` with every word of at least 8 hexadecimal digits, letters and
+/// digits mixed (`e5da87ea8155`, a UUID's groups), masked as `#`.
+fn mask_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let hex = word.len() >= 8
+            && word.chars().all(|c| c.is_ascii_hexdigit())
+            && word.chars().any(|c| c.is_ascii_digit())
+            && word.chars().any(|c| c.is_ascii_alphabetic());
+        out.push_str(if hex { "#" } else { word.as_str() });
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// `text` with its timings masked as `#`: numbers with a fractional part
+/// or a clock's colons (`0.031`, `12:04:59`) and whole numbers followed by
+/// a time unit (`15ms` → `#ms`, `2s` → `#s`). Other numbers (exit codes, counts, line
+/// numbers) stay: they are what a repeat must match.
+fn mask_timings(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        let starts_number = bytes[i].is_ascii_digit()
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'.'));
+        if !starts_number {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        let mut separated = false;
+        while end < bytes.len() {
+            if bytes[end].is_ascii_digit() {
+                end += 1;
+            } else if matches!(bytes[end], b'.' | b':')
+                && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)
+            {
+                separated = true;
+                end += 1;
+            } else {
+                break;
+            }
+        }
+        let rest = &text[end..];
+        let unit = ["ms", "us", "µs", "ns", "s"]
+            .iter()
+            .find(|u| rest.starts_with(*u))
+            .filter(|u| {
+                !rest[u.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(char::is_alphanumeric)
+            });
+        if separated || unit.is_some() {
+            out.push_str(&text[copied..i]);
+            out.push('#');
+            copied = end;
+        }
+        i = end;
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// What the reset manifest records.
@@ -118,39 +252,152 @@ mod tests {
     use super::*;
     use crate::provider::ToolCall;
 
-    fn turn(msgs: &mut Vec<Message>, name: &str, args: &str, ok: bool) {
-        let id = format!("c{}", msgs.len());
+    fn turn(msgs: &mut Vec<Message>, calls: &[(&str, &str, &str, bool)]) {
+        let ids: Vec<String> = (0..calls.len())
+            .map(|i| format!("c{}_{i}", msgs.len()))
+            .collect();
         msgs.push(Message::Assistant {
             content: String::new(),
-            tool_calls: vec![ToolCall {
-                id: id.clone(),
-                name: name.into(),
-                arguments: args.into(),
-                signature: None,
-            }],
+            tool_calls: calls
+                .iter()
+                .zip(&ids)
+                .map(|((name, args, _, _), id)| ToolCall {
+                    id: id.clone(),
+                    name: (*name).into(),
+                    arguments: (*args).into(),
+                    signature: None,
+                })
+                .collect(),
             reasoning: Vec::new(),
         });
-        msgs.push(Message::ToolResult {
-            call_id: id,
-            content: "r".into(),
-            is_error: !ok,
-        });
+        for ((_, _, result, ok), id) in calls.iter().zip(&ids) {
+            msgs.push(Message::ToolResult {
+                call_id: id.clone(),
+                content: (*result).into(),
+                is_error: !ok,
+            });
+        }
     }
 
     #[test]
-    fn stalls_are_repeats_and_failures_and_writes_are_progress() {
-        let tools = ToolRegistry::builtin();
+    fn a_repeated_exec_with_the_same_result_is_no_progress() {
         let mut t = StallTracker::default();
         let mut m = vec![Message::user("task")];
-        turn(&mut m, "read_file", r#"{"path":"a"}"#, true);
-        assert!(!t.record(&m, &tools), "new information");
-        turn(&mut m, "read_file", r#"{"path":"a"}"#, true);
-        assert!(t.record(&m, &tools), "a repeat");
-        turn(&mut m, "write_file", r#"{"path":"b"}"#, false);
-        assert!(t.record(&m, &tools), "a failed write");
-        assert_eq!(t.consecutive(), 2);
-        turn(&mut m, "write_file", r#"{"path":"b"}"#, true);
-        assert!(!t.record(&m, &tools));
+        let test = (
+            "exec_command",
+            r#"{"cmd":"pytest"}"#,
+            "1 failed in 0.03s\nexit_code: 1",
+            true,
+        );
+        turn(&mut m, &[test]);
+        assert!(!t.record(&m), "the first run learns something");
+        turn(
+            &mut m,
+            &[(
+                "exec_command",
+                r#"{"cmd":"pytest"}"#,
+                "1 failed in 0.05s\nexit_code: 1",
+                true,
+            )],
+        );
+        assert!(t.record(&m), "the same call and result, timings aside");
+        turn(
+            &mut m,
+            &[(
+                "exec_command",
+                r#"{"cmd":"pytest"}"#,
+                "2 failed in 0.05s\nexit_code: 1",
+                true,
+            )],
+        );
+        assert!(!t.record(&m), "a different count is a different result");
         assert_eq!(t.consecutive(), 0);
+    }
+
+    #[test]
+    fn a_cycle_of_up_to_three_turns_is_no_progress() {
+        let mut t = StallTracker::default();
+        let mut m = vec![Message::user("task")];
+        let run = (
+            "exec_command",
+            r#"{"cmd":"python -m unittest"}"#,
+            "FAILED (failures=1)",
+            true,
+        );
+        let grep = (
+            "grep_file",
+            r#"{"pattern":"add"}"#,
+            "test_calc.py:4: add(2, 2)",
+            true,
+        );
+        let read = (
+            "read_file",
+            r#"{"path":"calc.py"}"#,
+            "def add(a, b): return a - b",
+            true,
+        );
+        let stalled: Vec<bool> = [run, grep, read, run, grep, read, run]
+            .iter()
+            .map(|c| {
+                turn(&mut m, &[*c]);
+                t.record(&m)
+            })
+            .collect();
+        assert_eq!(stalled, [false, false, false, true, true, true, true]);
+        assert_eq!(t.consecutive(), 4);
+        assert_eq!(t.repeated()[0].tool, "exec_command");
+        // A cycle of four is not caught (it may be real work).
+        let mut t = StallTracker::default();
+        let mut m = vec![Message::user("task")];
+        let write = ("write_file", r#"{"path":"b"}"#, "wrote", true);
+        for c in [run, grep, read, write, run] {
+            turn(&mut m, &[c]);
+            assert!(!t.record(&m));
+        }
+    }
+
+    #[test]
+    fn a_second_handoff_is_no_progress_and_failures_are_not_by_themselves() {
+        let mut t = StallTracker::default();
+        let mut m = vec![Message::user("task")];
+        turn(
+            &mut m,
+            &[("handoff", r#"{"state_summary":"a"}"#, "recorded", true)],
+        );
+        assert!(!t.record(&m));
+        turn(
+            &mut m,
+            &[("handoff", r#"{"state_summary":"b"}"#, "recorded", true)],
+        );
+        assert!(t.record(&m), "a second handoff, whatever it says");
+        // Different failing calls are attempts, not repeats.
+        let mut t = StallTracker::default();
+        for i in 0..5 {
+            turn(
+                &mut m,
+                &[(
+                    "write_file",
+                    &format!("{{\"path\":\"{i}\"}}"),
+                    "denied",
+                    false,
+                )],
+            );
+            assert!(!t.record(&m));
+        }
+    }
+
+    #[test]
+    fn timings_are_masked_and_other_numbers_kept() {
+        assert_eq!(
+            mask_timings("Ran 3 tests in 0.001s at 12:04:59, took 15ms; exit_code: 1 line 42 v1.2"),
+            "Ran 3 tests in #s at #, took #ms; exit_code: 1 line 42 v1.2"
+        );
+        assert_eq!(mask_timings("2s 3 s4 x5s"), "#s 3 s4 x5s");
+        assert_eq!(
+            mask_volatile(
+                "spool_path: /s/01a236d1-374d/derived/exec-e5da87ea8155.log deadbeef cafe 12345678"
+            ),
+            "spool_path: /s/#-374d/derived/exec-#.log deadbeef cafe 12345678"
+        );
     }
 }

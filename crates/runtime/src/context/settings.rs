@@ -37,8 +37,13 @@ pub struct ContextSettings {
     pub calibrate: bool,
     /// `agent.harness.context_reset_mode`.
     pub reset_mode: ContextResetMode,
-    /// `agent.harness.context_reset_stall_threshold`.
-    pub reset_stall_threshold: u32,
+    /// `agent.harness.stall_threshold` (or the older
+    /// `context_reset_stall_threshold`): turns without progress before
+    /// `stall_action`.
+    pub stall_threshold: u32,
+    /// `agent.harness.stall_action` (`reset` for `context_reset_mode =
+    /// "on_stall"`).
+    pub stall_action: troupe_protocol::StallAction,
     /// The workspace: `.vtcode/memory.md`, `.vtcode/state/` and
     /// `.vtcode/tasks/` are read and written under it. `None`: none are.
     pub workspace: Option<PathBuf>,
@@ -72,7 +77,8 @@ impl Default for ContextSettings {
             continuity_tail_tokens: CONTINUITY_TAIL_TOKENS,
             calibrate: true,
             reset_mode: ContextResetMode::Off,
-            reset_stall_threshold: 3,
+            stall_threshold: 3,
+            stall_action: troupe_protocol::StallAction::Nudge,
             workspace: None,
             archive_dir: None,
             recent_commits: Vec::new(),
@@ -94,7 +100,8 @@ impl ContextSettings {
             max_context_tokens: config.context.max_context_tokens,
             auto_upgrade: config.context.auto_upgrade,
             reset_mode: h.context_reset_mode,
-            reset_stall_threshold: h.context_reset_stall_threshold.max(1),
+            stall_threshold: h.effective_stall_threshold(),
+            stall_action: h.effective_stall_action(),
             workspace: Some(workspace.to_path_buf()),
             archive_dir,
             ..Self::default()
@@ -202,11 +209,20 @@ mod tests {
         let s = ContextSettings::from_config(&config, Path::new("/ws"), Some("/ws/d".into()));
         assert_eq!(s.auto_compaction_threshold_tokens, Some(50_000));
         assert_eq!(s.reset_mode, ContextResetMode::OnStall);
-        assert_eq!(s.reset_stall_threshold, 1, "at least one stalled turn");
+        assert_eq!(s.stall_threshold, 1, "at least one stalled turn");
+        assert_eq!(s.stall_action, troupe_protocol::StallAction::Reset);
         assert!(s.auto_upgrade);
         assert_eq!(s.max_context_tokens, 90_000);
         assert_eq!(s.workspace.as_deref(), Some(Path::new("/ws")));
         assert_eq!(s.archive_dir.as_deref(), Some(Path::new("/ws/d")));
+        let mut stalls = Config::default();
+        stalls.agent.harness.stall_threshold = Some(4);
+        let s = ContextSettings::from_config(&stalls, Path::new("/ws"), None);
+        assert_eq!(
+            s.stall_threshold, 4,
+            "stall_threshold wins over the older key"
+        );
+        assert_eq!(s.stall_action, troupe_protocol::StallAction::Nudge);
         // The same formula as Config::compaction_threshold_tokens.
         config.agent.harness.auto_compaction_threshold_tokens = None;
         let s = ContextSettings::from_config(&config, Path::new("/ws"), None);

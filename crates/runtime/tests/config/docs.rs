@@ -50,6 +50,8 @@ fn the_documented_local_provider_example_works() {
     assert_eq!(p.kind, ProviderKind::OpenAi);
     assert_eq!(p.base_url, "http://127.0.0.1:11434/v1");
     assert_eq!(p.api_key, KeySource::None);
+    // "A loopback base URL gets the `local` profile's time limits."
+    assert_eq!(p.timeouts, troupe_runtime::provider::Timeouts::local());
 }
 
 #[test]

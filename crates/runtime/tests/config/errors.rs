@@ -421,3 +421,24 @@ fn sampling_values_are_checked() {
     let e = load_err("[providers.local]\nkind = \"openai\"\nseed = -1\n").to_string();
     assert!(e.contains("seed"), "{e}");
 }
+
+#[test]
+fn stall_settings_are_checked() {
+    let e = load_err("[agent.harness]\nstall_action = \"panic\"\n");
+    let text = e.to_string();
+    assert!(
+        text.contains("valid values: nudge, reset, escalate, stop"),
+        "{text}"
+    );
+    let e =
+        load_err("[agent.harness]\ncontext_reset_mode = \"on_stall\"\nstall_action = \"stop\"\n");
+    let text = e.to_string();
+    assert!(text.contains("`agent.harness.stall_action`"), "{text}");
+    assert!(
+        text.contains("contradicts `context_reset_mode = \"on_stall\"`"),
+        "{text}"
+    );
+    assert!(text.contains("keep one of the two settings"), "{text}");
+    let e = load_err("[agent.harness]\nstall_threshold = 0\n");
+    assert!(e.to_string().contains("the stall threshold is 0"), "{e}");
+}

@@ -10,3 +10,4 @@ mod limits;
 mod load;
 mod mcp;
 mod otel;
+mod timeouts;

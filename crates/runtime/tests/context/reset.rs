@@ -25,7 +25,12 @@ fn stalling() -> Vec<Reply> {
 fn settings(mode: ContextResetMode) -> ContextSettings {
     ContextSettings {
         reset_mode: mode,
-        reset_stall_threshold: 2,
+        stall_threshold: 2,
+        stall_action: if mode == ContextResetMode::OnStall {
+            troupe_protocol::StallAction::Reset
+        } else {
+            troupe_protocol::StallAction::Nudge
+        },
         calibrate: false,
         recent_commits: vec!["abc1234 fix the parser".into(), "def5678 add tests".into()],
         progress_ledger: true,

@@ -349,7 +349,7 @@ async fn propose(
         protect: p.protect.clone(),
         ..AgentSpec::default()
     };
-    let outcome = run_agent(run, &p.name, agent_id, spec, round > 1, wt.path()).await?;
+    let outcome = run_agent(run, p, agent_id, spec, round > 1, wt.path()).await?;
     Ok((outcome.handoff, outcome.completed.num_turns))
 }
 
@@ -359,7 +359,7 @@ async fn propose(
 /// incarnation of the same id leaves the tree, and waits for its outcome.
 pub(crate) async fn run_agent(
     run: &PipelineRun<'_>,
-    name: &str,
+    p: &ProposerSpec,
     agent_id: &str,
     spec: AgentSpec,
     resume: bool,
@@ -382,6 +382,12 @@ pub(crate) async fn run_agent(
         AgentShared::new(tx, resume, &store, &lid, budget),
         workdir,
     );
+    // A proposer hands off; only one that opted in delegates.
+    let args = if p.subagents {
+        args
+    } else {
+        args.as_proposer()
+    };
     let address = args.address.clone();
     // The previous round's incarnation may still be leaving the tree.
     let spec = agent_child_spec(args);
@@ -398,7 +404,7 @@ pub(crate) async fn run_agent(
     }
     let mut rx = rx;
     let outcome = tokio::select! {
-        o = &mut rx => o.map_err(|_| format!("proposer {name} stopped without a handoff"))?,
+        o = &mut rx => o.map_err(|_| format!("proposer {} stopped without a handoff", p.name))?,
         _ = run.cancel.cancelled() => {
             // The agent ends its thread as cancelled; wait for it, bounded.
             let _ = address.call(troupe_actors::agent::AgentMsg::Abort, env.call_timeout).await;

@@ -105,6 +105,12 @@ pub struct ProposerSpec {
     /// proposal that changes one anyway is refused (`protected_path`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
+    /// Offer it the delegation tools (`spawn_subagent`, `verify_change`,
+    /// `merge_worktree`) to split its work across subagents (default
+    /// false: a proposer does the work and hands off; the pipeline
+    /// verifies and merges).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub subagents: bool,
 }
 
 fn yes() -> bool {
