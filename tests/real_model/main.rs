@@ -5,13 +5,15 @@
 //! compaction inside the 16k window, the pipeline, and a SIGKILL in the
 //! middle of a real stream followed by `troupe sessions resume`.
 //!
-//! Every test is `#[ignore]`d, so `cargo nextest run` skips it; `.ci/run`
-//! runs the tier last, with the server started (docs/local-models.md):
+//! Every test is `#[ignore]`d, so `cargo nextest run` skips it;
+//! `TROUPE_CI_REAL_MODEL=1 .ci/run` runs the five scenarios last (not
+//! the two `long_` tests), with the server started
+//! (docs/local-models.md):
 //!
 //! ```sh
 //! scripts/local-model install && scripts/local-model start
 //! TROUPE_REAL_MODEL_URL="$(scripts/local-model url)" cargo nextest run -p troupe-cli \
-//!     --test real_model --run-ignored only --test-threads 1 --no-capture
+//!     --test real_model --run-ignored only -E 'not test(/^long_/)' --test-threads 1 --no-capture
 //! scripts/local-model stop
 //! ```
 //!
@@ -452,4 +454,83 @@ fn sigkill_mid_stream_then_resume_completes() {
     // the resumed run did not run a call of the killed one again.
     assert!(executed_calls(&evs).len() >= ran_before);
     Figures::of(&evs, t0.elapsed()).report("crash + resume");
+}
+
+/// Not in `.ci/run`'s tier (it reads a 12,000-token prompt: 4 to 14
+/// minutes on two cores): a prompt that keeps a local server silent for
+/// minutes before its first token completes under the `local` profile a
+/// loopback URL gets by default, with no retry to hide a tripped limit.
+#[test]
+#[ignore = "real model, long: set TROUPE_REAL_MODEL_URL (scripts/local-model)"]
+fn long_a_12k_token_prompt_completes_under_the_local_profile() {
+    let url = model_url();
+    let toml = troupe_toml(&url, 1, 16, "").replace("seed = 42\n", "seed = 42\nmax_retries = 0\n");
+    let ws = workspace(&toml, &[]);
+    let mut prompt = String::from("Here is a log.\n");
+    for i in 1..=560 {
+        prompt.push_str(&format!(
+            "log line {i}: checked module {i}, nothing to report\n"
+        ));
+    }
+    prompt.push_str("How many log lines are there? Answer with the number only.");
+    let out = run(exec(ws.path(), &prompt), LIMIT * 2, "troupe exec");
+    let evs = log(&session_dir(ws.path()));
+    let done = assert_invariants(&evs, 1, "12k-token prompt");
+    let read = of_type(&evs, "turn.completed")
+        .iter()
+        .map(|t| t["usage"]["input_tokens"].as_u64().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        read >= 12_000,
+        "precondition: the prompt was {read} tokens, not 12,000 or more"
+    );
+    assert_eq!(done["outcome_code"], "success", "{done}");
+    assert_eq!(out.code, Some(0), "stderr:\n{}", out.stderr);
+    Figures::of(&evs, out.wall).report("12k-token prompt");
+}
+
+/// Not in `.ci/run`'s tier: needs a second server started with the
+/// model's own chat template (`scripts/local-model start --own-template`
+/// with its own `TROUPE_LOCAL_MODEL_DIR`), at
+/// `TROUPE_REAL_MODEL_OWN_TEMPLATE_URL`. With that template this model
+/// writes its calls as a fenced json block in its text; `tool_call_fallback
+/// = "fenced_json"` turns them into calls that run.
+#[test]
+#[ignore = "real model, own template: set TROUPE_REAL_MODEL_OWN_TEMPLATE_URL"]
+fn long_own_template_calls_written_as_text_run_with_the_fallback() {
+    let url = std::env::var("TROUPE_REAL_MODEL_OWN_TEMPLATE_URL").unwrap_or_else(|_| {
+        panic!(
+            "TROUPE_REAL_MODEL_OWN_TEMPLATE_URL is not set: start a server with the model's own \
+             template (TROUPE_LOCAL_MODEL_DIR=... scripts/local-model start --own-template)"
+        )
+    });
+    let toml = troupe_toml(url.trim_end_matches('/'), 3, 200, "").replace(
+        "seed = 42\n",
+        "seed = 42\ntool_call_fallback = \"fenced_json\"\n",
+    );
+    let ws = workspace(&toml, &[("calc.sh", CALC_SH), ("test.sh", TEST_SH)]);
+    let out = run(
+        exec(
+            ws.path(),
+            "Call the exec_command tool with the arguments {\"command\": \"sh test.sh\"}, then tell me \
+             what it printed.",
+        ),
+        LIMIT,
+        "troupe exec",
+    );
+    let evs = log(&session_dir(ws.path()));
+    assert!(
+        !executed_calls(&evs).is_empty(),
+        "precondition: no tool call ran (the fallback read none); stderr:\n{}",
+        out.stderr
+    );
+    let done = assert_invariants(&evs, 1, "own template");
+    assert_eq!(
+        out.code,
+        Some(exit_code_of(&done)),
+        "stderr:\n{}",
+        out.stderr
+    );
+    Figures::of(&evs, out.wall).report("own template + fenced_json fallback");
 }
