@@ -1,6 +1,7 @@
 //! The HTTP client shared by the three wire formats: connect, retry,
 //! stream with timeouts.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Once};
@@ -86,8 +87,26 @@ impl ProviderClient {
         &self.inner.config
     }
 
+    /// `request` with this client's [`Sampling`](super::Sampling) defaults
+    /// filled in where it sets none (borrowed when there is nothing to fill).
+    pub fn with_sampling<'a>(&self, request: &'a ModelRequest) -> Cow<'a, ModelRequest> {
+        let s = &self.inner.config.sampling;
+        let fills = (request.temperature.is_none() && s.temperature.is_some())
+            || (request.seed.is_none() && s.seed.is_some())
+            || (request.max_output_tokens.is_none() && s.max_output_tokens.is_some());
+        if !fills {
+            return Cow::Borrowed(request);
+        }
+        let mut filled = request.clone();
+        filled.temperature = filled.temperature.or(s.temperature);
+        filled.seed = filled.seed.or(s.seed);
+        filled.max_output_tokens = filled.max_output_tokens.or(s.max_output_tokens);
+        Cow::Owned(filled)
+    }
+
     /// The JSON body this client sends for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
+        let request = &*self.with_sampling(request);
         match self.inner.config.kind {
             ProviderKind::OpenAi => {
                 openai::request_body(request, self.inner.config.effective_max_tokens_field())
@@ -151,6 +170,7 @@ impl ModelClient for ProviderClient {
     fn stream(&self, request: &ModelRequest) -> ModelEventStream {
         let config = &self.inner.config;
         let url = config.kind.endpoint(&config.base_url, &request.model);
+        let request = &*self.with_sampling(request);
         let body = match config.kind {
             // Written straight from the request (no Value tree).
             ProviderKind::OpenAi => Bytes::from(super::openai_wire::encode(

@@ -160,6 +160,29 @@ impl ProviderProfile {
     }
 }
 
+/// Sampling defaults a client puts on every request that sets none of its
+/// own (`[providers.<name>]` `temperature`, `seed`, `max_output_tokens`):
+/// a local model run at temperature 0 with a fixed seed and a bounded
+/// answer, whoever builds the request (an agent, a subagent, a verifier,
+/// a compaction summary). A request's own value wins.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sampling {
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Sampling seed (sent where the wire format has one, see
+    /// [`ModelRequest::seed`](super::ModelRequest::seed)).
+    pub seed: Option<u64>,
+    /// Cap on output tokens.
+    pub max_output_tokens: Option<u32>,
+}
+
+impl Sampling {
+    /// Whether it sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Sampling::default()
+    }
+}
+
 /// Everything a [`ProviderClient`](super::ProviderClient) needs.
 #[derive(Debug, Clone)]
 pub struct ProviderConfig {
@@ -180,6 +203,8 @@ pub struct ProviderConfig {
     /// The OpenAI output-cap field; `None` picks `max_completion_tokens`
     /// for api.openai.com and `max_tokens` elsewhere.
     pub max_tokens_field: Option<MaxTokensField>,
+    /// Sampling defaults for requests that set none.
+    pub sampling: Sampling,
     /// The profile [`Self::timeouts`] started from (named in timeout
     /// errors).
     pub profile: ProviderProfile,
@@ -204,6 +229,7 @@ impl ProviderConfig {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             max_tokens_field: None,
+            sampling: Sampling::default(),
             profile: ProviderProfile::Hosted,
             tool_call_fallback: None,
             name: None,
@@ -291,6 +317,12 @@ impl ProviderConfig {
     /// Sets the retry policy.
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Sets the sampling defaults.
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
         self
     }
 

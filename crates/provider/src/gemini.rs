@@ -42,6 +42,9 @@ pub fn request_body(req: &ModelRequest) -> Value {
     if let Some(t) = req.temperature {
         config.insert("temperature".into(), json!(t));
     }
+    if let Some(seed) = req.seed {
+        config.insert("seed".into(), json!(seed));
+    }
     if let Some(effort) = req.reasoning_effort {
         config.insert("thinkingConfig".into(), thinking_config(&req.model, effort));
     }

@@ -55,7 +55,7 @@ pub mod types;
 pub use anthropic::{AnthropicDecoder, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use catalog::{ModelCatalog, ModelInfo, ModelOverride, Pricing};
 pub use client::ProviderClient;
-pub use config::{ProviderConfig, ProviderKind, ProviderProfile, Timeouts};
+pub use config::{ProviderConfig, ProviderKind, ProviderProfile, Sampling, Timeouts};
 pub use decode::{StreamDecoder, StreamParser};
 pub use error::{ProviderError, is_context_overflow_text};
 pub use gemini::GeminiDecoder;

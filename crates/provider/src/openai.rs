@@ -54,6 +54,9 @@ pub fn request_body(req: &ModelRequest, max_field: MaxTokensField) -> Value {
     if let Some(effort) = req.reasoning_effort {
         body["reasoning_effort"] = json!(effort.as_str());
     }
+    if let Some(seed) = req.seed {
+        body["seed"] = json!(seed);
+    }
     body
 }
 

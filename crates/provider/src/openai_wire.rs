@@ -22,6 +22,8 @@ struct Body<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
     stream: bool,
     stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,6 +171,7 @@ pub(crate) fn encode(req: &ModelRequest, max_field: MaxTokensField) -> Vec<u8> {
         messages: Messages(req),
         model: &req.model,
         reasoning_effort: req.reasoning_effort.map(|e| e.as_str()),
+        seed: req.seed,
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
@@ -227,13 +230,19 @@ mod tests {
     #[test]
     fn the_bytes_equal_the_value_body() {
         let mut req = conversation();
-        for (max, temp, effort) in [
-            (None, None, None),
-            (Some(64), Some(0.7f32), Some(crate::ReasoningEffort::High)),
+        for (max, temp, effort, seed) in [
+            (None, None, None, None),
+            (
+                Some(64),
+                Some(0.7f32),
+                Some(crate::ReasoningEffort::High),
+                Some(42),
+            ),
         ] {
             req.max_output_tokens = max;
             req.temperature = temp;
             req.reasoning_effort = effort;
+            req.seed = seed;
             for field in [
                 MaxTokensField::MaxTokens,
                 MaxTokensField::MaxCompletionTokens,

@@ -30,6 +30,12 @@ pub struct ModelRequest {
     /// Sampling temperature; omitted from the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Sampling seed, for repeatable answers where the server honours it
+    /// (OpenAI-compatible chat completions: `seed`; Gemini:
+    /// `generationConfig.seed`); Anthropic and the Responses API take none
+    /// and get nothing. Omitted from the wire when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
     /// How hard a reasoning model should think; each client maps it to its
     /// provider's field. `None` sends nothing (the model's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]

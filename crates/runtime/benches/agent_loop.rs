@@ -136,6 +136,7 @@ async fn bare_run(s: &Shared, mut on_turn: impl FnMut(Duration)) {
             tools: s.tools.definitions(),
             max_output_tokens: None,
             temperature: None,
+            seed: None,
             reasoning_effort: None,
         };
         let r = ModelResponse::collect(s.client.stream(&request))

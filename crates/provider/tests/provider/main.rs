@@ -15,6 +15,7 @@ mod raw_server;
 mod reasoning;
 mod responses;
 mod responses_http;
+mod sampling;
 mod scripted;
 mod secrets;
 mod text_calls;

@@ -281,6 +281,7 @@ impl AgentLoop {
             tools: self.tools.definitions(),
             max_output_tokens: None,
             temperature: None,
+            seed: None,
             reasoning_effort: None,
         }
     }

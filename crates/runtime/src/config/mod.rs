@@ -60,7 +60,7 @@ pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 use crate::hooks::HookConfig;
 use crate::provider::{
     ModelCatalog, ModelOverride, ProviderConfig, ProviderKind, ProviderProfile, ReasoningEffort,
-    RetryPolicy, Timeouts,
+    RetryPolicy, Sampling, Timeouts,
 };
 use crate::store::{LogConfig, RetentionPolicy};
 use crate::tools::{ExecConfig, PermissionPolicy, SandboxMode};
@@ -583,6 +583,11 @@ fn apply_settings(mut config: ProviderConfig, s: &ProviderSettings) -> ProviderC
         max_retries: s.max_retries.unwrap_or(r.max_retries),
         initial_backoff: ms(s.initial_backoff_ms, r.initial_backoff),
         max_backoff: ms(s.max_backoff_ms, r.max_backoff),
+    };
+    config.sampling = Sampling {
+        temperature: s.temperature,
+        seed: s.seed,
+        max_output_tokens: s.max_output_tokens,
     };
     config
 }

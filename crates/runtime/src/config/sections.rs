@@ -219,6 +219,14 @@ pub struct ProviderSettings {
     /// (chat completions, the default) or `responses` (the Responses API,
     /// the same as `kind = "openai-responses"`).
     pub wire_api: Option<WireApi>,
+    /// Sampling temperature of every request (0 to 2); unset sends none.
+    pub temperature: Option<f32>,
+    /// Sampling seed of every request (OpenAI-compatible chat, Gemini);
+    /// unset sends none.
+    pub seed: Option<u64>,
+    /// Cap on each answer's output tokens (`max_tokens`); unset sends none
+    /// (a compaction summary sets its own).
+    pub max_output_tokens: Option<u32>,
 }
 
 /// `wire_api` of an OpenAI-compatible provider.

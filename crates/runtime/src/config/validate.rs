@@ -113,6 +113,17 @@ pub(crate) fn budget(usd: f64) -> Result<(), Problem> {
     ))
 }
 
+/// A sampling temperature is a finite number from 0 to 2.
+fn temperature(t: f32) -> Result<(), Problem> {
+    if t.is_finite() && (0.0..=2.0).contains(&t) {
+        return Ok(());
+    }
+    Err(Problem::new(
+        format!("the temperature {t} is not between 0 and 2"),
+        "use a number from 0 (the most repeatable) to 2, or leave it unset",
+    ))
+}
+
 /// `api_key_env` names a variable; it never holds the key itself. The
 /// value is not echoed, in case it is a key.
 fn key_env(var: &str) -> Result<(), Problem> {
@@ -400,6 +411,15 @@ impl FileChecker<'_> {
             self.at(
                 &["providers", name, k],
                 v.map_or(Ok(()), |v| positive(v, "the timeout")),
+            )?;
+        }
+        if let Some(t) = s.temperature {
+            self.at(&key("temperature"), temperature(t))?;
+        }
+        if let Some(max) = s.max_output_tokens {
+            self.at(
+                &key("max_output_tokens"),
+                positive(u64::from(max), "max_output_tokens"),
             )?;
         }
         Ok(())

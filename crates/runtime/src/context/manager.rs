@@ -553,6 +553,7 @@ impl ContextManager {
             tools: input.tools.to_vec(),
             max_output_tokens: None,
             temperature: None,
+            seed: None,
             reasoning_effort: None,
         };
         self.segments.start(&request, input.provider, why)

@@ -125,6 +125,7 @@ pub fn summary_request(
         tools: Vec::new(),
         max_output_tokens: Some(max_output_tokens),
         temperature: None,
+        seed: None,
         reasoning_effort: None,
     }
 }

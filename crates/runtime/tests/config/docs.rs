@@ -71,3 +71,24 @@ fn the_documented_responses_example_works() {
         "https://api.openai.com/v1/responses"
     );
 }
+
+#[test]
+fn the_local_model_example_sets_the_window_and_the_sampling() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/local-models.md");
+    let doc = std::fs::read_to_string(path).expect("docs/local-models.md");
+    let blocks = toml_blocks(&doc);
+    let c = Config::parse(&blocks[0], &PathBuf::from("docs/local-models.md")).unwrap();
+    let p = c.provider_config().unwrap();
+    assert_eq!(p.kind, ProviderKind::OpenAi);
+    assert_eq!(p.base_url, "http://127.0.0.1:8080/v1");
+    assert_eq!(p.api_key, KeySource::None, "a local provider gets no key");
+    assert_eq!(p.sampling.temperature, Some(0.0));
+    assert_eq!(p.sampling.seed, Some(42));
+    assert_eq!(p.sampling.max_output_tokens, Some(512));
+    assert_eq!(p.timeouts.first_byte, std::time::Duration::from_secs(600));
+    let model = c.agent.model.clone().expect("a model");
+    assert_eq!(
+        c.model_catalog().get(&model).and_then(|m| m.context_window),
+        Some(16384)
+    );
+}

@@ -407,6 +407,22 @@ fn wire_api_is_checked() {
 }
 
 #[test]
+fn sampling_values_are_checked() {
+    let e = load_err("[providers.local]\nkind = \"openai\"\ntemperature = 3.0\n").to_string();
+    assert!(
+        e.contains("providers.local.temperature") && e.contains("between 0 and 2"),
+        "{e}"
+    );
+    let e = load_err("[providers.local]\nkind = \"openai\"\nmax_output_tokens = 0\n").to_string();
+    assert!(
+        e.contains("providers.local.max_output_tokens") && e.contains("is 0"),
+        "{e}"
+    );
+    let e = load_err("[providers.local]\nkind = \"openai\"\nseed = -1\n").to_string();
+    assert!(e.contains("seed"), "{e}");
+}
+
+#[test]
 fn stall_settings_are_checked() {
     let e = load_err("[agent.harness]\nstall_action = \"panic\"\n");
     let text = e.to_string();
