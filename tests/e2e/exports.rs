@@ -160,7 +160,11 @@ fn atif_calls(doc: &Value, out: &mut Vec<Call>) {
             ));
         }
     }
-    for sub in doc["subagent_trajectories"].as_array().into_iter().flatten() {
+    for sub in doc["subagent_trajectories"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         atif_calls(sub, out);
     }
 }
@@ -234,7 +238,11 @@ fn nested_script() -> Script {
         .with_route(
             "GRAND-7",
             vec![
-                Reply::tool_call("g1", "exec_command", json!({"command": "echo deep >> deep.txt"})),
+                Reply::tool_call(
+                    "g1",
+                    "exec_command",
+                    json!({"command": "echo deep >> deep.txt"}),
+                ),
                 Reply::text("grandchild done"),
             ],
         )
@@ -364,7 +372,9 @@ fn export_config_writes_the_files_when_a_session_ends_and_after_a_resume() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(
-        names.iter().all(|n| !n.starts_with('.') && !n.contains("tmp")),
+        names
+            .iter()
+            .all(|n| !n.starts_with('.') && !n.contains("tmp")),
         "{names:?}"
     );
 
@@ -429,7 +439,18 @@ fn export_to_stdout_prints_the_documents() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = super::previous_release::fixture(tmp.path());
     let id = super::previous_release::COMPLETED;
-    let out = troupe(&["sessions", "-C", ws.to_str().unwrap(), "export", id, "--format", "atif"], &ws);
+    let out = troupe(
+        &[
+            "sessions",
+            "-C",
+            ws.to_str().unwrap(),
+            "export",
+            id,
+            "--format",
+            "atif",
+        ],
+        &ws,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let docs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -438,14 +459,20 @@ fn export_to_stdout_prints_the_documents() {
     assert_eq!(docs.len(), 1);
     assert_eq!(docs[0]["session_id"], id);
     let out = troupe(
-        &["sessions", "-C", ws.to_str().unwrap(), "export", id, "--format", "open-responses"],
+        &[
+            "sessions",
+            "-C",
+            ws.to_str().unwrap(),
+            "export",
+            id,
+            "--format",
+            "open-responses",
+        ],
         &ws,
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let first: Value = serde_json::from_str(
-        String::from_utf8_lossy(&out.stdout).lines().next().unwrap(),
-    )
-    .unwrap();
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(first["type"], "response.created");
     assert_eq!(first["sequence_number"], 0);
 }
@@ -456,13 +483,28 @@ fn unknown_sessions_and_formats_are_bad_input() {
     let ws = super::previous_release::fixture(tmp.path());
     let dir = ws.to_str().unwrap();
     let out = troupe(
-        &["sessions", "-C", dir, "export", "no-such-session", "--format", "atif"],
+        &[
+            "sessions",
+            "-C",
+            dir,
+            "export",
+            "no-such-session",
+            "--format",
+            "atif",
+        ],
         &ws,
     );
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no session `no-such-session`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no session `no-such-session`"),
+        "{}",
+        stderr(&out)
+    );
     let id = super::previous_release::COMPLETED;
-    let out = troupe(&["sessions", "-C", dir, "export", id, "--format", "har"], &ws);
+    let out = troupe(
+        &["sessions", "-C", dir, "export", id, "--format", "har"],
+        &ws,
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("unknown export format `har`: expected `atif` or `open-responses`"),

@@ -136,9 +136,18 @@ fn sigkill_at_a_random_point_then_resume_completes() {
             .open_responses
             .iter()
             .filter_map(|l| l["type"].as_str())
-            .filter(|t| t.starts_with("response.") && !t.contains('_') && *t != "response.created" && *t != "response.in_progress")
+            .filter(|t| {
+                t.starts_with("response.")
+                    && !t.contains('_')
+                    && *t != "response.created"
+                    && *t != "response.in_progress"
+            })
             .collect();
-        assert_eq!(ends.last(), Some(&"response.completed"), "round {round}: {ends:?}");
+        assert_eq!(
+            ends.last(),
+            Some(&"response.completed"),
+            "round {round}: {ends:?}"
+        );
     }
     assert!(
         resumed >= 12,

@@ -145,10 +145,13 @@ fn assert_started_from_the_record(
 /// stream has the boundary as a `troupe:` extension event.
 fn assert_exports_segmented(ws: &Path, boundary: &str) -> super::exports::Exported {
     let e = super::exports::check(ws);
-    assert!(e.atif.len() >= 2, "no continuation segment: {:#}", e.atif[0]);
+    assert!(
+        e.atif.len() >= 2,
+        "no continuation segment: {:#}",
+        e.atif[0]
+    );
     assert_eq!(
-        e.atif[0]["continued_trajectory_ref"],
-        "t.atif.cont-1.json",
+        e.atif[0]["continued_trajectory_ref"], "t.atif.cont-1.json",
         "{:#}",
         e.atif[0]
     );
@@ -160,7 +163,10 @@ fn assert_exports_segmented(ws: &Path, boundary: &str) -> super::exports::Export
         .unwrap_or_else(|| panic!("no segment starts at a {boundary}"));
     let next = &segment["steps"];
     assert_eq!(next[0]["source"], "system", "{next:#}");
-    assert_eq!(next[0]["extra"]["troupe_event"]["type"], boundary, "{next:#}");
+    assert_eq!(
+        next[0]["extra"]["troupe_event"]["type"], boundary,
+        "{next:#}"
+    );
     let copied = &next[1];
     assert_eq!(copied["is_copied_context"], true, "{next:#}");
     let text = copied["message"].as_str().unwrap_or_default();

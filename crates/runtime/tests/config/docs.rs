@@ -31,6 +31,13 @@ fn the_documented_defaults_are_the_defaults() {
     assert_eq!(c.session, d.session);
     assert_eq!(c.verifier, d.verifier);
     assert_eq!(c.supervision, d.supervision);
+    assert_eq!(c.export, d.export);
+    assert!(
+        blocks[0].contains("\n[export] ")
+            && blocks[0].contains("\natif = false ")
+            && blocks[0].contains("\nopen_responses = false "),
+        "the defaults block shows [export]"
+    );
     assert_eq!(
         c.exec_timeout(),
         std::time::Duration::from_secs(10),
@@ -70,4 +77,22 @@ fn the_documented_responses_example_works() {
         p.kind.endpoint(&p.base_url, "gpt-5"),
         "https://api.openai.com/v1/responses"
     );
+}
+
+#[test]
+fn the_documented_export_example_turns_both_files_on() {
+    let blocks = toml_blocks(&doc());
+    let block = blocks
+        .iter()
+        .find(|b| b.starts_with("[export]"))
+        .expect("docs/config.md has an [export] example");
+    let c = Config::parse(block, &PathBuf::from("docs/config.md")).unwrap();
+    assert!(c.export.atif && c.export.open_responses);
+    assert!(!Config::default().export.atif && !Config::default().export.open_responses);
+    let e = Config::parse(
+        "[export]\natif = true\njsonl = true\n",
+        &PathBuf::from("t.toml"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("jsonl"), "{e}");
 }

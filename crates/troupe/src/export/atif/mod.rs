@@ -26,11 +26,18 @@
 //! steps (`is_copied_context`). A subagent's compaction stays inline.
 //! `final_metrics` sums the steps of each document; `total_cost_usd` is
 //! the thread's recorded cost (on the last segment), absent when unknown.
+//!
+//! `mod.rs` reads the events into steps; `render.rs` links the subagents
+//! and writes the documents.
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use troupe_protocol::{ContextMessage, ItemDetails, ThreadEvent, Usage};
+
+mod render;
+
+use render::{adopt_unstarted, document, link_spawn_calls};
 
 use super::{Tree, arguments_object, continuation_name, event_json};
 
@@ -67,15 +74,15 @@ impl AtifExport {
 
 /// One step being built.
 #[derive(Debug, Default, Clone)]
-struct Step {
-    source: &'static str,
-    message: String,
-    reasoning: Vec<String>,
-    tool_calls: Vec<Value>,
-    results: Vec<Value>,
-    metrics: Option<Usage>,
-    extra: serde_json::Map<String, Value>,
-    copied: bool,
+pub(super) struct Step {
+    pub(super) source: &'static str,
+    pub(super) message: String,
+    pub(super) reasoning: Vec<String>,
+    pub(super) tool_calls: Vec<Value>,
+    pub(super) results: Vec<Value>,
+    pub(super) metrics: Option<Usage>,
+    pub(super) extra: serde_json::Map<String, Value>,
+    pub(super) copied: bool,
 }
 
 impl Step {
@@ -98,16 +105,16 @@ impl Step {
 
 /// One document's worth of steps.
 #[derive(Debug, Default, Clone)]
-struct Segment {
-    steps: Vec<Step>,
+pub(super) struct Segment {
+    pub(super) steps: Vec<Step>,
     /// call id → step index, for the results.
-    calls: HashMap<String, usize>,
+    pub(super) calls: HashMap<String, usize>,
     /// The agent step of the turn running now.
-    current: Option<usize>,
+    pub(super) current: Option<usize>,
     /// Subagents started in this segment, in order.
-    children: Vec<String>,
+    pub(super) children: Vec<String>,
     /// The boundary that started it (segments after the first).
-    boundary: Option<Value>,
+    pub(super) boundary: Option<Value>,
 }
 
 impl Segment {
@@ -131,15 +138,15 @@ impl Segment {
 
 /// One agent's trajectory being built.
 #[derive(Debug, Default, Clone)]
-struct Traj {
-    segments: Vec<Segment>,
-    runs: u32,
-    cost: Option<Option<f64>>,
-    completed: Option<Value>,
+pub(super) struct Traj {
+    pub(super) segments: Vec<Segment>,
+    pub(super) runs: u32,
+    pub(super) cost: Option<Option<f64>>,
+    pub(super) completed: Option<Value>,
 }
 
 impl Traj {
-    fn seg(&mut self) -> &mut Segment {
+    pub(super) fn seg(&mut self) -> &mut Segment {
         if self.segments.is_empty() {
             self.segments.push(Segment::default());
         }
@@ -518,184 +525,4 @@ fn item(seg: &mut Segment, item_id: &str, details: &ItemDetails, completed: bool
         }
         _ => {}
     }
-}
-
-/// An agent with events but no `agent.started` (a log cut short, an older
-/// release) is embedded in its parent's last segment.
-fn adopt_unstarted(tree: &Tree, trajs: &mut HashMap<String, Traj>) {
-    for child in tree.agents.iter().filter(|a| **a != tree.root) {
-        let Some(parent) = tree.parent.get(child) else {
-            continue;
-        };
-        let t = trajs.entry(parent.clone()).or_default();
-        if !t.segments.iter().any(|s| s.children.contains(child)) {
-            t.seg().children.push(child.clone());
-        }
-    }
-}
-
-/// Refers each subagent from the result of the `spawn_subagent` call that
-/// named it, besides the system step that recorded its start.
-fn link_spawn_calls(tree: &Tree, trajs: &mut HashMap<String, Traj>) {
-    for child in &tree.agents {
-        let Some(parent) = tree.parent.get(child) else {
-            continue;
-        };
-        let name = child.rsplit('/').next().unwrap_or(child);
-        let Some(t) = trajs.get_mut(parent) else {
-            continue;
-        };
-        for seg in &mut t.segments {
-            if !seg.children.contains(child) {
-                continue;
-            }
-            for step in seg.steps.iter_mut().filter(|s| !s.copied) {
-                let ids: Vec<String> = step
-                    .tool_calls
-                    .iter()
-                    .filter(|c| {
-                        c["function_name"] == json!("spawn_subagent")
-                            && c["arguments"]["name"] == json!(name)
-                    })
-                    .filter_map(|c| c["tool_call_id"].as_str().map(String::from))
-                    .collect();
-                for id in ids {
-                    let reference = json!([{"trajectory_id": child}]);
-                    match step
-                        .results
-                        .iter_mut()
-                        .find(|r| r["source_call_id"] == json!(id))
-                    {
-                        Some(r) => r["subagent_trajectory_ref"] = reference,
-                        None => step.results.push(json!({
-                            "source_call_id": id,
-                            "subagent_trajectory_ref": reference,
-                        })),
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The trajectory document of `agent`'s segment `seg` (index `index`),
-/// its subagents embedded.
-fn document(
-    tree: &Tree,
-    agent: &str,
-    seg: &Segment,
-    trajs: &HashMap<String, Traj>,
-    index: usize,
-    last: bool,
-    traj: &Traj,
-) -> Value {
-    let steps: Vec<Value> = seg
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| step_json(i + 1, s))
-        .collect();
-    let mut totals = Usage::default();
-    for s in seg.steps.iter().filter(|s| !s.copied) {
-        if let Some(m) = &s.metrics {
-            totals.add(m);
-        }
-    }
-    let mut final_metrics = json!({
-        "total_prompt_tokens": totals.input_tokens,
-        "total_completion_tokens": totals.output_tokens,
-        "total_cached_tokens": totals.cached_input_tokens,
-        "total_steps": steps.len(),
-    });
-    if last {
-        if let Some(Some(cost)) = traj.cost {
-            final_metrics["total_cost_usd"] = json!(cost);
-        }
-        if let Some(done) = &traj.completed {
-            final_metrics["extra"] = json!({"thread_completed": done});
-        }
-    }
-    let mut doc = json!({
-        "schema_version": SCHEMA_VERSION,
-        "session_id": tree.session_id,
-        "agent": {
-            "name": "troupe",
-            "version": env!("CARGO_PKG_VERSION"),
-            "extra": {"agent_id": agent},
-        },
-        "steps": steps,
-        "final_metrics": final_metrics,
-    });
-    if agent != tree.root {
-        doc["trajectory_id"] = json!(agent);
-    }
-    let mut extra = serde_json::Map::new();
-    extra.insert("agent_id".into(), json!(agent));
-    if tree.root == agent {
-        extra.insert("segment".into(), json!(index + 1));
-        if let Some(b) = &seg.boundary {
-            extra.insert("boundary".into(), b.clone());
-        }
-    }
-    doc["extra"] = Value::Object(extra);
-    let subagents: Vec<Value> = seg
-        .children
-        .iter()
-        .filter_map(|child| {
-            let t = trajs.get(child)?;
-            let merged = merged(t);
-            Some(document(tree, child, &merged, trajs, 0, true, t))
-        })
-        .collect();
-    if !subagents.is_empty() {
-        doc["subagent_trajectories"] = json!(subagents);
-    }
-    doc
-}
-
-/// A subagent's segments as one (a subagent's compaction stays inline).
-fn merged(t: &Traj) -> Segment {
-    let mut out = Segment::default();
-    for s in &t.segments {
-        out.steps.extend(s.steps.iter().cloned());
-        out.children.extend(s.children.iter().cloned());
-    }
-    out
-}
-
-fn step_json(id: usize, s: &Step) -> Value {
-    let mut v = json!({
-        "step_id": id,
-        "source": s.source,
-        "message": s.message,
-    });
-    if s.source == "agent" {
-        if !s.reasoning.is_empty() {
-            v["reasoning_content"] = json!(s.reasoning.join("\n"));
-        }
-        if !s.tool_calls.is_empty() {
-            v["tool_calls"] = json!(s.tool_calls);
-        }
-        if let Some(m) = &s.metrics {
-            let mut metrics = json!({
-                "prompt_tokens": m.input_tokens,
-                "completion_tokens": m.output_tokens,
-                "cached_tokens": m.cached_input_tokens,
-            });
-            if m.cache_creation_tokens > 0 {
-                metrics["extra"] = json!({"cache_creation_tokens": m.cache_creation_tokens});
-            }
-            v["metrics"] = metrics;
-        }
-    }
-    if !s.results.is_empty() {
-        v["observation"] = json!({"results": s.results});
-    }
-    if s.copied {
-        v["is_copied_context"] = json!(true);
-    }
-    if !s.extra.is_empty() {
-        v["extra"] = Value::Object(s.extra.clone());
-    }
-    v
 }
