@@ -72,6 +72,7 @@ fn success_prints_text_tools_and_summary() {
             .contains("hello world")
     );
     s.server.check_invariants().unwrap();
+    super::exports::check(ws.path());
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod exec;
 mod exec_flags;
 mod exec_model;
 mod exec_policy;
+mod exports;
 mod first_hour;
 mod gates;
 mod help;

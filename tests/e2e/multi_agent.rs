@@ -261,6 +261,8 @@ fn a_rejected_change_is_fixed_by_the_same_subagent_then_approved_and_merged() {
             .unwrap_or("")
             .contains("## Handoff from the previous agent")
     );
+    // A subagent and its verifier, continued: the exports hold them.
+    super::exports::check(ws.path());
 }
 
 /// Two approved changes to the same lines: the first merges, the second

@@ -168,6 +168,7 @@ fn rejected_then_fixed_then_approved() {
         .output()
         .unwrap();
     assert!(test.status.success(), "the approved fix is merged");
+    super::exports::check(ws.path());
 }
 
 #[test]

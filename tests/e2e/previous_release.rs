@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use super::*;
 
-const COMPLETED: &str = "01a2344b-bda5-7296-8dd3-1c5dc007549e";
-const CRASHED: &str = "01a2344b-bdf0-7118-a71d-1b5b35f3cb8c";
+pub(crate) const COMPLETED: &str = "01a2344b-bda5-7296-8dd3-1c5dc007549e";
+pub(crate) const CRASHED: &str = "01a2344b-bdf0-7118-a71d-1b5b35f3cb8c";
 /// Where the fixture was recorded (its settings.json name their scripts there).
 const RECORDED_AT: &str = "/tmp/troupe-previous-release";
 
 /// A copy of the fixture in `tmp`, its scripts' paths pointed at the copy.
-fn fixture(tmp: &Path) -> PathBuf {
+pub(crate) fn fixture(tmp: &Path) -> PathBuf {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/previous-release");
     copy_dir(&from, tmp);
     for id in [COMPLETED, CRASHED] {

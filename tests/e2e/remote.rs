@@ -301,6 +301,12 @@ pub(crate) fn three_workers_run_six_worktree_subagents_with_the_local_result() {
         .filter(|e| matches!(e, ThreadEvent::ItemCompleted(i) if i.agent_id.as_deref().is_some_and(|a| a.starts_with("session/root/p"))))
         .count();
     assert!(writes >= PARTS * 2, "{writes} child items in the log");
+    // The children that ran on workers are in the exports too.
+    let e = super::exports::check(ws.path());
+    let embedded = e.atif[0]["subagent_trajectories"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(embedded >= PARTS, "{embedded} subagent trajectories");
 }
 
 #[test]

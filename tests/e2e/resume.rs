@@ -129,6 +129,25 @@ fn sigkill_at_a_random_point_then_resume_completes() {
         // No exec call ran twice: at most one line per journaled call.
         let steps = steps_taken(ws.path());
         assert!(steps <= K, "round {round}: {steps} steps");
+        // The killed and resumed session exports (docs/exports.md): one
+        // response per run, the killed one `interrupted`.
+        let e = super::exports::check(ws.path());
+        let ends: Vec<&str> = e
+            .open_responses
+            .iter()
+            .filter_map(|l| l["type"].as_str())
+            .filter(|t| {
+                t.starts_with("response.")
+                    && !t.contains('_')
+                    && *t != "response.created"
+                    && *t != "response.in_progress"
+            })
+            .collect();
+        assert_eq!(
+            ends.last(),
+            Some(&"response.completed"),
+            "round {round}: {ends:?}"
+        );
     }
     assert!(
         resumed >= 12,

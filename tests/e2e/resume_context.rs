@@ -139,6 +139,59 @@ fn assert_started_from_the_record(
     );
 }
 
+/// The session exports and validates (docs/exports.md), its ATIF split
+/// at the root's `boundary` (an event type): the next segment starts from
+/// the record, the summary (or orientation) as copied context, and the
+/// stream has the boundary as a `troupe:` extension event.
+fn assert_exports_segmented(ws: &Path, boundary: &str) -> super::exports::Exported {
+    let e = super::exports::check(ws);
+    assert!(
+        e.atif.len() >= 2,
+        "no continuation segment: {:#}",
+        e.atif[0]
+    );
+    assert_eq!(
+        e.atif[0]["continued_trajectory_ref"], "t.atif.cont-1.json",
+        "{:#}",
+        e.atif[0]
+    );
+    let segment = e
+        .atif
+        .iter()
+        .rev()
+        .find(|d| d["extra"]["boundary"]["type"] == boundary)
+        .unwrap_or_else(|| panic!("no segment starts at a {boundary}"));
+    let next = &segment["steps"];
+    assert_eq!(next[0]["source"], "system", "{next:#}");
+    assert_eq!(
+        next[0]["extra"]["troupe_event"]["type"], boundary,
+        "{next:#}"
+    );
+    let copied = &next[1];
+    assert_eq!(copied["is_copied_context"], true, "{next:#}");
+    let text = copied["message"].as_str().unwrap_or_default();
+    let expected = if boundary == "context.reset" {
+        "[Orientation Context]"
+    } else {
+        ENVELOPE
+    };
+    assert!(text.starts_with(expected), "{next:#}");
+    if boundary != "context.reset" {
+        let summary = next[0]["message"].as_str().unwrap_or_default();
+        assert!(summary.contains("- called exec_command"), "{summary}");
+    }
+    let extension = if boundary == "context.reset" {
+        "troupe:context_reset"
+    } else {
+        "troupe:compact_boundary"
+    };
+    assert!(
+        e.open_responses.iter().any(|l| l["type"] == extension),
+        "no {extension} in the stream"
+    );
+    e
+}
+
 fn session_id(ws: &Path) -> String {
     session_dir(ws)
         .file_name()
@@ -240,6 +293,7 @@ fn sessions_resume_after_a_compaction_starts_from_its_summary() {
     let done = completed(ws.path());
     assert_eq!(done.subtype, CompletionSubtype::Success);
     assert_eq!(done.result.as_deref(), Some("all done"));
+    assert_exports_segmented(ws.path(), "thread.compact_boundary");
 }
 
 #[test]
@@ -276,6 +330,7 @@ fn sessions_resume_after_a_reset_starts_from_the_orientation() {
     );
     assert_eq!(steps_taken(ws.path()), 1);
     assert_eq!(completed(ws.path()).subtype, CompletionSubtype::Success);
+    assert_exports_segmented(ws.path(), "context.reset");
 }
 
 #[test]
@@ -322,6 +377,13 @@ fn exec_resume_after_an_auto_compaction_starts_from_its_summary() {
         completed(ws.path()).result.as_deref(),
         Some("second run done")
     );
+    let e = assert_exports_segmented(ws.path(), "thread.compact_boundary");
+    let created = e
+        .open_responses
+        .iter()
+        .filter(|l| l["type"] == "response.created")
+        .count();
+    assert_eq!(created, 2, "one response per run");
 }
 
 #[test]

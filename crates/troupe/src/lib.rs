@@ -28,6 +28,8 @@
 //!   proposal written in its own worktree, verified read-only, merged only
 //!   on an approval.
 //! - [`run`]: running a session's root agent to its end ([`start_root`]).
+//! - [`export`]: a session's standard trajectories (ATIF, Open
+//!   Responses), derived from its events.jsonl alone (docs/exports.md).
 //! - [`approvals`]: the session's approval broker: every agent's requests
 //!   reach the session's answerers (handlers, HTTP, other processes);
 //!   the first decision wins, journaled once.
@@ -35,6 +37,7 @@
 
 pub mod approvals;
 pub mod builder;
+pub mod export;
 pub mod pipeline;
 mod pipeline_plan;
 pub mod run;

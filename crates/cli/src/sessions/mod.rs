@@ -1,4 +1,4 @@
-//! `troupe sessions ...`: list, show, events, transcript, prune.
+//! `troupe sessions ...`: list, show, events, transcript, export, prune.
 //!
 //! # Layout
 //! - `mod.rs`: the arguments and the read commands (list, show, events,
@@ -6,10 +6,12 @@
 //! - `view.rs`: what list, show and transcript print.
 //! - `worktrees.rs`: the worktrees a session's subagents left unmerged.
 //! - `context.rs`: `compact` and `fork`.
+//! - `export.rs`: `export` (ATIF, Open Responses; docs/exports.md).
 //!
 //! `sessions resume` runs in `crate::exec` (it continues an exec session).
 
 mod context;
+mod export;
 mod view;
 mod worktrees;
 
@@ -89,6 +91,20 @@ enum SessionsCommand {
         /// The session id.
         id: String,
     },
+    /// Export a session as a standard trajectory, derived from its
+    /// events.jsonl alone (docs/exports.md): ATIF (`atif`) or an Open
+    /// Responses event stream (`open-responses`).
+    Export {
+        /// The session id.
+        id: String,
+        /// `atif` or `open-responses`.
+        #[arg(long, value_name = "FORMAT")]
+        format: String,
+        /// Write to FILE instead of stdout (ATIF: a compacted session's
+        /// continuation segments go beside it, FILE.cont-N.json).
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Print the conversation rebuilt from a session's events.
     Transcript {
         /// The session id.
@@ -132,6 +148,9 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
         )));
     }
     let store = SessionStore::for_workspace(&args.workspace);
+    if let SessionsCommand::Export { id, format, output } = &args.command {
+        return export::run(&store, id, format, output.as_deref());
+    }
     let mut out = Escaping::unless_json(std::io::stdout().lock(), args.json);
     match args.command {
         SessionsCommand::List => {
@@ -282,7 +301,8 @@ pub fn run(args: SessionsArgs) -> Result<u8, Failure> {
         }
         SessionsCommand::Resume { .. }
         | SessionsCommand::Compact { .. }
-        | SessionsCommand::Fork { .. } => {}
+        | SessionsCommand::Fork { .. }
+        | SessionsCommand::Export { .. } => {}
         SessionsCommand::Transcript { id } => {
             let t = store.transcript(&id).map_err(store_err)?;
             if args.json {

@@ -51,9 +51,9 @@ pub use layers::{
 pub use mcp::McpServerConfig;
 pub use otel::OtelConfig;
 pub use sections::{
-    AgentConfig, ApprovalsReviewer, ContextConfig, ContextResetMode, FallbackConfig, HarnessConfig,
-    HooksSection, LifecycleHooks, PermissionsConfig, ProviderSettings, SandboxWorkspaceWrite,
-    SessionConfig, ToolsConfig, VerifierConfig, WireApi, default_model,
+    AgentConfig, ApprovalsReviewer, ContextConfig, ContextResetMode, ExportConfig, FallbackConfig,
+    HarnessConfig, HooksSection, LifecycleHooks, PermissionsConfig, ProviderSettings,
+    SandboxWorkspaceWrite, SessionConfig, ToolsConfig, VerifierConfig, WireApi, default_model,
 };
 pub use supervision::{ChildRestart, SupervisionConfig, SupervisionStrategy};
 
@@ -189,6 +189,9 @@ pub struct Config {
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// `[otel]`: trace export (off unless `endpoint` is set).
     pub otel: OtelConfig,
+    /// `[export]`: ATIF / Open Responses files under `derived/` when a
+    /// session ends (off by default).
+    pub export: ExportConfig,
     /// Whether the user chose the model explicitly (`TROUPE_MODEL` or a
     /// flag). The loop never fails over silently from a pinned model.
     #[serde(skip)]

@@ -396,6 +396,18 @@ impl Default for LifecycleHooks {
     }
 }
 
+/// `[export]`: standard trajectories written under a session's `derived/`
+/// when it ends (and again after a resume), derived from its log
+/// (docs/exports.md). Both off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Write `derived/trajectory.atif.json` (ATIF).
+    pub atif: bool,
+    /// Write `derived/open-responses.jsonl` (an Open Responses stream).
+    pub open_responses: bool,
+}
+
 /// `[session]`: the canonical store.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -31,6 +31,13 @@ fn the_documented_defaults_are_the_defaults() {
     assert_eq!(c.session, d.session);
     assert_eq!(c.verifier, d.verifier);
     assert_eq!(c.supervision, d.supervision);
+    assert_eq!(c.export, d.export);
+    assert!(
+        blocks[0].contains("\n[export] ")
+            && blocks[0].contains("\natif = false ")
+            && blocks[0].contains("\nopen_responses = false "),
+        "the defaults block shows [export]"
+    );
     assert_eq!(
         c.exec_timeout(),
         std::time::Duration::from_secs(10),
@@ -85,10 +92,30 @@ fn the_local_model_example_sets_the_window_and_the_sampling() {
     assert_eq!(p.sampling.temperature, Some(0.0));
     assert_eq!(p.sampling.seed, Some(42));
     assert_eq!(p.sampling.max_output_tokens, Some(512));
-    assert_eq!(p.timeouts.first_byte, std::time::Duration::from_secs(600));
+    // A loopback URL gets the local profile's limits.
+    assert_eq!(p.timeouts.first_byte, std::time::Duration::from_secs(20 * 60));
+    assert_eq!(p.timeouts.idle, std::time::Duration::from_secs(20 * 60));
     let model = c.agent.model.clone().expect("a model");
     assert_eq!(
         c.model_catalog().get(&model).and_then(|m| m.context_window),
         Some(16384)
     );
+}
+
+#[test]
+fn the_documented_export_example_turns_both_files_on() {
+    let blocks = toml_blocks(&doc());
+    let block = blocks
+        .iter()
+        .find(|b| b.starts_with("[export]"))
+        .expect("docs/config.md has an [export] example");
+    let c = Config::parse(block, &PathBuf::from("docs/config.md")).unwrap();
+    assert!(c.export.atif && c.export.open_responses);
+    assert!(!Config::default().export.atif && !Config::default().export.open_responses);
+    let e = Config::parse(
+        "[export]\natif = true\njsonl = true\n",
+        &PathBuf::from("t.toml"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("jsonl"), "{e}");
 }

@@ -493,7 +493,9 @@ impl Session {
         if let Some(mcp) = &self.mcp {
             mcp.shutdown().await;
         }
+        let exports = self.exports();
         self.tree.shutdown().await?;
+        write_exports(exports).await;
         Ok(tally)
     }
 
@@ -503,11 +505,40 @@ impl Session {
         if let Some(mcp) = &self.mcp {
             mcp.shutdown().await;
         }
-        Ok(self.tree.shutdown().await?)
+        let exports = self.exports();
+        self.tree.shutdown().await?;
+        write_exports(exports).await;
+        Ok(())
+    }
+
+    /// The session's directory and the `[export]` files to write there
+    /// once it ends; `None` when none is asked for.
+    fn exports(&self) -> Option<(std::path::PathBuf, crate::export::Wanted)> {
+        let wanted = crate::export::Wanted {
+            atif: self.config.export.atif,
+            open_responses: self.config.export.open_responses,
+        };
+        (wanted.atif || wanted.open_responses).then(|| (self.log.dir().to_path_buf(), wanted))
     }
 
     /// The session's MCP servers, when any is configured.
     pub fn mcp(&self) -> Option<&McpHub> {
         self.mcp.as_ref()
+    }
+}
+
+/// Writes the `[export]` files under `derived/` from the drained log
+/// (docs/exports.md). Off the writer's path: the log is complete and
+/// synced by now; a failure is a warning, never the session's.
+async fn write_exports(job: Option<(std::path::PathBuf, crate::export::Wanted)>) {
+    let Some((dir, wanted)) = job else {
+        return;
+    };
+    let written =
+        tokio::task::spawn_blocking(move || crate::export::write_derived(&dir, wanted)).await;
+    match written {
+        Ok(Ok(paths)) => tracing::debug!(files = paths.len(), "exports written"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the session's exports"),
+        Err(e) => tracing::warn!(error = %e, "the export task failed"),
     }
 }
