@@ -2,6 +2,7 @@
 //! files in temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod acp;
 mod approvals;
 mod approvals_remote;
 mod approvals_terminal;
