@@ -21,7 +21,10 @@ fn acp_cmd(ws: &Path, args: &[&str]) -> Command {
         .args(args)
         .current_dir(ws)
         .env("TROUPE_LOG", "warn")
-        .env("TROUPE_CONFIG_DIR", troupe_test_support::trust::config_dir());
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        );
     cmd
 }
 
@@ -34,11 +37,26 @@ fn acp_refuses_a_bad_workspace_or_script_before_it_serves() {
     let empty = write_script(ws, "empty.toml", "# nothing\n");
     let broken = write_script(ws, "broken.toml", "[[replies]]\nkind = \"mesage\"\n");
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--workspace".into(), "/nonexistent/ws".into()], "workspace /nonexistent/ws is not a directory"),
-        (vec!["--workspace".into(), file.display().to_string()], "is a file; pass --workspace DIR"),
-        (vec!["--script".into(), "/nonexistent/s.toml".into()], "is not a readable file"),
-        (vec!["--script".into(), empty.display().to_string()], "scripts no answer"),
-        (vec!["--script".into(), broken.display().to_string()], "mesage"),
+        (
+            vec!["--workspace".into(), "/nonexistent/ws".into()],
+            "workspace /nonexistent/ws is not a directory",
+        ),
+        (
+            vec!["--workspace".into(), file.display().to_string()],
+            "is a file; pass --workspace DIR",
+        ),
+        (
+            vec!["--script".into(), "/nonexistent/s.toml".into()],
+            "is not a readable file",
+        ),
+        (
+            vec!["--script".into(), empty.display().to_string()],
+            "scripts no answer",
+        ),
+        (
+            vec!["--script".into(), broken.display().to_string()],
+            "mesage",
+        ),
     ];
     for (args, says) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -99,7 +117,9 @@ impl Acp {
             let line = self
                 .lines
                 .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("no {what} within 60 s; seen:\n{}", self.seen.join("\n")));
+                .unwrap_or_else(|_| {
+                    panic!("no {what} within 60 s; seen:\n{}", self.seen.join("\n"))
+                });
             let msg: Value = serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
             assert_eq!(msg["jsonrpc"], "2.0", "not JSON-RPC: {line}");
@@ -111,7 +131,9 @@ impl Acp {
     }
 
     fn response(&mut self, id: u64) -> Value {
-        self.until(&format!("response {id}"), |m| m["id"] == id && m.get("method").is_none())
+        self.until(&format!("response {id}"), |m| {
+            m["id"] == id && m.get("method").is_none()
+        })
     }
 }
 
@@ -146,19 +168,28 @@ replies = [
     acp.send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}));
     assert_eq!(acp.response(1)["result"]["protocolVersion"], 1);
     acp.send(json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": ws, "mcpServers":[]}}));
-    let id = acp.response(2)["result"]["sessionId"].as_str().unwrap().to_string();
+    let id = acp.response(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     acp.send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": id, "prompt":[{"type":"text","text":"Write the marker"}]}}));
     // The default policy of an ACP session, untrusted, asks the editor.
-    let ask = acp.until("session/request_permission", |m| m["method"] == "session/request_permission");
+    let ask = acp.until("session/request_permission", |m| {
+        m["method"] == "session/request_permission"
+    });
     assert_eq!(ask["params"]["toolCall"]["kind"], "execute");
-    assert_eq!(ask["params"]["toolCall"]["title"], "Run `echo resumed > marker.txt`");
+    assert_eq!(
+        ask["params"]["toolCall"]["title"],
+        "Run `echo resumed > marker.txt`"
+    );
     drop(acp); // SIGKILL
     assert!(!ws.join("marker.txt").exists());
 
     // The session is an exec session like any other: resumed from its log,
     // its request pending again (same id), approved from another process.
     let dir = ws.join(".vtcode/sessions").join(&id);
-    let settings: Value = serde_json::from_slice(&std::fs::read(dir.join("settings.json")).unwrap()).unwrap();
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("settings.json")).unwrap()).unwrap();
     assert_eq!(settings["kind"], "exec");
     assert_eq!(settings["approval_policy"], "untrusted");
     let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
@@ -175,23 +206,36 @@ replies = [
         .args(["sessions", "resume", &id, "--workspace"])
         .arg(&ws)
         .env("TROUPE_LOG", "warn")
-        .env("TROUPE_CONFIG_DIR", troupe_test_support::trust::config_dir());
+        .env(
+            "TROUPE_CONFIG_DIR",
+            troupe_test_support::trust::config_dir(),
+        );
     let resumed = std::thread::spawn(move || run_within(resume, Duration::from_secs(60)));
     let approve = || {
         let out = Command::new(env!("CARGO_BIN_EXE_troupe"))
             .args(["approvals", "approve", &approval, "--workspace"])
             .arg(&ws)
             .env("TROUPE_LOG", "warn")
-            .env("TROUPE_CONFIG_DIR", troupe_test_support::trust::config_dir())
+            .env(
+                "TROUPE_CONFIG_DIR",
+                troupe_test_support::trust::config_dir(),
+            )
             .output()
             .unwrap();
         out.status.success()
     };
-    troupe_test_support::wait::wait_until_blocking("the approval", Duration::from_secs(30), approve)
-        .unwrap_or_else(|e| panic!("{e}"));
+    troupe_test_support::wait::wait_until_blocking(
+        "the approval",
+        Duration::from_secs(30),
+        approve,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let (code, out, err) = resumed.join().unwrap();
     assert_eq!(code, Some(0), "sessions resume: {out}\n{err}");
-    assert_eq!(std::fs::read_to_string(ws.join("marker.txt")).unwrap(), "resumed\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("marker.txt")).unwrap(),
+        "resumed\n"
+    );
     let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
     let requests = log.matches("\"troupe.approval_requested\"").count();
     assert_eq!(requests, 1, "asked once, across the kill");

@@ -17,6 +17,7 @@
 //! - `prompt.rs`: a prompt's content blocks (text, @-mentions) as the user
 //!   message.
 
+mod describe;
 mod permission;
 mod prompt;
 mod session;
@@ -31,8 +32,8 @@ use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
     CancelNotification, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
     LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
-    PromptCapabilities, PromptRequest, PromptResponse, SessionNotification,
-    SetSessionModeRequest, SetSessionModeResponse,
+    PromptCapabilities, PromptRequest, PromptResponse, SessionNotification, SetSessionModeRequest,
+    SetSessionModeResponse,
 };
 use agent_client_protocol::{Agent, Client, Error, Responder, Stdio, V1};
 use clap::Args;
@@ -80,11 +81,16 @@ pub struct AcpArgs {
     /// Turn limit of each prompt's run (default 15).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::errors::positive_u32)]
     pub(crate) max_turns: Option<u32>,
-    /// `-a/--ask-for-approval` (docs/approvals.md); an ACP session's
-    /// default is `untrusted`: the editor is asked before writes and
-    /// commands.
-    #[command(flatten)]
-    pub(crate) approval: crate::approvals_cmd::ApprovalArgs,
+    /// When write and exec calls ask the editor first: never, on-request
+    /// or untrusted (`approval_policy`, docs/approvals.md). Default: the
+    /// config's, else untrusted (every write and command asks).
+    #[arg(
+        short = 'a',
+        long = "ask-for-approval",
+        value_name = "POLICY",
+        value_parser = crate::approvals_cmd::parse_policy
+    )]
+    pub(crate) approval: Option<ApprovalPolicy>,
 }
 
 /// What every session of the connection shares.
@@ -109,7 +115,7 @@ impl AcpAgent {
         s.base_url = self.args.base_url.clone();
         s.max_turns = self.args.max_turns;
         s.script = self.script.clone();
-        s.approval_policy = self.args.approval.policy;
+        s.approval_policy = self.args.approval;
         s
     }
 
@@ -141,13 +147,19 @@ impl AcpAgent {
                     .mcp_capabilities(McpCapabilities::new().http(true)),
             )
             .auth_methods(auth)
-            .agent_info(Implementation::new("troupe", env!("CARGO_PKG_VERSION")).title("troupe".to_string()))
+            .agent_info(
+                Implementation::new("troupe", env!("CARGO_PKG_VERSION"))
+                    .title("troupe".to_string()),
+            )
     }
 
     /// The workspace of a session whose client sent `cwd`.
     fn workspace(&self, cwd: &Path) -> Result<PathBuf, Error> {
         if !cwd.is_absolute() {
-            return Err(bad(format!("cwd {} is not an absolute path", cwd.display())));
+            return Err(bad(format!(
+                "cwd {} is not an absolute path",
+                cwd.display()
+            )));
         }
         let ws = canonical_workspace(cwd).map_err(failure)?;
         if let Some(root) = &self.root
@@ -181,28 +193,47 @@ impl AcpAgent {
         let mcp = mcp_servers(&req.mcp_servers)?;
         self.check(&ws, &mcp).await?;
         let id = uuid::Uuid::now_v7().to_string();
-        let session = AcpSession::new(id.clone(), ws.clone(), mcp, Mode::Build, Mapper::new(&ws, false), false);
+        let session = AcpSession::new(
+            id.clone(),
+            ws.clone(),
+            mcp,
+            Mode::Build,
+            Mapper::new(&ws, false),
+            false,
+        );
         self.sessions.lock().insert(id.clone(), Arc::new(session));
         Ok(NewSessionResponse::new(id).modes(Mode::Build.state()))
     }
 
     /// `session/load`: the session's history replayed as updates (the
     /// user's messages too), then the session accepts prompts.
-    async fn load_session(&self, req: LoadSessionRequest, cx: &ConnectionTo<Client>) -> Result<LoadSessionResponse, Error> {
+    async fn load_session(
+        &self,
+        req: LoadSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<LoadSessionResponse, Error> {
         let ws = self.workspace(&req.cwd)?;
         let id = req.session_id.0.to_string();
         if self.sessions.lock().contains_key(&id) {
-            return Err(bad(format!("session {id} is already open on this connection")));
+            return Err(bad(format!(
+                "session {id} is already open on this connection"
+            )));
         }
         let mcp = mcp_servers(&req.mcp_servers)?;
         self.check(&ws, &mcp).await?;
         let store = SessionStore::for_workspace(&ws);
         let not_found = |why: String| -> Error {
-            Error::from(agent_client_protocol::v1::schema::Error::resource_not_found(None::<String>)).data(serde_json::json!(why))
+            Error::from(
+                agent_client_protocol::v1::schema::Error::resource_not_found(None::<String>),
+            )
+            .data(serde_json::json!(why))
         };
-        let dir = store.session_dir(&id).map_err(|e| not_found(e.to_string()))?;
+        let dir = store
+            .session_dir(&id)
+            .map_err(|e| not_found(e.to_string()))?;
         let manifest = store.manifest(&id).map_err(|e| not_found(e.to_string()))?;
-        let settings = crate::exec::stored::load_settings(&dir, &id, manifest.event_count).map_err(failure)?;
+        let settings =
+            crate::exec::stored::load_settings(&dir, &id, manifest.event_count).map_err(failure)?;
         let mode = if crate::exec::plan::mode(&dir) == Some(crate::exec::plan::Mode::Plan) {
             Mode::Plan
         } else if settings.sandbox == Some(SandboxMode::ReadOnly) {
@@ -223,13 +254,21 @@ impl AcpAgent {
         Ok(LoadSessionResponse::new().modes(mode.state()))
     }
 
-    async fn prompt(self: Arc<Self>, req: PromptRequest, cx: ConnectionTo<Client>) -> Result<PromptResponse, Error> {
+    async fn prompt(
+        &self,
+        req: PromptRequest,
+        cx: ConnectionTo<Client>,
+    ) -> Result<PromptResponse, Error> {
         let session = self.session(&req.session_id.0)?;
-        let config = troupe_runtime::config::Config::load(&session.workspace).map_err(|e| bad(e.to_string()))?;
+        let config = troupe_runtime::config::Config::load(&session.workspace)
+            .map_err(|e| bad(e.to_string()))?;
         let text = prompt::message(&req.prompt, &session.workspace, &config.permission_policy())
             .await
             .map_err(bad)?;
-        session.prompt(Arc::clone(&self), text, cx).await
+        let settings = self.settings(text.clone());
+        session
+            .prompt(settings, self.server.clone(), text, cx)
+            .await
     }
 
     fn set_mode(&self, req: &SetSessionModeRequest) -> Result<SetSessionModeResponse, Error> {
@@ -268,7 +307,11 @@ fn mcp_servers(servers: &[McpServer]) -> Result<BTreeMap<String, McpServerConfig
                 McpServerConfig {
                     command: Some(s.command.to_string_lossy().into_owned()),
                     args: s.args.clone(),
-                    env: s.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+                    env: s
+                        .env
+                        .iter()
+                        .map(|v| (v.name.clone(), v.value.clone()))
+                        .collect(),
                     ..mcp_defaults()
                 },
             ),
@@ -276,7 +319,13 @@ fn mcp_servers(servers: &[McpServer]) -> Result<BTreeMap<String, McpServerConfig
                 if !s.headers.is_empty() {
                     tracing::warn!(server = %s.name, "the MCP server's HTTP headers are not sent (troupe takes a bearer token from a variable only)");
                 }
-                (s.name.clone(), McpServerConfig { url: Some(s.url.clone()), ..mcp_defaults() })
+                (
+                    s.name.clone(),
+                    McpServerConfig {
+                        url: Some(s.url.clone()),
+                        ..mcp_defaults()
+                    },
+                )
             }
             McpServer::Sse(s) => {
                 return Err(bad(format!(
@@ -311,13 +360,23 @@ fn mcp_defaults() -> McpServerConfig {
 fn server_name(name: &str, taken: &BTreeMap<String, McpServerConfig>) -> String {
     let mut base: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     while base.contains("__") {
         base = base.replace("__", "_");
     }
     let base: String = base.trim_matches('_').chars().take(28).collect();
-    let base = if base.is_empty() { "client".to_string() } else { base };
+    let base = if base.is_empty() {
+        "client".to_string()
+    } else {
+        base
+    };
     let mut candidate = base.clone();
     let mut n = 2;
     while taken.contains_key(&candidate) {
@@ -329,7 +388,11 @@ fn server_name(name: &str, taken: &BTreeMap<String, McpServerConfig>) -> String 
 
 /// Runs `troupe acp` until the client closes stdin.
 pub fn run(args: AcpArgs) -> Result<u8, Failure> {
-    let root = args.workspace.as_deref().map(canonical_workspace).transpose()?;
+    let root = args
+        .workspace
+        .as_deref()
+        .map(canonical_workspace)
+        .transpose()?;
     let script = args.script.as_deref().map(script_file).transpose()?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -380,13 +443,17 @@ async fn serve(agent: Arc<AcpAgent>) -> Result<(), Error> {
         .v1()
         .name("troupe")
         .on_receive_request(
-            async move |req: InitializeRequest, responder: Responder<InitializeResponse, V1>, _cx: ConnectionTo<Client>| {
+            async move |req: InitializeRequest,
+                        responder: Responder<InitializeResponse, V1>,
+                        _cx: ConnectionTo<Client>| {
                 responder.respond(a1.initialize(&req))
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: AuthenticateRequest, responder: Responder<AuthenticateResponse, V1>, _cx: ConnectionTo<Client>| {
+            async move |req: AuthenticateRequest,
+                        responder: Responder<AuthenticateResponse, V1>,
+                        _cx: ConnectionTo<Client>| {
                 let result = if req.method_id.0.as_ref() == ENV_KEY_METHOD && a2.script.is_none() {
                     Ok(AuthenticateResponse::new())
                 } else {
@@ -397,13 +464,17 @@ async fn serve(agent: Arc<AcpAgent>) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: NewSessionRequest, responder: Responder<NewSessionResponse, V1>, _cx: ConnectionTo<Client>| {
+            async move |req: NewSessionRequest,
+                        responder: Responder<NewSessionResponse, V1>,
+                        _cx: ConnectionTo<Client>| {
                 reply(responder, a3.new_session(req).await)
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: LoadSessionRequest, responder: Responder<LoadSessionResponse, V1>, cx: ConnectionTo<Client>| {
+            async move |req: LoadSessionRequest,
+                        responder: Responder<LoadSessionResponse, V1>,
+                        cx: ConnectionTo<Client>| {
                 let agent = Arc::clone(&a4);
                 tokio::spawn(async move {
                     let result = agent.load_session(req, &cx).await;
@@ -414,7 +485,9 @@ async fn serve(agent: Arc<AcpAgent>) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: PromptRequest, responder: Responder<PromptResponse, V1>, cx: ConnectionTo<Client>| {
+            async move |req: PromptRequest,
+                        responder: Responder<PromptResponse, V1>,
+                        cx: ConnectionTo<Client>| {
                 let agent = Arc::clone(&a5);
                 tokio::spawn(async move {
                     let result = agent.prompt(req, cx).await;
@@ -425,7 +498,9 @@ async fn serve(agent: Arc<AcpAgent>) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: SetSessionModeRequest, responder: Responder<SetSessionModeResponse, V1>, _cx: ConnectionTo<Client>| {
+            async move |req: SetSessionModeRequest,
+                        responder: Responder<SetSessionModeResponse, V1>,
+                        _cx: ConnectionTo<Client>| {
                 reply(responder, a6.set_mode(&req))
             },
             agent_client_protocol::on_receive_request!(),

@@ -24,14 +24,24 @@ use super::updates::Mapper;
 /// The options of a request offering `decisions`.
 fn options(decisions: &[ApprovalDecision]) -> Vec<PermissionOption> {
     [
-        (ApprovalDecision::Approve, "allow_once", "Allow once", PermissionOptionKind::AllowOnce),
+        (
+            ApprovalDecision::Approve,
+            "allow_once",
+            "Allow once",
+            PermissionOptionKind::AllowOnce,
+        ),
         (
             ApprovalDecision::ApproveForSession,
             "allow_always",
             "Always allow in this session",
             PermissionOptionKind::AllowAlways,
         ),
-        (ApprovalDecision::Deny, "reject_once", "Reject", PermissionOptionKind::RejectOnce),
+        (
+            ApprovalDecision::Deny,
+            "reject_once",
+            "Reject",
+            PermissionOptionKind::RejectOnce,
+        ),
         (
             ApprovalDecision::DenyForSession,
             "reject_always",
@@ -113,13 +123,19 @@ mod tests {
     #[test]
     fn options_map_onto_decisions() {
         let pick = |id: &str| {
-            answer(&RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id.to_string()))).decision
+            answer(&RequestPermissionOutcome::Selected(
+                SelectedPermissionOutcome::new(id.to_string()),
+            ))
+            .decision
         };
         assert_eq!(pick("allow_once"), ApprovalDecision::Approve);
         assert_eq!(pick("allow_always"), ApprovalDecision::ApproveForSession);
         assert_eq!(pick("reject_once"), ApprovalDecision::Deny);
         assert_eq!(pick("reject_always"), ApprovalDecision::DenyForSession);
-        assert_eq!(answer(&RequestPermissionOutcome::Cancelled).decision, ApprovalDecision::Abort);
+        assert_eq!(
+            answer(&RequestPermissionOutcome::Cancelled).decision,
+            ApprovalDecision::Abort
+        );
         let all = options(&[]);
         assert_eq!(all.len(), 4);
         let some = options(&[ApprovalDecision::Approve, ApprovalDecision::Deny]);

@@ -12,7 +12,7 @@ use agent_client_protocol::v1::schema::{ContentBlock, EmbeddedResourceResource};
 use serde_json::json;
 use troupe_runtime::tools::{PermissionPolicy, Tool, ToolContext};
 
-use super::updates::cap;
+use super::describe::cap;
 
 /// Most characters of an embedded resource's text attached (`read_file`'s
 /// output bound).

@@ -17,14 +17,14 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Client, Error, ErrorCode};
 use parking_lot::Mutex;
-use troupe::{ResumeMode, RootRun};
+use troupe::{ResumeMode, RootRun, SessionSettings};
 use troupe_actors::{Address, AgentMsg};
 use troupe_protocol::{ApprovalPolicy, CompletionSubtype, ThreadCompletedEvent};
 use troupe_runtime::config::McpServerConfig;
 use troupe_runtime::store::{Exporter, SessionStatus, SessionStore};
 use troupe_runtime::tools::SandboxMode;
+use troupe_testkit::ScriptedServer;
 
-use super::AcpAgent;
 use super::updates::Mapper;
 use crate::exec::stored::{claim, load_settings, queue_message, root_turns};
 use crate::failure::Failure;
@@ -138,9 +138,12 @@ impl AcpSession {
     }
 
     /// `session/prompt`: one whole run of the root agent on `text`.
+    /// `settings` are the connection's (its flags) for a run on `text`;
+    /// `server` the scripted server of `--script`.
     pub async fn prompt(
         self: Arc<Self>,
-        agent: Arc<AcpAgent>,
+        mut settings: SessionSettings,
+        server: Option<Arc<ScriptedServer>>,
         text: String,
         cx: ConnectionTo<Client>,
     ) -> Result<PromptResponse, Error> {
@@ -153,11 +156,12 @@ impl AcpSession {
         let mode = *self.mode.lock();
         let resume = self.started.load(Ordering::SeqCst);
         let store = SessionStore::for_workspace(&self.workspace);
-        let mut settings = agent.settings(text.clone());
         let mut previous_turns = 0;
         let mut root_agent = None;
         if resume {
-            let dir = store.session_dir(&self.id).map_err(|e| bad(e.to_string()))?;
+            let dir = store
+                .session_dir(&self.id)
+                .map_err(|e| bad(e.to_string()))?;
             let manifest = store.manifest(&self.id).map_err(|e| bad(e.to_string()))?;
             claim(&dir, &self.id).map_err(failure)?;
             if manifest.status != SessionStatus::Completed {
@@ -168,7 +172,8 @@ impl AcpSession {
             }
             let stored = load_settings(&dir, &self.id, manifest.event_count).map_err(failure)?;
             settings.task = stored.task;
-            let (root, turns) = root_turns(&store, &self.id, &manifest.root_thread_id).map_err(failure)?;
+            let (root, turns) =
+                root_turns(&store, &self.id, &manifest.root_thread_id).map_err(failure)?;
             root_agent = Some(root);
             previous_turns = turns;
         }
@@ -176,7 +181,7 @@ impl AcpSession {
             settings.sandbox = Some(SandboxMode::ReadOnly);
         }
         let editor = EditorSetup {
-            server: agent.server.clone(),
+            server,
             mcp_servers: self.mcp.clone(),
             front_default: ApprovalPolicy::Untrusted,
         };
@@ -185,7 +190,8 @@ impl AcpSession {
             session_id: self.id.clone(),
             mapper: Arc::clone(&self.mapper),
         };
-        let handler = super::permission::handler(cx.clone(), self.id.clone(), Arc::clone(&self.mapper));
+        let handler =
+            super::permission::handler(cx.clone(), self.id.clone(), Arc::clone(&self.mapper));
         let mut launch = Launch::prepare_editor(&self.workspace, &settings, editor)
             .await
             .map_err(failure)?
@@ -193,14 +199,16 @@ impl AcpSession {
             .plan_mode(mode == Mode::Plan)
             .approval_default(ApprovalPolicy::Untrusted)
             .approval_handler(handler)
-            .exporter_for(Box::new(move |_id| -> Box<dyn Exporter> { Box::new(exporter) }));
+            .exporter_for(Box::new(move |_id| -> Box<dyn Exporter> {
+                Box::new(exporter)
+            }));
         // What a resume (`troupe sessions resume`) applies again.
         settings.sandbox = Some(launch.sandbox_mode());
-        settings.approval_policy = Some(
-            settings
-                .approval_policy
-                .unwrap_or_else(|| launch.config().approval_policy_or(ApprovalPolicy::Untrusted)),
-        );
+        settings.approval_policy = Some(settings.approval_policy.unwrap_or_else(|| {
+            launch
+                .config()
+                .approval_policy_or(ApprovalPolicy::Untrusted)
+        }));
         let limit = resume.then(|| previous_turns.saturating_add(launch.max_turns()));
         let task = settings.task.clone();
         let target = if resume {
@@ -213,7 +221,10 @@ impl AcpSession {
             launch = launch.session_id(self.id.clone());
             Target::New(settings)
         };
-        let started = launch.start(false, Some("root"), target).await.map_err(failure)?;
+        let started = launch
+            .start(false, Some("root"), target)
+            .await
+            .map_err(failure)?;
         self.started.store(true, Ordering::SeqCst);
         if let Some(root) = &root_agent
             && let Err(e) = queue_message(&self.workspace, &self.id, root, text)
@@ -290,11 +301,13 @@ pub fn stop_reason(
     }
     use troupe_runtime::provider::types::FinishReason;
     Ok(match done.subtype {
-        CompletionSubtype::Success => match FinishReason::normalize(done.stop_reason.as_deref(), false) {
-            FinishReason::Length => StopReason::MaxTokens,
-            FinishReason::ContentFilter => StopReason::Refusal,
-            _ => StopReason::EndTurn,
-        },
+        CompletionSubtype::Success => {
+            match FinishReason::normalize(done.stop_reason.as_deref(), false) {
+                FinishReason::Length => StopReason::MaxTokens,
+                FinishReason::ContentFilter => StopReason::Refusal,
+                _ => StopReason::EndTurn,
+            }
+        }
         CompletionSubtype::ErrorMaxTurns | CompletionSubtype::ErrorMaxBudgetUsd => {
             StopReason::MaxTurnRequests
         }
@@ -380,18 +393,44 @@ mod tests {
     fn outcomes_map_to_stop_reasons() {
         use CompletionSubtype as C;
         let r = |s, c, stop| stop_reason("s", &done(s, c, stop), None);
-        assert_eq!(r(C::Success, "success", Some("stop")).unwrap(), StopReason::EndTurn);
-        assert_eq!(r(C::Success, "success", Some("length")).unwrap(), StopReason::MaxTokens);
-        assert_eq!(r(C::Success, "success", Some("content_filter")).unwrap(), StopReason::Refusal);
-        assert_eq!(r(C::ErrorMaxTurns, "max_turns", None).unwrap(), StopReason::MaxTurnRequests);
-        assert_eq!(r(C::ErrorMaxBudgetUsd, "budget_exhausted", None).unwrap(), StopReason::MaxTurnRequests);
-        assert_eq!(r(C::Cancelled, "cancelled", None).unwrap(), StopReason::Cancelled);
-        let e = stop_reason("s", &done(C::ErrorDuringExecution, "stream_error", None), Some("boom".into())).unwrap_err();
+        assert_eq!(
+            r(C::Success, "success", Some("stop")).unwrap(),
+            StopReason::EndTurn
+        );
+        assert_eq!(
+            r(C::Success, "success", Some("length")).unwrap(),
+            StopReason::MaxTokens
+        );
+        assert_eq!(
+            r(C::Success, "success", Some("content_filter")).unwrap(),
+            StopReason::Refusal
+        );
+        assert_eq!(
+            r(C::ErrorMaxTurns, "max_turns", None).unwrap(),
+            StopReason::MaxTurnRequests
+        );
+        assert_eq!(
+            r(C::ErrorMaxBudgetUsd, "budget_exhausted", None).unwrap(),
+            StopReason::MaxTurnRequests
+        );
+        assert_eq!(
+            r(C::Cancelled, "cancelled", None).unwrap(),
+            StopReason::Cancelled
+        );
+        let e = stop_reason(
+            "s",
+            &done(C::ErrorDuringExecution, "stream_error", None),
+            Some("boom".into()),
+        )
+        .unwrap_err();
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["data"]["outcome_code"], "stream_error");
         assert!(v["message"].as_str().unwrap().contains("boom"));
         let e = r(C::Success, "blocked", None).unwrap_err();
-        assert_eq!(serde_json::to_value(&e).unwrap()["data"]["outcome_code"], "blocked");
+        assert_eq!(
+            serde_json::to_value(&e).unwrap()["data"]["outcome_code"],
+            "blocked"
+        );
     }
 
     #[test]

@@ -18,19 +18,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::describe::{self, ROOT_AGENT, cap, is_root};
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, Diff, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    SessionUpdate, TextContent, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    ContentBlock, ContentChunk, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate,
+    TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
 use troupe_protocol::{
     AgentRole, ApprovalRequestedEvent, BoundaryStatus, ItemDetails, ItemStatus, ThreadEvent,
     ToolOutcome,
 };
 
-/// The root agent's id in an exec-shaped session (`Launch::start(..,
-/// Some("root"), ..)`).
-pub const ROOT_AGENT: &str = "session/root";
 /// Most characters of a tool's output shown in its update.
 const OUTPUT_CHARS: usize = 4_000;
 /// Most lines of a subagent's progress kept in its call's content.
@@ -116,7 +113,9 @@ impl Mapper {
                     self.progress(agent, format!("task: {}", m.text), &mut out);
                 }
             }
-            ThreadEvent::ItemUpdated(e) | ThreadEvent::ItemCompleted(e) | ThreadEvent::ItemStarted(e) => {
+            ThreadEvent::ItemUpdated(e)
+            | ThreadEvent::ItemCompleted(e)
+            | ThreadEvent::ItemStarted(e) => {
                 let completed = matches!(event, ThreadEvent::ItemCompleted(_));
                 let started = matches!(event, ThreadEvent::ItemStarted(_));
                 let agent = e.agent_id.clone().unwrap_or_else(|| ROOT_AGENT.into());
@@ -175,7 +174,8 @@ impl Mapper {
         call.announced = true;
         let call = call.clone();
         Some(SessionUpdate::ToolCall(
-            self.tool_call(&agent, &call).status(ToolCallStatus::Pending),
+            self.tool_call(&agent, &call)
+                .status(ToolCallStatus::Pending),
         ))
     }
 
@@ -186,13 +186,18 @@ impl Mapper {
     }
 
     /// The fields describing a call (title, kind, raw input, locations).
-    pub fn fields(&self, agent: Option<&str>, tool: &str, args: &serde_json::Value) -> ToolCallUpdateFields {
+    pub fn fields(
+        &self,
+        agent: Option<&str>,
+        tool: &str,
+        args: &serde_json::Value,
+    ) -> ToolCallUpdateFields {
         let agent = agent.unwrap_or(ROOT_AGENT);
         ToolCallUpdateFields::new()
-            .title(self.title(agent, tool, args))
-            .kind(kind(tool))
+            .title(describe::title(agent, tool, args))
+            .kind(describe::kind(tool))
             .raw_input(args.clone())
-            .locations(self.locations(args))
+            .locations(describe::locations(&self.workspace, args))
     }
 
     fn id_for(&self, agent: &str, call_id: &str) -> String {
@@ -203,7 +208,13 @@ impl Mapper {
         }
     }
 
-    fn call(&mut self, agent: &str, call_id: &str, tool: &str, args: &serde_json::Value) -> &mut Call {
+    fn call(
+        &mut self,
+        agent: &str,
+        call_id: &str,
+        tool: &str,
+        args: &serde_json::Value,
+    ) -> &mut Call {
         let id = self.id_for(agent, call_id);
         self.calls
             .entry((agent.to_string(), call_id.to_string()))
@@ -241,7 +252,7 @@ impl Mapper {
             }
             ItemDetails::ToolInvocation(inv) if started => {
                 if self.descendant(agent) {
-                    let title = self.title(agent, &inv.tool_name, &inv.arguments);
+                    let title = describe::title(agent, &inv.tool_name, &inv.arguments);
                     self.progress(agent, title, out);
                     return;
                 }
@@ -250,10 +261,14 @@ impl Mapper {
                 let was = std::mem::replace(&mut call.announced, true);
                 let call = call.clone();
                 out.push(if was {
-                    update(&call.id, ToolCallUpdateFields::new().status(ToolCallStatus::InProgress))
+                    update(
+                        &call.id,
+                        ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+                    )
                 } else {
                     SessionUpdate::ToolCall(
-                        self.tool_call(agent, &call).status(ToolCallStatus::InProgress),
+                        self.tool_call(agent, &call)
+                            .status(ToolCallStatus::InProgress),
                     )
                 });
             }
@@ -289,7 +304,9 @@ impl Mapper {
                 if !call.progress.is_empty() {
                     content.push(text_content(&call.progress.join("\n")));
                 }
-                if ok && let Some(diff) = self.diff(&call) {
+                if ok
+                    && let Some(diff) = describe::diff(&self.workspace, &call.tool, &call.arguments)
+                {
                     content.push(ToolCallContent::Diff(diff));
                 }
                 content.push(text_content(&cap(&o.output, OUTPUT_CHARS)));
@@ -331,7 +348,10 @@ impl Mapper {
             a == parent
                 && c.tool == "spawn_subagent"
                 && c.arguments.get("name").and_then(|n| n.as_str()) == Some(name)
-                && !self.children.values().any(|(pa, pc)| pa == a && *pc == c.id)
+                && !self
+                    .children
+                    .values()
+                    .any(|(pa, pc)| pa == a && *pc == c.id)
         });
         if let Some(((a, c), _)) = spawn {
             let owner = (a.clone(), c.clone());
@@ -383,68 +403,13 @@ impl Mapper {
     }
 
     fn tool_call(&self, agent: &str, call: &Call) -> ToolCall {
-        ToolCall::new(call.id.clone(), self.title(agent, &call.tool, &call.arguments))
-            .kind(kind(&call.tool))
-            .raw_input(call.arguments.clone())
-            .locations(self.locations(&call.arguments))
-    }
-
-    fn title(&self, agent: &str, tool: &str, args: &serde_json::Value) -> String {
-        let s = |k: &str| args.get(k).and_then(|v| v.as_str()).unwrap_or("");
-        let title = match tool {
-            "read_file" => format!("Read {}", s("path")),
-            "list_files" => format!("List {}", or_dot(s("path"))),
-            "grep" => format!("Search `{}` in {}", s("pattern"), or_dot(s("path"))),
-            "write_file" => format!("Write {}", s("path")),
-            "edit_file" => format!("Edit {}", s("path")),
-            "exec_command" => format!("Run `{}`", s("command")),
-            "spawn_subagent" => format!("Subagent {}: {}", s("name"), s("task")),
-            "handoff" => "Hand off".to_string(),
-            "remember" => "Remember".to_string(),
-            t => match t.strip_prefix("mcp__").and_then(|r| r.split_once("__")) {
-                Some((server, name)) => format!("{server}: {name}"),
-                None => t.to_string(),
-            },
-        };
-        let title = cap(&title, 200);
-        if is_root(Some(agent)) {
-            title
-        } else {
-            format!("{}: {title}", agent.rsplit('/').next().unwrap_or(agent))
-        }
-    }
-
-    fn locations(&self, args: &serde_json::Value) -> Vec<ToolCallLocation> {
-        let Some(path) = args.get("path").and_then(|p| p.as_str()) else {
-            return Vec::new();
-        };
-        let line = args
-            .get("start_line")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|l| u32::try_from(l).ok());
-        vec![ToolCallLocation::new(self.absolute(path)).line(line)]
-    }
-
-    fn absolute(&self, path: &str) -> PathBuf {
-        let p = Path::new(path);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.workspace.join(p)
-        }
-    }
-
-    /// The diff of a successful write: `edit_file`'s replaced text and its
-    /// replacement, or `write_file`'s new content.
-    fn diff(&self, call: &Call) -> Option<Diff> {
-        let a = &call.arguments;
-        let s = |k: &str| a.get(k).and_then(|v| v.as_str());
-        let path = self.absolute(s("path")?);
-        match call.tool.as_str() {
-            "edit_file" => Some(Diff::new(path, s("new_string")?).old_text(s("old_string").map(str::to_string))),
-            "write_file" => Some(Diff::new(path, s("content")?)),
-            _ => None,
-        }
+        ToolCall::new(
+            call.id.clone(),
+            describe::title(agent, &call.tool, &call.arguments),
+        )
+        .kind(describe::kind(&call.tool))
+        .raw_input(call.arguments.clone())
+        .locations(describe::locations(&self.workspace, &call.arguments))
     }
 
     fn plan_entry(&mut self, name: &str, status: PlanEntryStatus) {
@@ -497,26 +462,6 @@ impl Mapper {
     }
 }
 
-fn is_root(agent: Option<&str>) -> bool {
-    agent.is_none_or(|a| a == ROOT_AGENT)
-}
-
-fn or_dot(s: &str) -> &str {
-    if s.is_empty() { "." } else { s }
-}
-
-/// The ACP kind of a troupe tool.
-pub fn kind(tool: &str) -> ToolKind {
-    match tool {
-        "read_file" => ToolKind::Read,
-        "list_files" | "grep" => ToolKind::Search,
-        "write_file" | "edit_file" => ToolKind::Edit,
-        "exec_command" => ToolKind::Execute,
-        "spawn_subagent" | "remember" | "handoff" => ToolKind::Think,
-        _ => ToolKind::Other,
-    }
-}
-
 fn plan_status(s: BoundaryStatus) -> PlanEntryStatus {
     match s {
         BoundaryStatus::Done => PlanEntryStatus::Completed,
@@ -535,14 +480,6 @@ fn text_content(text: &str) -> ToolCallContent {
 
 fn update(id: &str, fields: ToolCallUpdateFields) -> SessionUpdate {
     SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.to_string(), fields))
-}
-
-/// At most `max` characters of `s`, with an ellipsis when cut.
-pub fn cap(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
 }
 
 /// Used by tests and the replay: the names of a map's plan entries.
@@ -573,7 +510,9 @@ mod tests {
     #[test]
     fn an_edit_ends_with_a_diff_and_a_subagent_reports_on_its_call() {
         let mut m = Mapper::new(Path::new("/ws"), false);
-        m.map(&ev(r#"{"type":"thread.started","thread_id":"s","agent_id":"session/root"}"#));
+        m.map(&ev(
+            r#"{"type":"thread.started","thread_id":"s","agent_id":"session/root"}"#,
+        ));
         let start = m.map(&ev(r#"{"type":"item.started","item":{"id":"item_8","type":"tool_invocation","tool_name":"edit_file","arguments":{"new_string":"b","old_string":"a","path":"a.txt"},"tool_call_id":"w1","status":"in_progress"},"agent_id":"session/root"}"#));
         let v = serde_json::to_value(&start).unwrap();
         assert_eq!(v[0]["sessionUpdate"], "tool_call");
@@ -591,7 +530,12 @@ mod tests {
         let v = serde_json::to_value(&child).unwrap();
         assert_eq!(v[0]["sessionUpdate"], "tool_call_update");
         assert_eq!(v[0]["toolCallId"], "1:s1");
-        assert!(v[0]["content"][0]["content"]["text"].as_str().unwrap().contains("counter: Read a.txt"));
+        assert!(
+            v[0]["content"][0]["content"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("counter: Read a.txt")
+        );
     }
 
     #[test]
