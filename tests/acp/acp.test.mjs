@@ -12,10 +12,12 @@ import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync, readFileSync, existsSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
 import { Writable } from "node:stream";
 import { client, methods, ndJsonStream } from "@agentclientprotocol/sdk";
 
+const HERE = dirname(fileURLToPath(import.meta.url));
 const BIN = process.env.TROUPE_BIN;
 if (!BIN) throw new Error("set TROUPE_BIN to the troupe binary");
 
@@ -301,6 +303,10 @@ text = "The counter says one line."
     assert.equal(calls.length, 1, JSON.stringify(calls));
     assert.match(calls[0].title, /^Subagent counter: Count/);
     const ups = callUpdates(a.updates, calls[0].toolCallId);
+    // The subagent's handoff (its deliverable, not confirmed done) is a plan entry.
+    const plan = a.updates.filter((u) => u.update.sessionUpdate === "plan").at(-1);
+    assert.ok(plan, "no plan update from the subagent's handoff");
+    assert.match(plan.update.entries[0].content, /Count \(C-9\)/);
     const progress = ups.map((x) => JSON.stringify(x.content ?? [])).join("\n");
     assert.match(progress, /counter: Read a.txt/);
     assert.match(progress, /counter: says: one line/);
@@ -390,6 +396,97 @@ text = "never"
     const events = rootEvents(env.ws, sessions[0]);
     assert.equal(events.at(-1).type, "thread.completed");
     assert.equal(events.at(-1).subtype, "cancelled");
+  } finally {
+    rmSync(env.root, { recursive: true, force: true });
+  }
+});
+
+test("the client's MCP server joins the session; @-mentions are attached through read_file's policy", async () => {
+  const env = workspace();
+  try {
+    const script = `
+[[replies]]
+kind = "message"
+tool_calls = [{ id = "m1", name = "mcp__editor_echo__echo", arguments = { text = "from the editor" } }]
+[[replies]]
+kind = "message"
+text = "Echoed."
+`;
+    const a = agent(env, script);
+    let sessionId;
+    await a.run(async (ctx) => {
+      await init(ctx);
+      const s = await ctx.request(methods.agent.session.new, {
+        cwd: env.ws,
+        mcpServers: [{ name: "editor echo", command: process.execPath, args: [join(HERE, "echo-server.mjs")], env: [] }],
+      });
+      sessionId = s.sessionId;
+      const r = await ctx.request(methods.agent.session.prompt, {
+        sessionId,
+        prompt: [
+          { type: "text", text: "Echo it" },
+          { type: "resource_link", uri: `file://${join(env.ws, "a.txt")}`, name: "a.txt" },
+          { type: "resource_link", uri: "file:///etc/hostname", name: "hostname" },
+        ],
+      });
+      assert.equal(r.stopReason, "end_turn");
+    });
+    const [call] = toolCalls(a.updates);
+    assert.equal(call.title, "editor_echo: echo");
+    const last = callUpdates(a.updates, call.toolCallId).at(-1);
+    assert.equal(last.status, "completed", JSON.stringify(a.updates) + a.stderr());
+    assert.match(JSON.stringify(last.content), /echo: from the editor/);
+    const asked = rootEvents(env.ws, sessionId).find((e) => e.type === "troupe.user_message").text;
+    assert.match(asked, /^Echo it\n\n## Attached context/);
+    assert.match(asked, /1\thello/);
+    assert.match(asked, /file:\/\/\/etc\/hostname\n\(not attached: .*outside the workspace/);
+  } finally {
+    rmSync(env.root, { recursive: true, force: true });
+  }
+});
+
+test("plan mode answers with plan entries; a failed run is a JSON-RPC error with troupe's outcome code", async () => {
+  const env = workspace();
+  try {
+    const script = `
+[[replies]]
+kind = "message"
+tool_calls = [{ id = "w1", name = "write_file", arguments = { path = "z.txt", content = "no" } }]
+[[replies]]
+kind = "message"
+text = "The plan:\\n- Fix the parser\\n- Add a test"
+`;
+    const a = agent(env, script);
+    await a.run(async (ctx) => {
+      await init(ctx);
+      const s = await ctx.request(methods.agent.session.new, { cwd: env.ws, mcpServers: [] });
+      await ctx.request(methods.agent.session.setMode, { sessionId: s.sessionId, modeId: "plan" });
+      const r = await ctx.request(methods.agent.session.prompt, {
+        sessionId: s.sessionId,
+        prompt: [{ type: "text", text: "Plan the fix" }],
+      });
+      assert.equal(r.stopReason, "end_turn");
+      // The script is used up: the next run fails (HTTP 410 from the
+      // scripted server), which is an error carrying troupe's outcome.
+      await ctx.request(methods.agent.session.setMode, { sessionId: s.sessionId, modeId: "build" });
+      await assert.rejects(
+        ctx.request(methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "Go on" }] }),
+        (e) => {
+          assert.equal(e.data?.subtype, "error_during_execution", JSON.stringify(e));
+          assert.ok(e.data.outcome_code, JSON.stringify(e));
+          assert.match(e.message, /script exhausted/);
+          return true;
+        },
+      );
+    });
+    assert.equal(a.permissions.length, 0, "plan mode refuses writes without asking");
+    assert.ok(!existsSync(join(env.ws, "z.txt")));
+    const plans = a.updates.filter((u) => u.update.sessionUpdate === "plan");
+    assert.ok(plans.length > 0, "no plan update");
+    assert.deepEqual(
+      plans.at(-1).update.entries.map((e) => [e.content, e.status]),
+      [["Fix the parser", "pending"], ["Add a test", "pending"]],
+    );
   } finally {
     rmSync(env.root, { recursive: true, force: true });
   }
