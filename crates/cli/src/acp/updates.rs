@@ -254,6 +254,15 @@ impl Mapper {
                 if self.descendant(agent) {
                     let title = describe::title(agent, &inv.tool_name, &inv.arguments);
                     self.progress(agent, title, out);
+                    // A subagent's call the editor was asked about is its
+                    // own tool call: it goes on.
+                    let key = (agent.to_string(), inv.tool_call_id.clone());
+                    if let Some(call) = self.calls.get(&key).filter(|c| c.announced) {
+                        out.push(update(
+                            &call.id,
+                            ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+                        ));
+                    }
                     return;
                 }
                 let call = self.call(agent, &inv.tool_call_id, &inv.tool_name, &inv.arguments);
@@ -536,6 +545,34 @@ mod tests {
                 .unwrap()
                 .contains("counter: Read a.txt")
         );
+    }
+
+    #[test]
+    fn a_subagents_call_the_editor_was_asked_about_ends_as_its_own_call() {
+        let mut m = Mapper::new(Path::new("/ws"), false);
+        m.map(&ev(
+            r#"{"type":"thread.started","thread_id":"s","agent_id":"session/root"}"#,
+        ));
+        m.map(&ev(r#"{"type":"item.started","item":{"id":"item_2","type":"tool_invocation","tool_name":"spawn_subagent","arguments":{"name":"w","task":"t"},"tool_call_id":"s1","status":"in_progress"},"agent_id":"session/root"}"#));
+        m.map(&ev(r#"{"type":"agent.started","agent_id":"session/root/w","parent_id":"session/root","role":"subagent","name":"w"}"#));
+        let asked = m.map(&ev(r#"{"type":"troupe.approval_requested","approval_id":"a","thread_id":"s:session/root/w","item_id":"item_3","tool_call_id":"x1","tool":"exec_command","subject":"make","arguments":{"command":"make"},"reason":"untrusted","decisions":["approve","deny"],"agent_id":"session/root/w"}"#));
+        let v = serde_json::to_value(&asked).unwrap();
+        assert_eq!(v[0]["sessionUpdate"], "tool_call");
+        assert_eq!(v[0]["toolCallId"], "1:session/root/w:x1");
+        assert_eq!(v[0]["title"], "w: Run `make`");
+        let ran = m.map(&ev(r#"{"type":"item.started","item":{"id":"item_3","type":"tool_invocation","tool_name":"exec_command","arguments":{"command":"make"},"tool_call_id":"x1","status":"in_progress"},"agent_id":"session/root/w"}"#));
+        let v = serde_json::to_value(&ran).unwrap();
+        assert!(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .any(|u| u["toolCallId"] == "1:session/root/w:x1" && u["status"] == "in_progress"),
+            "{v}"
+        );
+        let done = m.map(&ev(r#"{"type":"item.completed","item":{"id":"item_4","type":"tool_output","call_id":"x1","output":"ok","truncated":false,"status":"completed","outcome":"success"},"agent_id":"session/root/w"}"#));
+        let v = serde_json::to_value(&done).unwrap();
+        assert_eq!(v[0]["toolCallId"], "1:session/root/w:x1");
+        assert_eq!(v[0]["status"], "completed");
     }
 
     #[test]
