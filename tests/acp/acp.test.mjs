@@ -37,7 +37,7 @@ function workspace() {
  * client. `onPermission(params)` answers session/request_permission.
  * Returns the updates seen, the raw stdout, and `run(op)`.
  */
-function agent(env, script, { onPermission, args = [] } = {}) {
+function agent(env, script, { onPermission, onElicitation, args = [] } = {}) {
   const scriptPath = join(env.root, `script-${Math.random().toString(16).slice(2)}.toml`);
   writeFileSync(scriptPath, script);
   const child = spawn(BIN, ["acp", "--script", scriptPath, "--provider", "anthropic", ...args], {
@@ -74,7 +74,12 @@ function agent(env, script, { onPermission, args = [] } = {}) {
   });
   const updates = [];
   const permissions = [];
+  const elicitations = [];
   const app = client({ name: "troupe-acp-test" })
+    .onRequest(methods.client.elicitation.create, async ({ params }) => {
+      elicitations.push(params);
+      return onElicitation ? onElicitation(params) : { action: "decline" };
+    })
     .onNotification(methods.client.session.update, ({ params }) => {
       updates.push(params);
     })
@@ -89,6 +94,7 @@ function agent(env, script, { onPermission, args = [] } = {}) {
     child,
     updates,
     permissions,
+    elicitations,
     stdout: () => stdout,
     stderr: () => stderr,
     async run(op) {
@@ -136,10 +142,10 @@ const toolCalls = (updates) => updates.filter((u) => u.update.sessionUpdate === 
 const callUpdates = (updates, id) =>
   updates.filter((u) => u.update.sessionUpdate === "tool_call_update" && u.update.toolCallId === id).map((u) => u.update);
 
-async function init(ctx) {
+async function init(ctx, clientCapabilities = {}) {
   const r = await ctx.request(methods.agent.initialize, {
     protocolVersion: 1,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false, ...clientCapabilities },
     clientInfo: { name: "troupe-acp-test", version: "1.0.0" },
   });
   return r;
@@ -487,6 +493,46 @@ text = "The plan:\\n- Fix the parser\\n- Add a test"
       plans.at(-1).update.entries.map((e) => [e.content, e.status]),
       [["Fix the parser", "pending"], ["Add a test", "pending"]],
     );
+  } finally {
+    rmSync(env.root, { recursive: true, force: true });
+  }
+});
+
+test("an MCP server's elicitation reaches the editor as elicitation/create", async () => {
+  const env = workspace();
+  try {
+    const script = `
+[[replies]]
+kind = "message"
+tool_calls = [{ id = "q1", name = "mcp__asker__ask", arguments = {} }]
+[[replies]]
+kind = "message"
+text = "Asked."
+`;
+    const a = agent(env, script, {
+      onPermission: () => "allow_once",
+      onElicitation: () => ({ action: "accept", content: { name: "Ada" } }),
+    });
+    await a.run(async (ctx) => {
+      await init(ctx, { elicitation: { form: {} } });
+      const s = await ctx.request(methods.agent.session.new, {
+        cwd: env.ws,
+        mcpServers: [{ name: "asker", command: process.execPath, args: [join(HERE, "echo-server.mjs")], env: [] }],
+      });
+      const r = await ctx.request(methods.agent.session.prompt, {
+        sessionId: s.sessionId,
+        prompt: [{ type: "text", text: "Ask for a name" }],
+      });
+      assert.equal(r.stopReason, "end_turn");
+    });
+    assert.equal(a.elicitations.length, 1);
+    assert.equal(a.elicitations[0].mode, "form");
+    assert.match(a.elicitations[0].message, /Your name\?/);
+    assert.equal(a.elicitations[0].requestedSchema.properties.name.type, "string");
+    const [call] = toolCalls(a.updates);
+    const last = callUpdates(a.updates, call.toolCallId).at(-1);
+    assert.equal(last.status, "completed", JSON.stringify(last));
+    assert.match(JSON.stringify(last.content), /elicited: accept .*Ada/);
   } finally {
     rmSync(env.root, { recursive: true, force: true });
   }

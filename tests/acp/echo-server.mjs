@@ -1,9 +1,13 @@
 // A minimal MCP server (stdio, newline-delimited JSON-RPC, no dependency)
-// for acp.test.mjs: one read-only tool, `echo`, answering its `text`.
-// The client (an editor) passes it in session/new's mcpServers.
+// for acp.test.mjs: a read-only tool, `echo`, answering its `text`, and
+// `ask`, which elicits a name from the user (elicitation/create, a form)
+// and answers with what came back. The client (an editor) passes it in
+// session/new's mcpServers.
 import { createInterface } from "node:readline";
 
 const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
+
+let asking; // the tools/call waiting for the elicitation's answer
 
 createInterface({ input: process.stdin }).on("line", (line) => {
   let msg;
@@ -13,6 +17,15 @@ createInterface({ input: process.stdin }).on("line", (line) => {
     return;
   }
   if (msg.id === undefined) return; // a notification
+  if (msg.id === "elicit-1" && msg.method === undefined) {
+    const r = msg.result ?? {};
+    send({
+      jsonrpc: "2.0",
+      id: asking,
+      result: { content: [{ type: "text", text: `elicited: ${r.action} ${JSON.stringify(r.content ?? {})}` }] },
+    });
+    return;
+  }
   switch (msg.method) {
     case "initialize":
       send({
@@ -37,11 +50,30 @@ createInterface({ input: process.stdin }).on("line", (line) => {
               inputSchema: { type: "object", properties: { text: { type: "string" } }, required: ["text"] },
               annotations: { readOnlyHint: true },
             },
+            {
+              name: "ask",
+              description: "Asks the user for a name",
+              inputSchema: { type: "object", properties: {} },
+            },
           ],
         },
       });
       break;
     case "tools/call":
+      if (msg.params.name === "ask") {
+        asking = msg.id;
+        send({
+          jsonrpc: "2.0",
+          id: "elicit-1",
+          method: "elicitation/create",
+          params: {
+            mode: "form",
+            message: "Your name?",
+            requestedSchema: { type: "object", properties: { name: { type: "string" } }, required: ["name"] },
+          },
+        });
+        break;
+      }
       send({
         jsonrpc: "2.0",
         id: msg.id,

@@ -103,6 +103,8 @@ pub struct AcpAgent {
     /// The scripted server of `--script`.
     server: Option<Arc<ScriptedServer>>,
     sessions: Mutex<HashMap<String, Arc<AcpSession>>>,
+    /// The elicitation modes the client advertised.
+    elicitation: Mutex<permission::Elicitation>,
 }
 
 impl AcpAgent {
@@ -129,6 +131,12 @@ impl AcpAgent {
 
     fn initialize(&self, req: &InitializeRequest) -> InitializeResponse {
         tracing::debug!(client = ?req.client_info, "ACP initialize");
+        if let Some(e) = &req.client_capabilities.elicitation {
+            *self.elicitation.lock() = permission::Elicitation {
+                form: e.form.is_some(),
+                url: e.url.is_some(),
+            };
+        }
         let auth = if self.script.is_some() {
             Vec::new()
         } else {
@@ -266,8 +274,9 @@ impl AcpAgent {
             .await
             .map_err(bad)?;
         let settings = self.settings(text.clone());
+        let elicitation = *self.elicitation.lock();
         session
-            .prompt(settings, self.server.clone(), text, cx)
+            .prompt(settings, self.server.clone(), elicitation, text, cx)
             .await
     }
 
@@ -410,6 +419,7 @@ pub fn run(args: AcpArgs) -> Result<u8, Failure> {
             script,
             server,
             sessions: Mutex::new(HashMap::new()),
+            elicitation: Mutex::new(permission::Elicitation::default()),
         });
         let served = serve(Arc::clone(&agent)).await;
         agent.shutdown().await;

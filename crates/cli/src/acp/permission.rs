@@ -6,14 +6,20 @@
 //! cancels its pending requests on `session/cancel`) → `abort`. The editor
 //! is one answerer among the others (`troupe approvals`, HTTP): the first
 //! decision wins.
+//!
+//! An MCP server's elicitation (docs/mcp.md) goes to the editor as ACP's
+//! `elicitation/create` when the client advertised the mode (form or URL)
+//! in `initialize`: accept → approve (the form's content is the answer),
+//! decline → deny, cancel → abort. Otherwise it is left to the other
+//! answerers.
 
 use std::sync::Arc;
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionNotification, ToolCallUpdate,
+    CreateElicitationRequest, ElicitationAction, PermissionOption, PermissionOptionKind,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionNotification, ToolCallUpdate,
 };
 use parking_lot::Mutex;
 use troupe::approvals::{Answer, ApprovalHandler};
@@ -73,20 +79,81 @@ pub fn answer(outcome: &RequestPermissionOutcome) -> Answer {
     }
 }
 
+/// The elicitation modes the client advertised in `initialize`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Elicitation {
+    /// `elicitation.form`.
+    pub form: bool,
+    /// `elicitation.url`.
+    pub url: bool,
+}
+
+/// ACP's `elicitation/create` for an MCP server's elicitation, when the
+/// client takes its mode.
+fn elicitation_request(
+    session_id: &str,
+    request: &ApprovalRequestedEvent,
+    modes: Elicitation,
+) -> Option<CreateElicitationRequest> {
+    let e = request.elicitation.as_ref()?;
+    let message = format!("{} (MCP server {})", e.message, e.server);
+    let wire = match e.mode.as_str() {
+        "form" if modes.form => serde_json::json!({
+            "mode": "form",
+            "sessionId": session_id,
+            "message": message,
+            "requestedSchema": e.requested_schema.clone().unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+        }),
+        "url" if modes.url => serde_json::json!({
+            "mode": "url",
+            "sessionId": session_id,
+            "elicitationId": request.approval_id,
+            "url": e.url.clone()?,
+            "message": message,
+        }),
+        _ => return None,
+    };
+    serde_json::from_value(wire)
+        .inspect_err(|err| tracing::warn!(error = %err, "an MCP elicitation does not fit ACP's; left to the other answerers"))
+        .ok()
+}
+
+/// troupe's answer to the editor's elicitation response.
+fn elicitation_answer(action: &ElicitationAction) -> Option<Answer> {
+    match action {
+        ElicitationAction::Accept(a) => {
+            let content = serde_json::to_value(a.content.clone().unwrap_or_default()).ok()?;
+            Some(Answer::approve().with_content(content))
+        }
+        ElicitationAction::Decline => Some(Answer::deny("declined in the editor")),
+        ElicitationAction::Cancel => {
+            Some(Answer::new(ApprovalDecision::Abort).with_message("cancelled in the editor"))
+        }
+        _ => None,
+    }
+}
+
 /// The session's approval handler: asks the editor.
 pub fn handler(
     cx: ConnectionTo<Client>,
     session_id: String,
     mapper: Arc<Mutex<Mapper>>,
+    modes: Elicitation,
 ) -> ApprovalHandler {
     Arc::new(move |request: ApprovalRequestedEvent| {
         let cx = cx.clone();
         let session_id = session_id.clone();
         let mapper = Arc::clone(&mapper);
         Box::pin(async move {
-            // MCP elicitations are left to the other answerers.
             if request.tool == "elicitation" {
-                return None;
+                let ask = elicitation_request(&session_id, &request, modes)?;
+                return match cx.send_request(ask).block_task().await {
+                    Ok(response) => elicitation_answer(&response.action),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "elicitation/create failed; the request waits for another answerer");
+                        None
+                    }
+                };
             }
             let (announce, id, fields) = {
                 let mut m = mapper.lock();
@@ -119,6 +186,45 @@ pub fn handler(
 mod tests {
     use super::*;
     use agent_client_protocol::v1::schema::SelectedPermissionOutcome;
+
+    #[test]
+    fn an_mcp_form_becomes_an_acp_elicitation_when_the_client_takes_forms() {
+        let request: ApprovalRequestedEvent = serde_json::from_value(serde_json::json!({
+            "approval_id": "a1", "thread_id": "t", "item_id": "elicitation-1", "tool_call_id": "elicitation-1",
+            "tool": "elicitation", "subject": "srv", "arguments": {}, "reason": "Name?",
+            "decisions": ["approve", "deny", "abort"],
+            "elicitation": {"server": "srv", "mode": "form", "message": "Name?",
+                "requested_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}
+        }))
+        .unwrap();
+        assert!(elicitation_request("s", &request, Elicitation::default()).is_none());
+        let ask = elicitation_request(
+            "s",
+            &request,
+            Elicitation {
+                form: true,
+                url: false,
+            },
+        )
+        .unwrap();
+        let v = serde_json::to_value(&ask).unwrap();
+        assert_eq!(v["mode"], "form");
+        assert_eq!(v["sessionId"], "s");
+        assert_eq!(v["requestedSchema"]["properties"]["name"]["type"], "string");
+        let accept: ElicitationAction = serde_json::from_value(
+            serde_json::json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .unwrap();
+        let answer = elicitation_answer(&accept).unwrap();
+        assert_eq!(answer.decision, ApprovalDecision::Approve);
+        assert_eq!(answer.content.unwrap()["name"], "Ada");
+        let decline: ElicitationAction =
+            serde_json::from_value(serde_json::json!({"action": "decline"})).unwrap();
+        assert_eq!(
+            elicitation_answer(&decline).unwrap().decision,
+            ApprovalDecision::Deny
+        );
+    }
 
     #[test]
     fn options_map_onto_decisions() {

@@ -139,11 +139,13 @@ impl AcpSession {
 
     /// `session/prompt`: one whole run of the root agent on `text`.
     /// `settings` are the connection's (its flags) for a run on `text`;
-    /// `server` the scripted server of `--script`.
+    /// `server` the scripted server of `--script`; `elicitation` the
+    /// modes the client takes.
     pub async fn prompt(
         self: Arc<Self>,
         mut settings: SessionSettings,
         server: Option<Arc<ScriptedServer>>,
+        elicitation: super::permission::Elicitation,
         text: String,
         cx: ConnectionTo<Client>,
     ) -> Result<PromptResponse, Error> {
@@ -190,8 +192,12 @@ impl AcpSession {
             session_id: self.id.clone(),
             mapper: Arc::clone(&self.mapper),
         };
-        let handler =
-            super::permission::handler(cx.clone(), self.id.clone(), Arc::clone(&self.mapper));
+        let handler = super::permission::handler(
+            cx.clone(),
+            self.id.clone(),
+            Arc::clone(&self.mapper),
+            elicitation,
+        );
         let mut launch = Launch::prepare_editor(&self.workspace, &settings, editor)
             .await
             .map_err(failure)?
