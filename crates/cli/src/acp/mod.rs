@@ -161,6 +161,24 @@ impl AcpAgent {
             )
     }
 
+    /// `authenticate` with `env-key`: nothing to log in to; it succeeds
+    /// when the provider's key is in the environment (checked in
+    /// `--workspace`, else the current directory), and answers why not
+    /// otherwise (`-32000`, naming the variable).
+    async fn authenticate(&self, req: &AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        if req.method_id.0.as_ref() != ENV_KEY_METHOD || self.script.is_some() {
+            return Err(bad(format!("unknown auth method `{}`", req.method_id.0)));
+        }
+        let ws = match &self.root {
+            Some(root) => root.clone(),
+            None => {
+                std::env::current_dir().map_err(|e| bad(format!("no current directory: {e}")))?
+            }
+        };
+        self.check(&ws, &BTreeMap::new()).await?;
+        Ok(AuthenticateResponse::new())
+    }
+
     /// The workspace of a session whose client sent `cwd`.
     fn workspace(&self, cwd: &Path) -> Result<PathBuf, Error> {
         if !cwd.is_absolute() {
@@ -464,12 +482,7 @@ async fn serve(agent: Arc<AcpAgent>) -> Result<(), Error> {
             async move |req: AuthenticateRequest,
                         responder: Responder<AuthenticateResponse, V1>,
                         _cx: ConnectionTo<Client>| {
-                let result = if req.method_id.0.as_ref() == ENV_KEY_METHOD && a2.script.is_none() {
-                    Ok(AuthenticateResponse::new())
-                } else {
-                    Err(bad(format!("unknown auth method `{}`", req.method_id.0)))
-                };
-                reply(responder, result)
+                reply(responder, a2.authenticate(&req).await)
             },
             agent_client_protocol::on_receive_request!(),
         )
