@@ -32,7 +32,7 @@ pub struct ApprovalArgs {
     pub policy: Option<ApprovalPolicy>,
 }
 
-fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
+pub(crate) fn parse_policy(s: &str) -> Result<ApprovalPolicy, String> {
     s.parse::<ApprovalPolicy>().map_err(|e| e.to_string())
 }
 

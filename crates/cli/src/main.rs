@@ -9,7 +9,8 @@
 //!   session), `sessions/` (`troupe sessions ...`: list, show, events,
 //!   transcript, prune, compact, fork; `resume` goes to `exec/`),
 //!   `pipeline_cmd.rs` (`run`, `demo`), `batch.rs`, `serve/`, `worker.rs`,
-//!   `mcp_cmd.rs`, `mock_llm.rs`.
+//!   `mcp_cmd.rs`, `mock_llm.rs`, `acp/` (`troupe acp`, an ACP agent over
+//!   stdio for editors).
 //! - Running agents: `launch/` (`Launch`, `Target`, `Started`: the
 //!   configuration, the output and the session of every command that runs
 //!   agents), `coordinator.rs` (`--nats`: `NatsArgs` and the placement).
@@ -19,6 +20,7 @@
 //!   `keys.rs`, `telemetry.rs`, `test_tools.rs`.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod acp;
 mod approvals_cmd;
 mod batch;
 mod codex_compat;
@@ -77,6 +79,9 @@ enum Command {
     /// Run subagents that coordinators (`exec`/`run --nats URL`) queue on
     /// a NATS JetStream server (docs/scale-out.md).
     Worker(worker::WorkerArgs),
+    /// An Agent Client Protocol agent over stdio, for editors (Zed's
+    /// agent_servers; docs/acp.md). stdout carries only the protocol.
+    Acp(acp::AcpArgs),
     /// Inspect the sessions of a workspace.
     Sessions(sessions::SessionsArgs),
     /// Decide the approval requests of sessions running in other
@@ -162,6 +167,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => pipeline_cmd::demo(args),
         Command::Batch(args) => batch::run(args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Acp(args) => acp::run(args),
         Command::Approvals(args) => approvals_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::run(args),
         Command::Trust(args) => trust_cmd::run(args),

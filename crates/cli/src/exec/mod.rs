@@ -27,7 +27,7 @@
 
 mod args;
 pub mod destination;
-mod plan;
+pub(crate) mod plan;
 mod resume;
 mod resume_blocked;
 pub mod sessions_resume;

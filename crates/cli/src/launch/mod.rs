@@ -18,11 +18,13 @@ mod inputs;
 mod provider;
 mod started;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use troupe::{ResumeMode, Session, SessionBuilder, SessionError, SessionSettings};
 use troupe_actors::SubagentLimits;
-use troupe_runtime::config::{Config, ConfigOverrides};
+use troupe_runtime::config::{Config, ConfigOverrides, McpServerConfig};
 use troupe_runtime::provider::ProviderConfig;
 use troupe_runtime::store::{ExportFormat, JsonlFileExporter, WriterExporter};
 use troupe_testkit::ScriptedServer;
@@ -57,7 +59,7 @@ pub struct Launch {
     /// The `--events` / `event_log_path` export, opened before the session
     /// exists so a bad path leaves nothing behind.
     events: Option<JsonlFileExporter>,
-    server: Option<ScriptedServer>,
+    server: Option<Offline>,
     /// Label every human output line with its agent.
     label_agents: bool,
     /// `--experimental-json`: stdout in Codex's turn granularity.
@@ -83,6 +85,44 @@ pub struct Launch {
     approval_default: troupe_protocol::ApprovalPolicy,
     /// Answerers of the agents' approval requests (a terminal prompt).
     approval_handlers: Vec<troupe::approvals::ApprovalHandler>,
+}
+
+/// The scripted server of an offline run: started for this run (and
+/// stopped with its session), or shared by every run of the process
+/// (`troupe acp`: one script for the whole editor connection).
+enum Offline {
+    /// Started by [`Launch::prepare`].
+    Own(ScriptedServer),
+    /// Started by the front end, which stops it.
+    Shared(Arc<ScriptedServer>),
+}
+
+impl Offline {
+    fn server(&self) -> &ScriptedServer {
+        match self {
+            Offline::Own(s) => s,
+            Offline::Shared(s) => s,
+        }
+    }
+
+    fn into_own(self) -> Option<ScriptedServer> {
+        match self {
+            Offline::Own(s) => Some(s),
+            Offline::Shared(_) => None,
+        }
+    }
+}
+
+/// What an editor's session (`troupe acp`) brings to [`Launch::prepare_editor`].
+pub struct EditorSetup {
+    /// The scripted server of `--script`, shared by every run.
+    pub server: Option<Arc<ScriptedServer>>,
+    /// The client's MCP servers, joining troupe.toml's (the user's own,
+    /// like a command-line flag: no workspace trust needed).
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// The front end's default `approval_policy`, which the workspace
+    /// trust check compares troupe.toml's with.
+    pub front_default: troupe_protocol::ApprovalPolicy,
 }
 
 /// Makes an exporter from the session id once it is known.
@@ -134,6 +174,32 @@ impl Launch {
         events: Option<PathBuf>,
         trust: Trust,
     ) -> Result<Launch, Failure> {
+        let editor = EditorSetup {
+            server: None,
+            mcp_servers: BTreeMap::new(),
+            front_default: troupe_protocol::ApprovalPolicy::Never,
+        };
+        Self::prepare_inner(workspace, s, events, trust, editor).await
+    }
+
+    /// [`Launch::prepare`] for an editor's session (`troupe acp`): the
+    /// trust check against `editor.front_default`, the client's MCP
+    /// servers added, the shared scripted server used for `s.script`.
+    pub async fn prepare_editor(
+        workspace: &Path,
+        s: &SessionSettings,
+        editor: EditorSetup,
+    ) -> Result<Launch, Failure> {
+        Self::prepare_inner(workspace, s, None, Trust::Check, editor).await
+    }
+
+    async fn prepare_inner(
+        workspace: &Path,
+        s: &SessionSettings,
+        events: Option<PathBuf>,
+        trust: Trust,
+        editor: EditorSetup,
+    ) -> Result<Launch, Failure> {
         let mut config = Config::load(workspace).map_err(Failure::bad_input)?;
         // Nothing of an untrusted workspace's file that starts a process
         // or loosens a protection takes effect (an interactive front end
@@ -141,27 +207,31 @@ impl Launch {
         if trust == Trust::Check {
             crate::trust_cmd::ensure_loaded(
                 &config,
-                troupe_protocol::ApprovalPolicy::Never,
+                editor.front_default,
                 &crate::trust_cmd::flags_of(s),
             )?;
         }
-        let server = match &s.script {
-            Some(path) => {
+        for (name, server) in editor.mcp_servers {
+            config.mcp_servers.insert(name, server);
+        }
+        let server = match (&s.script, editor.server) {
+            (Some(_), Some(shared)) => Some(Offline::Shared(shared)),
+            (Some(path), None) => {
                 let script = load_script(path)?;
-                Some(
+                Some(Offline::Own(
                     ScriptedServer::start(script)
                         .await
                         .map_err(anyhow::Error::from)?,
-                )
+                ))
             }
-            None => None,
+            (None, _) => None,
         };
         // Offline, only `--model` pins the model: the script's run can
         // still fail over to a configured `[agent.fallback]`, which the
         // same scripted server serves.
         // `--provider` picks the wire format the scripted server is spoken
         // to in (default: OpenAI chat completions).
-        let (provider, base_url) = match &server {
+        let (provider, base_url) = match server.as_ref().map(Offline::server) {
             Some(server) => {
                 let provider = s.provider.clone().unwrap_or_else(|| "openai".to_string());
                 let kind = config
@@ -266,6 +336,11 @@ impl Launch {
         self.config.sandbox_mode()
     }
 
+    /// The configuration, flags applied.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The configured turn limit.
     pub fn max_turns(&self) -> u32 {
         self.config.agent.max_turns
@@ -321,7 +396,7 @@ impl Launch {
     /// wire format), with no key: nothing leaves the machine.
     fn offline_fallback(&self) -> Result<Option<ProviderConfig>, Failure> {
         let (Some(server), Some(mut fb)) = (
-            &self.server,
+            self.server.as_ref().map(Offline::server),
             self.config
                 .fallback_provider_config()
                 .map_err(Failure::bad_input)?,
@@ -427,7 +502,7 @@ impl Launch {
         for make in self.exporters.drain(..) {
             b = b.exporter_for(make);
         }
-        Ok((b, self.server))
+        Ok((b, self.server.and_then(Offline::into_own)))
     }
 
     /// Creates or reopens the session (the library's one sequence) with
