@@ -93,7 +93,10 @@ fn the_local_model_example_sets_the_window_and_the_sampling() {
     assert_eq!(p.sampling.seed, Some(42));
     assert_eq!(p.sampling.max_output_tokens, Some(512));
     // A loopback URL gets the local profile's limits.
-    assert_eq!(p.timeouts.first_byte, std::time::Duration::from_secs(20 * 60));
+    assert_eq!(
+        p.timeouts.first_byte,
+        std::time::Duration::from_secs(20 * 60)
+    );
     assert_eq!(p.timeouts.idle, std::time::Duration::from_secs(20 * 60));
     let model = c.agent.model.clone().expect("a model");
     assert_eq!(
