@@ -20,7 +20,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use troupe_protocol::{ItemDetails, ThreadEvent};
-use troupe_testkit::{Reply, Script};
+use troupe_test_support::scripts::depth_two_script;
+use troupe_testkit::Reply;
 
 use super::exec::{Server, exec, exec_cmd, log_events};
 use super::{stderr, troupe};
@@ -231,49 +232,10 @@ fn types(lines: &[Value]) -> Vec<&str> {
     lines.iter().filter_map(|l| l["type"].as_str()).collect()
 }
 
-/// The root spawns `a`, which spawns `b`, which runs a command; each
-/// route picked by a marker of the agent's task.
-fn nested_script() -> Script {
-    Script::replies(vec![])
-        .with_route(
-            "GRAND-7",
-            vec![
-                Reply::tool_call(
-                    "g1",
-                    "exec_command",
-                    json!({"command": "echo deep >> deep.txt"}),
-                ),
-                Reply::text("grandchild done"),
-            ],
-        )
-        .with_route(
-            "CHILD-5",
-            vec![
-                Reply::tool_call(
-                    "c1",
-                    "spawn_subagent",
-                    json!({"name": "b", "task": "GRAND-7: append to deep.txt."}),
-                ),
-                Reply::text("child done"),
-            ],
-        )
-        .with_route(
-            "ROOT-3",
-            vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "a", "task": "CHILD-5: have deep.txt appended."}),
-                ),
-                Reply::text("root done"),
-            ],
-        )
-}
-
 #[test]
 fn depth_2_subagents_are_embedded_trajectories_and_extension_items() {
     let ws = tempfile::tempdir().unwrap();
-    let server = Server::with_script(nested_script());
+    let server = Server::with_script(depth_two_script("echo deep >> deep.txt"));
     let run = exec(ws.path(), &server, &[], "ROOT-3: get deep.txt appended.");
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(

@@ -13,6 +13,7 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use troupe_protocol::{ApprovalDecision, ItemStatus, ThreadEvent};
 use troupe_test_support::events::tool_outputs;
+use troupe_test_support::scripts::depth_two_script;
 use troupe_testkit::{Reply, Script};
 
 use super::serve::{
@@ -22,41 +23,9 @@ use super::serve::{
 const GRANDCHILD: &str = "session/root/a/b";
 const COMMAND: &str = "echo ran >> marker.txt";
 
-/// The root spawns `a`, which spawns `b`, which runs [`COMMAND`]. Each
-/// agent's route is picked by a marker of its task (a child's orientation
-/// quotes its parents' tasks, so the deepest route comes first).
+/// The root spawns `a`, which spawns `b`, which runs [`COMMAND`].
 fn nested_script() -> String {
-    let script = Script::replies(vec![])
-        .with_route(
-            "GRAND-7",
-            vec![
-                Reply::tool_call("g1", "exec_command", json!({ "command": COMMAND })),
-                Reply::text("grandchild done"),
-            ],
-        )
-        .with_route(
-            "CHILD-5",
-            vec![
-                Reply::tool_call(
-                    "c1",
-                    "spawn_subagent",
-                    json!({"name": "b", "task": "GRAND-7: append to the marker."}),
-                ),
-                Reply::text("child done"),
-            ],
-        )
-        .with_route(
-            "ROOT-3",
-            vec![
-                Reply::tool_call(
-                    "r1",
-                    "spawn_subagent",
-                    json!({"name": "a", "task": "CHILD-5: have the marker appended."}),
-                ),
-                Reply::text("root done"),
-            ],
-        );
-    serde_json::to_string(&script).unwrap()
+    serde_json::to_string(&depth_two_script(COMMAND)).unwrap()
 }
 
 /// The root runs [`COMMAND`] itself, then says what it got back.

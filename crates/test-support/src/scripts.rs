@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use troupe_testkit::Rule;
+use serde_json::json;
+use troupe_testkit::{Reply, Rule, Script};
 
 use crate::wait::{WaitTimeout, wait_until_blocking};
 
@@ -83,6 +84,44 @@ pub fn escape_attempts(outside: &Path) -> troupe_testkit::Reply {
             serde_json::json!({"path": "link/new.txt", "content": "x"}),
         ),
     ])
+}
+
+/// Depth-2 subagents: the root (a task marked `ROOT-3`) spawns `a`, which
+/// spawns `b`, which runs `command` in the workspace; each answers once
+/// its child has. Each agent's route is picked by a marker of its task (a
+/// child's orientation quotes its parents' tasks, so the deepest route
+/// comes first).
+pub fn depth_two_script(command: &str) -> Script {
+    Script::replies(vec![])
+        .with_route(
+            "GRAND-7",
+            vec![
+                Reply::tool_call("g1", "exec_command", json!({ "command": command })),
+                Reply::text("grandchild done"),
+            ],
+        )
+        .with_route(
+            "CHILD-5",
+            vec![
+                Reply::tool_call(
+                    "c1",
+                    "spawn_subagent",
+                    json!({"name": "b", "task": "GRAND-7: run the command."}),
+                ),
+                Reply::text("child done"),
+            ],
+        )
+        .with_route(
+            "ROOT-3",
+            vec![
+                Reply::tool_call(
+                    "r1",
+                    "spawn_subagent",
+                    json!({"name": "a", "task": "CHILD-5: have the command run."}),
+                ),
+                Reply::text("root done"),
+            ],
+        )
 }
 
 #[cfg(test)]
