@@ -155,40 +155,52 @@ impl Nats {
             stream: name.into(),
             why,
         };
-        match self.js.get_stream(name).await {
-            Ok(mut s) => {
-                let info = s.info().await.map_err(RemoteError::nats)?;
-                let c = &info.config;
-                if c.retention != retention {
-                    return Err(misconfigured(format!(
-                        "retention is {:?}, troupe needs {retention:?}",
-                        c.retention
-                    )));
-                }
-                if !c.subjects.iter().any(|s| s == subject) {
-                    return Err(misconfigured(format!(
-                        "its subjects {:?} do not include {subject}",
-                        c.subjects
-                    )));
-                }
-                Ok(())
+        let check = |info: &stream::Info| {
+            let c = &info.config;
+            if c.retention != retention {
+                return Err(misconfigured(format!(
+                    "retention is {:?}, troupe needs {retention:?}",
+                    c.retention
+                )));
             }
-            Err(_) => self
-                .js
-                .create_stream(stream::Config {
-                    name: name.into(),
-                    subjects: vec![subject.into()],
-                    retention,
-                    storage: stream::StorageType::File,
-                    duplicate_window: Duration::from_secs(120),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| ())
-                .map_err(|e| RemoteError::StreamMissing {
+            if !c.subjects.iter().any(|s| s == subject) {
+                return Err(misconfigured(format!(
+                    "its subjects {:?} do not include {subject}",
+                    c.subjects
+                )));
+            }
+            Ok(())
+        };
+        if let Ok(mut s) = self.js.get_stream(name).await {
+            let info = s.info().await.map_err(RemoteError::nats)?;
+            return check(info);
+        }
+        let created = self
+            .js
+            .create_stream(stream::Config {
+                name: name.into(),
+                subjects: vec![subject.into()],
+                retention,
+                storage: stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await;
+        match created {
+            Ok(_) => Ok(()),
+            // A worker and a coordinator starting together both find no
+            // stream; the one that loses the race is refused for the
+            // stream the other just made, which is then checked as usual.
+            Err(e) => match self.js.get_stream(name).await {
+                Ok(mut s) => {
+                    let info = s.info().await.map_err(RemoteError::nats)?;
+                    check(info)
+                }
+                Err(_) => Err(RemoteError::StreamMissing {
                     stream: name.into(),
                     why: e.to_string(),
                 }),
+            },
         }
     }
 
@@ -232,15 +244,27 @@ impl Nats {
     pub async fn repos(&self) -> Result<object_store::ObjectStore, RemoteError> {
         match self.js.get_object_store(REPO_BUCKET).await {
             Ok(s) => Ok(s),
-            Err(_) => self
-                .js
-                .create_object_store(object_store::Config {
-                    bucket: REPO_BUCKET.into(),
-                    storage: stream::StorageType::File,
-                    ..Default::default()
-                })
-                .await
-                .map_err(RemoteError::nats),
+            Err(_) => {
+                let created = self
+                    .js
+                    .create_object_store(object_store::Config {
+                        bucket: REPO_BUCKET.into(),
+                        storage: stream::StorageType::File,
+                        ..Default::default()
+                    })
+                    .await;
+                match created {
+                    Ok(s) => Ok(s),
+                    // A worker and a coordinator starting together both
+                    // find no bucket; the one that loses the race gets
+                    // "subjects overlap" for the bucket the other made.
+                    Err(e) => self
+                        .js
+                        .get_object_store(REPO_BUCKET)
+                        .await
+                        .map_err(|_| RemoteError::nats(e)),
+                }
+            }
         }
     }
 

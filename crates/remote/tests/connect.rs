@@ -136,3 +136,29 @@ async fn redelivery_after_the_ack_wait_and_in_progress_acks() {
     nats.mark_done("s.t", 2).await.unwrap();
     assert!(nats.is_done("s.t").await.unwrap());
 }
+
+/// A worker and a coordinator started together on a fresh server both find
+/// no streams and no bucket: whichever loses the creation race must use
+/// what the other made, not fail ("subjects overlap with an existing
+/// stream"), as a CI run once did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_together_share_the_streams_and_the_bucket() {
+    for _ in 0..20 {
+        let server = NatsServer::start();
+        let url = server.url();
+        let starts = (0..6).map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { Nats::connect(&config(&url)).await })
+        });
+        let mut connected = Vec::new();
+        for r in futures::future::join_all(starts).await {
+            connected.push(r.unwrap().unwrap());
+        }
+        let buckets = connected
+            .into_iter()
+            .map(|nats| tokio::spawn(async move { nats.repos().await.map(|_| ()) }));
+        for r in futures::future::join_all(buckets).await {
+            r.unwrap().unwrap();
+        }
+    }
+}
