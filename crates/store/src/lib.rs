@@ -54,7 +54,7 @@ pub use log::{Fault, FaultHook};
 pub use manifest::{Manifest, SessionStatus};
 pub use reader::{AgentRow, BadLine, EventReader, Transcript, TranscriptEntry, agent_tree};
 pub use recovery::RecoveryReport;
-pub use retention::RetentionReport;
+pub use retention::{RETENTION_INTERVAL, RetentionReport, RetentionTask};
 
 /// The sessions directory of one workspace.
 #[derive(Debug, Clone)]
@@ -117,9 +117,22 @@ impl SessionStore {
         root_thread_id: &str,
         config: LogConfig,
     ) -> Result<SessionLog, StoreError> {
+        self.create_with_files(id, root_thread_id, config, &[])
+    }
+
+    /// Creates session `id` (its root thread `root_thread_id`) with `files`
+    /// (name, contents: its `settings.json`) in it from the start, as
+    /// durable as its manifest ([`SessionLog::create_with`]).
+    pub fn create_with_files(
+        &self,
+        id: &str,
+        root_thread_id: &str,
+        config: LogConfig,
+        files: &[(&str, &[u8])],
+    ) -> Result<SessionLog, StoreError> {
+        // SessionLog::create_with makes the sessions directory when missing.
         let dir = self.session_dir(id)?;
-        StoreError::create_dir_all(&self.root)?;
-        SessionLog::create(&dir, id, root_thread_id, config)
+        SessionLog::create_with(&dir, id, root_thread_id, config, files)
     }
 
     /// Reopens session `id` for appending (after a crash or to resume).
@@ -192,5 +205,19 @@ impl SessionStore {
         current: Option<&str>,
     ) -> Result<RetentionReport, StoreError> {
         retention::apply(&self.root, policy, current)
+    }
+
+    /// Applies retention off the caller's path: on a thread of its own,
+    /// unless this process started a pass over this sessions directory
+    /// less than [`RETENTION_INTERVAL`] ago (`None` then). Like
+    /// [`SessionStore::apply_retention`] it never touches `current`, a
+    /// session that is not closed, or one a live process holds (a session
+    /// being created is held from its first file on).
+    pub fn apply_retention_in_background(
+        &self,
+        policy: RetentionPolicy,
+        current: Option<&str>,
+    ) -> Option<RetentionTask> {
+        retention::spawn(&self.root, policy, current)
     }
 }

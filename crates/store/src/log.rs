@@ -186,6 +186,26 @@ impl SessionLog {
         root_thread_id: &str,
         config: LogConfig,
     ) -> Result<SessionLog, StoreError> {
+        Self::create_with(dir, session_id, root_thread_id, config, &[])
+    }
+
+    /// [`SessionLog::create`], with `files` (name, contents: a
+    /// `settings.json`) written into the session directory before it comes
+    /// into place, so that they are as durable as the manifest.
+    ///
+    /// The durability contract (docs/state.md): when this returns, the
+    /// directory is in its place with `events.jsonl` (empty), the manifest
+    /// and `files` durable, and nothing of the session existed under its
+    /// name before that (a crash leaves no session or a complete one).
+    /// Syncs: each file written, the staging directory once, its parent
+    /// once after the rename.
+    pub fn create_with(
+        dir: &Path,
+        session_id: &str,
+        root_thread_id: &str,
+        config: LogConfig,
+        files: &[(&str, &[u8])],
+    ) -> Result<SessionLog, StoreError> {
         // The session is assembled under a dot-name beside its final place
         // (claimed, with derived/, an empty log and its manifest) and then
         // renamed into place, so a session directory never exists half
@@ -204,7 +224,7 @@ impl SessionLog {
         ));
         std::fs::create_dir(&staging)
             .map_err(|e| StoreError::io_in("create", parent, &staging, e))?;
-        let built = Self::stage(&staging, session_id, root_thread_id);
+        let built = Self::stage(&staging, session_id, root_thread_id, files);
         let (mut lock, manifest) = match built {
             Ok(parts) => parts,
             Err(e) => {
@@ -225,11 +245,14 @@ impl SessionLog {
         Ok(Self::from_parts(dir, manifest, 0, 0, config, lock))
     }
 
-    /// Claims `staging` and writes a new session's files into it.
+    /// Claims `staging` and writes a new session's files into it. The
+    /// directory is private until renamed, so its files are written in
+    /// place (no temporary copy) and synced, then the directory once.
     fn stage(
         staging: &Path,
         session_id: &str,
         root_thread_id: &str,
+        files: &[(&str, &[u8])],
     ) -> Result<(SessionLock, Manifest), StoreError> {
         let lock = SessionLock::acquire(staging)?;
         std::fs::create_dir(staging.join(DERIVED_DIR))
@@ -241,7 +264,12 @@ impl SessionLog {
             .open(&events_path)
             .map_err(|e| StoreError::io("create", &events_path, e))?;
         let mut manifest = Manifest::new(session_id, root_thread_id);
-        manifest.write(&staging.join(MANIFEST_FILE))?;
+        manifest.write_new(&staging.join(MANIFEST_FILE))?;
+        for (name, bytes) in files {
+            let path = staging.join(name);
+            crate::fsutil::write_new(&path, bytes)
+                .map_err(|e| StoreError::io_in("write", staging, &path, e))?;
+        }
         crate::fsutil::sync_dir(staging).map_err(|e| StoreError::io("sync", staging, e))?;
         Ok((lock, manifest))
     }

@@ -100,6 +100,15 @@ impl Manifest {
         self.write_with(path, true)
     }
 
+    /// Writes the manifest of a new session into its private staging
+    /// directory: in place and synced, no temporary copy (the directory is
+    /// synced once by the caller, with the session's other files).
+    pub(crate) fn write_new(&mut self, path: &Path) -> Result<(), StoreError> {
+        let bytes = self.encode()?;
+        crate::fsutil::write_new(path, &bytes)
+            .map_err(|e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e))
+    }
+
     /// What a rewrite would change, `updated_at` aside.
     pub(crate) fn counts(&self) -> (u64, u64, SessionStatus, bool) {
         (

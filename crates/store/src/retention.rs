@@ -12,8 +12,12 @@
 //! staging directory `.creating-<id>-<pid>` was renamed into place) is
 //! removed the same way once no live process holds its lock.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use chrono::Utc;
 
@@ -24,6 +28,62 @@ use super::log::{
     DERIVED_DIR, EVENTS_FILE, MANIFEST_FILE, PID_FILE, SETTINGS_FILE, STAGING_PREFIX,
 };
 use super::manifest::{CREATED_BY, Manifest};
+
+/// A process starts at most one background pass per sessions directory
+/// in this interval ([`crate::SessionStore::apply_retention_in_background`]):
+/// a process that creates many sessions does not list and read every
+/// session for each, and the directory may hold the sessions created in
+/// the interval beyond the policy until the next pass.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A retention pass running on its own thread.
+#[derive(Debug)]
+pub struct RetentionTask {
+    join: std::thread::JoinHandle<Result<RetentionReport, StoreError>>,
+}
+
+impl RetentionTask {
+    /// True once the pass has ended.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+
+    /// Waits for the pass to end; what it did, or why it failed.
+    pub fn join(self) -> Result<RetentionReport, StoreError> {
+        self.join
+            .join()
+            .unwrap_or_else(|p| Err(StoreError::Writer(super::log::panic_message(&p))))
+    }
+}
+
+/// When this process last started a background pass, per sessions root.
+static LAST_PASS: Mutex<Option<HashMap<PathBuf, Instant>>> = Mutex::new(None);
+
+pub(crate) fn spawn(
+    root: &Path,
+    policy: RetentionPolicy,
+    current: Option<&str>,
+) -> Option<RetentionTask> {
+    {
+        let mut last = LAST_PASS.lock();
+        let last = last.get_or_insert_with(HashMap::new);
+        let now = Instant::now();
+        if last
+            .get(root)
+            .is_some_and(|t| now.duration_since(*t) < RETENTION_INTERVAL)
+        {
+            return None;
+        }
+        last.insert(root.to_path_buf(), now);
+    }
+    let (root, current) = (root.to_path_buf(), current.map(str::to_string));
+    std::thread::Builder::new()
+        .name("troupe-retention".into())
+        .spawn(move || apply(&root, policy, current.as_deref()))
+        .map(|join| RetentionTask { join })
+        .map_err(|e| tracing::warn!(error = %e, "cannot start session retention"))
+        .ok()
+}
 
 /// What a retention pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

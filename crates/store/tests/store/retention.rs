@@ -268,3 +268,34 @@ fn a_creation_that_died_is_cleaned_once_nobody_holds_it() {
     );
     assert!(store.root().join(".creating-mine").exists());
 }
+
+#[test]
+fn a_background_pass_keeps_the_current_session_and_runs_at_most_once_a_second() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    for i in 0..3 {
+        session(&store, &format!("old{i}"), true, 90);
+    }
+    // Closed and old: only being the current session keeps it.
+    session(&store, "now", true, 90);
+    let policy = RetentionPolicy {
+        max_sessions: 50,
+        max_age: std::time::Duration::from_secs(30 * 86_400),
+    };
+    let task = store
+        .apply_retention_in_background(policy, Some("now"))
+        .expect("the first pass of this process starts");
+    let report = task.join().unwrap();
+    let mut deleted = report.deleted.clone();
+    deleted.sort();
+    assert_eq!(deleted, vec!["old0", "old1", "old2"], "{report:?}");
+    assert!(store.root().join("now/manifest.json").exists());
+    // Within the interval, no second pass over the same directory.
+    session(&store, "old3", true, 90);
+    assert!(
+        store
+            .apply_retention_in_background(policy, Some("now"))
+            .is_none()
+    );
+    assert!(store.root().join("old3").exists());
+}

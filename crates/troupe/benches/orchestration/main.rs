@@ -1,17 +1,30 @@
 //! Orchestration cost per LLM call: N agents, each doing K rounds of P
 //! parallel calls of an `add(a, b)` tool against a loopback
 //! OpenAI-compatible streaming mock, beside a raw reqwest + tokio
-//! streaming loop doing the same requests, measured in the same run.
+//! streaming loop doing the same requests, measured in the same run:
+//! troupe with the N agents in one session (fsync `batch`, the default,
+//! and `never`) and with one session per agent (`batch`). And a session's
+//! fixed cost: `--sessions M` opens a session, runs one agent making one
+//! call and closes it, M times in one process, beside M single raw calls.
 //!
 //! Run: `cargo bench -p troupe --bench orchestration`
-//! (`-- --quick` for a smaller set; `-- --only N,K,P` for one workload).
+//! (`-- --quick` for a smaller set; `-- --skip VARIANT,..` leaves
+//! variants out; `-- --only N,K,P[,repeat]` for one
+//! workload; `-- --sessions M` for the fixed-cost workload alone;
+//! `-- --runs R` for R runs of each, default 5: the table shows medians).
 //!
 //! The parent process starts the mock in a child process (`--mock`) and
-//! then re-executes itself once per workload and variant (`--variant`),
-//! so that each variant's client CPU (getrusage RUSAGE_SELF, user + sys)
-//! and peak RSS (ru_maxrss) are its own: the mock's CPU never counts and
-//! variants do not share a heap. The workspace is a temporary directory
-//! on `TMPDIR` (a real disk here), so fsyncs cost what they cost.
+//! then re-executes itself once per workload, variant and run
+//! (`--variant`), so that each variant's client CPU (getrusage
+//! RUSAGE_SELF, user + sys, every thread of the process: from before the
+//! first `build()` to after the last `close()`, which joins the writer
+//! threads) and peak RSS (ru_maxrss) are its own: the mock's CPU never
+//! counts and variants do not share a heap. The runs of the variants
+//! alternate. Every troupe workspace starts as an embedder's does after a
+//! while: its `.vtcode/sessions` holds 50 closed sessions (made once by the
+//! parent through the facade, copied in before the measured part), so the
+//! retention a new session applies has real work. It is a temporary
+//! directory on `TMPDIR` (a real disk here), so fsyncs cost what they cost.
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -39,7 +52,10 @@ struct Workload {
     repeat: usize,
 }
 
-const VARIANTS: [&str; 3] = ["raw", "troupe-batch", "troupe-never"];
+const VARIANTS: [&str; 4] = ["raw", "troupe-batch", "troupe-never", "troupe-per-agent"];
+
+/// The 50 sessions an embedder's workspace holds (retention's default).
+const SEEDED_SESSIONS: usize = 50;
 
 fn arg(name: &str) -> Option<String> {
     let argv: Vec<String> = std::env::args().collect();
@@ -71,8 +87,11 @@ fn workloads() -> Vec<Workload> {
         let v: Vec<usize> = only.split(',').map(|s| s.parse().unwrap()).collect();
         return vec![w(v[0], v[1], v[2], v.get(3).copied().unwrap_or(1))];
     }
+    if arg("--sessions").is_some() {
+        return Vec::new();
+    }
     if flag("--quick") {
-        return vec![w(1, 10, 1, 10), w(100, 5, 4, 1), w(1, 500, 1, 1)];
+        return vec![w(1, 10, 1, 10), w(100, 10, 1, 1), w(1000, 5, 1, 1)];
     }
     vec![
         w(1, 10, 1, 20),
@@ -85,10 +104,82 @@ fn workloads() -> Vec<Workload> {
     ]
 }
 
+/// What one child measured.
+#[derive(Clone, Copy)]
 struct Measure {
     calls: usize,
     cpu_us: f64,
     maxrss_kb: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Medians over the runs of one variant: (µs per call, RSS in KiB).
+struct Medians {
+    calls: usize,
+    per_call: f64,
+    rss_kb: f64,
+}
+
+impl Medians {
+    fn of(runs: &[Measure]) -> Medians {
+        Medians {
+            calls: runs[0].calls,
+            per_call: median(runs.iter().map(|m| m.cpu_us / m.calls as f64).collect()),
+            rss_kb: median(runs.iter().map(|m| m.maxrss_kb).collect()),
+        }
+    }
+
+    fn rss_mib(&self) -> f64 {
+        self.rss_kb / 1024.0
+    }
+}
+
+/// Runs every variant `runs` times, alternating; medians per variant (a
+/// variant left out by `--skip` gives NaN).
+fn measure(ctx: &Ctx, variants: &[&str], w: Kind) -> Vec<Medians> {
+    let mut all: Vec<Vec<Measure>> = vec![Vec::new(); variants.len()];
+    for _ in 0..ctx.runs {
+        for (i, v) in variants.iter().enumerate() {
+            let skipped = ctx.skip.iter().any(|s| s == v);
+            all[i].push(if skipped {
+                Measure {
+                    calls: usize::MAX,
+                    cpu_us: f64::NAN,
+                    maxrss_kb: f64::NAN,
+                }
+            } else {
+                run_child(ctx, v, w)
+            });
+        }
+    }
+    all.iter().map(|r| Medians::of(r)).collect()
+}
+
+/// What a child runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    Agents(Workload),
+    /// M sessions of one call, one after another.
+    Sessions(usize),
+}
+
+struct Ctx {
+    exe: std::path::PathBuf,
+    /// Variants left out (`--skip troupe-per-agent,troupe-never`).
+    skip: Vec<String>,
+    variants: Vec<&'static str>,
+    port: String,
+    seed: tempfile::TempDir,
+    runs: usize,
 }
 
 fn parent() {
@@ -106,36 +197,125 @@ fn parent() {
         .read_line(&mut first)
         .unwrap();
     let port = first.trim().to_string();
+    let seed = seed_workspace(port.parse().unwrap());
+    let runs = arg("--runs").map_or(5, |r| r.parse().unwrap());
+    let ctx = Ctx {
+        exe,
+        skip: arg("--skip")
+            .map(|s| s.split(',').map(String::from).collect())
+            .unwrap_or_default(),
+        variants: VARIANTS.to_vec(),
+        port,
+        seed,
+        runs,
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "orchestration cost per LLM call (client CPU = user+sys of the client process; mock in its own process)"
+        "orchestration cost per LLM call (client CPU = user+sys of the client process; mock in its own process); medians of {runs} runs; load average at start: {}",
+        load.split(' ').take(3).collect::<Vec<_>>().join(" ")
     );
-    println!(
-        "| N | K | P | calls | raw µs/call | troupe batch µs/call | ratio | troupe never µs/call | ratio | raw RSS MiB | troupe RSS MiB | RSS ratio |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for w in workloads() {
-        let m: Vec<Measure> = VARIANTS
-            .iter()
-            .map(|v| run_child(&exe, &port, v, w))
-            .collect();
-        let per = |m: &Measure| m.cpu_us / m.calls as f64;
-        let (raw, batch, never) = (&m[0], &m[1], &m[2]);
-        assert_eq!(raw.calls, batch.calls, "the variants made different calls");
+    let loads = workloads();
+    if !loads.is_empty() {
         println!(
-            "| {} | {} | {} | {} | {:.0} | {:.0} | **{:.2}×** | {:.0} | **{:.2}×** | {:.1} | {:.1} | {:.2}× |",
+            "| N | K | P | calls | raw µs/call | one session (batch) | ratio | one session (never) | ratio | session per agent (batch) | ratio | RSS raw MiB | RSS one session | ratio | RSS per agent | ratio |"
+        );
+        println!(
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+    }
+    for w in loads {
+        let m = measure(&ctx, &ctx.variants, Kind::Agents(w));
+        let (raw, batch, never, per) = (&m[0], &m[1], &m[2], &m[3]);
+        for m in [batch, never, per] {
+            assert!(
+                m.calls == raw.calls || m.calls == usize::MAX,
+                "the variants made different calls"
+            );
+        }
+        println!(
+            "| {} | {} | {} | {} | {:.0} | {:.0} | **{:.2}×** | {:.0} | **{:.2}×** | {:.0} | **{:.2}×** | {:.1} | {:.1} | {:.2}× | {:.1} | {:.2}× |",
             w.n,
             w.k,
             w.p,
             raw.calls,
-            per(raw),
-            per(batch),
-            per(batch) / per(raw),
-            per(never),
-            per(never) / per(raw),
-            raw.maxrss_kb / 1024.0,
-            batch.maxrss_kb / 1024.0,
-            batch.maxrss_kb / raw.maxrss_kb,
+            raw.per_call,
+            batch.per_call,
+            batch.per_call / raw.per_call,
+            never.per_call,
+            never.per_call / raw.per_call,
+            per.per_call,
+            per.per_call / raw.per_call,
+            raw.rss_mib(),
+            batch.rss_mib(),
+            batch.rss_kb / raw.rss_kb,
+            per.rss_mib(),
+            per.rss_kb / raw.rss_kb,
         );
+    }
+    let sessions = match arg("--sessions") {
+        Some(m) => Some(m.parse().unwrap()),
+        None if arg("--only").is_none() => Some(if flag("--quick") { 50 } else { 200 }),
+        None => None,
+    };
+    if let Some(m) = sessions {
+        let r = measure(&ctx, &VARIANTS[..3], Kind::Sessions(m));
+        let (raw, batch, never) = (&r[0], &r[1], &r[2]);
+        println!();
+        println!(
+            "a session's fixed cost: open, run one agent making one call, close, {m} times in one process (raw: {m} single calls)"
+        );
+        println!(
+            "| M | raw µs/call | troupe µs/session (batch) | fixed cost (batch − raw) | ratio | troupe µs/session (never) | fixed cost (never − raw) | RSS raw MiB | RSS troupe MiB |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "| {m} | {:.0} | {:.0} | **{:.0} µs** | {:.2}× | {:.0} | {:.0} µs | {:.1} | {:.1} |",
+            raw.per_call,
+            batch.per_call,
+            batch.per_call - raw.per_call,
+            batch.per_call / raw.per_call,
+            never.per_call,
+            never.per_call - raw.per_call,
+            raw.rss_mib(),
+            batch.rss_mib(),
+        );
+    }
+}
+
+/// A workspace whose `.vtcode/sessions` holds [`SEEDED_SESSIONS`] closed
+/// sessions, made through the facade (copied into every troupe child's).
+fn seed_workspace(port: u16) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    seed_into(&rt, dir.path(), port);
+    dir
+}
+
+fn seed_into(rt: &tokio::runtime::Runtime, dir: &std::path::Path, port: u16) {
+    let made = rt.block_on(troupe::run_sessions(
+        dir,
+        troupe::client(port),
+        SEEDED_SESSIONS,
+        FsyncPolicy::Never,
+    ));
+    assert_eq!(made, SEEDED_SESSIONS);
+}
+
+/// Copies the tree at `from` into `to` (directories and regular files).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
     }
 }
 
@@ -149,14 +329,21 @@ impl Drop for Mock {
     }
 }
 
-fn run_child(exe: &std::path::Path, port: &str, variant: &str, w: Workload) -> Measure {
-    let out = Command::new(exe)
-        .args(["--variant", variant, "--port", port])
-        .args(["--n", &w.n.to_string(), "--k", &w.k.to_string()])
-        .args(["--p", &w.p.to_string(), "--repeat", &w.repeat.to_string()])
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
+fn run_child(ctx: &Ctx, variant: &str, kind: Kind) -> Measure {
+    let mut cmd = Command::new(&ctx.exe);
+    cmd.args(["--variant", variant, "--port", &ctx.port])
+        .arg("--seed")
+        .arg(ctx.seed.path());
+    match kind {
+        Kind::Agents(w) => {
+            cmd.args(["--n", &w.n.to_string(), "--k", &w.k.to_string()])
+                .args(["--p", &w.p.to_string(), "--repeat", &w.repeat.to_string()]);
+        }
+        Kind::Sessions(m) => {
+            cmd.args(["--sessions", &m.to_string()]);
+        }
+    }
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
     assert!(out.status.success(), "{variant} failed: {}", out.status);
     let text = String::from_utf8(out.stdout).unwrap();
     let v: Vec<f64> = text.trim().split(' ').map(|s| s.parse().unwrap()).collect();
@@ -183,31 +370,68 @@ fn cpu_us(u: &libc::rusage) -> f64 {
 
 /// Runs one variant and prints `calls cpu_us maxrss_kb`.
 fn child(variant: &str) {
-    let num = |name: &str| arg(name).unwrap().parse::<usize>().unwrap();
+    let num = |name: &str| arg(name).map(|v| v.parse::<usize>().unwrap());
     let port: u16 = arg("--port").unwrap().parse().unwrap();
-    let (n, k, p, repeat) = (num("--n"), num("--k"), num("--p"), num("--repeat"));
-    let model = format!("k{k}p{p}");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let ws = tempfile::tempdir().unwrap();
+    if variant != "raw" {
+        // A seed directory without sessions yet (a child run by hand, for a
+        // profile) is seeded first.
+        let seed = std::path::PathBuf::from(arg("--seed").unwrap());
+        if !seed.join(".vtcode").exists() {
+            seed_into(&rt, &seed, port);
+        }
+        copy_tree(&seed.join(".vtcode"), &ws.path().join(".vtcode"));
+    }
     let fsync = match variant {
-        "troupe-batch" => FsyncPolicy::Batch,
         "troupe-never" => FsyncPolicy::Never,
         _ => FsyncPolicy::Batch,
     };
     let (raw_client, troupe_client) = rt.block_on(async { (raw::client(), troupe::client(port)) });
+    if let Some(m) = num("--sessions") {
+        let before = rusage();
+        let calls = rt.block_on(async {
+            if variant == "raw" {
+                let mut calls = 0;
+                for _ in 0..m {
+                    calls += raw::run(&raw_client, port, 1, "k0p1".into()).await;
+                }
+                calls
+            } else {
+                troupe::run_sessions(ws.path(), troupe_client, m, fsync).await
+            }
+        });
+        let after = rusage();
+        assert_eq!(calls, m, "{variant}: unexpected number of calls");
+        println!(
+            "{calls} {:.0} {}",
+            cpu_us(&after) - cpu_us(&before),
+            after.ru_maxrss
+        );
+        return;
+    }
+    let (n, k, p, repeat) = (
+        num("--n").unwrap(),
+        num("--k").unwrap(),
+        num("--p").unwrap(),
+        num("--repeat").unwrap(),
+    );
+    let model = format!("k{k}p{p}");
     let before = rusage();
     let mut calls = 0;
     for _ in 0..repeat {
         calls += rt.block_on(async {
-            if variant == "raw" {
-                raw::run(&raw_client, port, n, model.clone()).await
-            } else {
-                let client = troupe_client.clone();
-                troupe::run(ws.path(), client, n, k, model.clone(), fsync).await
+            let client = troupe_client.clone();
+            match variant {
+                "raw" => raw::run(&raw_client, port, n, model.clone()).await,
+                "troupe-per-agent" => {
+                    troupe::run_per_agent(ws.path(), client, n, k, model.clone(), fsync).await
+                }
+                _ => troupe::run(ws.path(), client, n, k, model.clone(), fsync).await,
             }
         });
     }

@@ -1,6 +1,8 @@
-//! The troupe side: N agents in one session (one supervisor, one drain,
-//! one log), each with the `add` tool, against the mock, through the
-//! library's session builder as an embedder would use it.
+//! The troupe side, through the library's session builder as an embedder
+//! would use it (the facade's defaults, docs/library.md): N agents in one
+//! session (one supervisor, one drain, one log), N sessions of one agent
+//! each, or M short sessions one after another; every agent has the `add`
+//! tool and talks to the mock.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,6 +48,43 @@ pub fn client(port: u16) -> Client {
     }
 }
 
+/// A session as an embedder builds it: the defaults but for the fsync
+/// policy, the model, turns and the prompt; only the `add` tool.
+async fn session(ws: &Path, client: &Client, k: usize, model: &str, fsync: FsyncPolicy) -> Session {
+    let mut config = Config::default();
+    config.session.fsync = fsync;
+    config.agent.max_parallel_tools = 8;
+    Session::builder(ws)
+        .config(config)
+        .provider(client.provider.clone())
+        .client(Arc::clone(&client.client))
+        .model(model)
+        .max_turns(u32::try_from(k + 5).unwrap())
+        .system_prompt("You are a careful calculator.")
+        .tool(add())
+        .build()
+        .await
+        .unwrap()
+}
+
+fn spec(i: usize) -> AgentSpec {
+    AgentSpec::new(
+        format!("a{i}"),
+        format!("Task {i}: add the numbers, using the add tool."),
+    )
+}
+
+/// Waits for an agent's success; returns its LLM calls (turns).
+async fn calls_of(handle: troupe::AgentHandle) -> usize {
+    let outcome = handle.wait().await.unwrap();
+    assert_eq!(
+        outcome.completed.subtype,
+        CompletionSubtype::Success,
+        "{outcome:?}"
+    );
+    outcome.completed.num_turns as usize
+}
+
 /// Runs `n` agents to their final answer in one session in `ws`; returns
 /// the LLM calls (turns) they made.
 pub async fn run(
@@ -56,38 +95,55 @@ pub async fn run(
     model: String,
     fsync: FsyncPolicy,
 ) -> usize {
-    let mut config = Config::default();
-    config.session.fsync = fsync;
-    config.agent.max_parallel_tools = 8;
-    let session = Session::builder(ws)
-        .config(config)
-        .provider(client.provider)
-        .client(client.client)
-        .model(model)
-        .max_turns(u32::try_from(k + 5).unwrap())
-        .system_prompt("You are a careful calculator.")
-        .tool(add())
-        .build()
-        .await
-        .unwrap();
+    let session = session(ws, &client, k, &model, fsync).await;
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
-        let spec = AgentSpec::new(
-            format!("a{i}"),
-            format!("Task {i}: add the numbers, using the add tool."),
-        );
-        handles.push(session.spawn_agent(spec).await.unwrap());
+        handles.push(session.spawn_agent(spec(i)).await.unwrap());
     }
     let mut calls = 0;
     for handle in handles {
-        let outcome = handle.wait().await.unwrap();
-        assert_eq!(
-            outcome.completed.subtype,
-            CompletionSubtype::Success,
-            "{outcome:?}"
-        );
-        calls += outcome.completed.num_turns as usize;
+        calls += calls_of(handle).await;
     }
     session.close().await.unwrap();
+    calls
+}
+
+/// Runs `n` agents at once, each in a session of its own (open, run,
+/// close); returns the LLM calls they made.
+pub async fn run_per_agent(
+    ws: &Path,
+    client: Client,
+    n: usize,
+    k: usize,
+    model: String,
+    fsync: FsyncPolicy,
+) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (ws, client, model) = (ws.to_path_buf(), client.clone(), model.clone());
+            tokio::spawn(async move {
+                let session = session(&ws, &client, k, &model, fsync).await;
+                let calls = calls_of(session.spawn_agent(spec(i)).await.unwrap()).await;
+                session.close().await.unwrap();
+                calls
+            })
+        })
+        .collect();
+    let mut calls = 0;
+    for t in tasks {
+        calls += t.await.unwrap();
+    }
+    calls
+}
+
+/// Opens a session, runs one agent making one call, closes it: `m` times
+/// in a row. Returns the calls made (`m`).
+pub async fn run_sessions(ws: &Path, client: Client, m: usize, fsync: FsyncPolicy) -> usize {
+    let mut calls = 0;
+    for i in 0..m {
+        let session = session(ws, &client, 0, "k0p1", fsync).await;
+        calls += calls_of(session.spawn_agent(spec(i)).await.unwrap()).await;
+        session.close().await.unwrap();
+    }
     calls
 }

@@ -14,7 +14,7 @@ use troupe_protocol::{
 };
 use troupe_runtime::config::Config;
 use troupe_runtime::state::{BudgetNode, CostBudget};
-use troupe_runtime::store::{RecoveryReport, SessionLog, SessionStore};
+use troupe_runtime::store::{RecoveryReport, RetentionTask, SessionLog, SessionStore};
 
 use super::{ResumeMode, SessionBuilder, SessionError, SessionKind, SessionSettings, SettingsFile};
 use crate::builder::AgentHandle;
@@ -108,6 +108,9 @@ pub struct Session {
     mcp: Option<McpHub>,
     /// Who answers its agents' approval requests.
     approvals: crate::approvals::Broker,
+    /// The retention pass its creation started, if any; waited for when
+    /// the session ends.
+    retention: Mutex<Option<RetentionTask>>,
 }
 
 /// Starts the configured MCP servers (none: `None`); their tools join the
@@ -150,18 +153,26 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
         .map_or_else(|| "library".to_string(), |s| s.kind.to_string());
     let store = SessionStore::for_workspace(&b.workspace);
     let log_config = b.config.log_config();
+    let mut retention = None;
     let (id, log, recovery) = match b.resume.clone() {
         None => {
             let id = b
                 .session_id
                 .take()
                 .unwrap_or_else(SessionStore::new_session_id);
-            let log = store.create(&id, log_config)?;
+            // settings.json is written into the session before it comes
+            // into place, as durable as its manifest (docs/state.md).
             let settings = b.settings.take().unwrap_or_else(|| library_settings(&b));
-            settings.write(log.dir())?;
-            if let Err(e) = store.apply_retention(b.config.retention(), Some(&id)) {
-                tracing::warn!(error = %e, "session retention failed");
-            }
+            let bytes = super::settings::encode(&settings, &store.root().join(&id))?;
+            let log = store.create_with_files(
+                &id,
+                &id,
+                log_config,
+                &[(troupe_runtime::store::SETTINGS_FILE, &bytes)],
+            )?;
+            // Off the start path; never touches this session (nor any
+            // other that is not closed). Joined by close().
+            retention = store.apply_retention_in_background(b.config.retention(), Some(&id));
             (id, log, None)
         }
         Some((id, mode)) => {
@@ -254,6 +265,7 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
         watchers: Mutex::new(Vec::new()),
         mcp,
         approvals,
+        retention: Mutex::new(retention),
     })
 }
 
@@ -494,8 +506,10 @@ impl Session {
             mcp.shutdown().await;
         }
         let exports = self.exports();
+        let retention = self.retention.lock().take();
         self.tree.shutdown().await?;
         write_exports(exports).await;
+        finish_retention(retention).await;
         Ok(tally)
     }
 
@@ -506,8 +520,10 @@ impl Session {
             mcp.shutdown().await;
         }
         let exports = self.exports();
+        let retention = self.retention.lock().take();
         self.tree.shutdown().await?;
         write_exports(exports).await;
+        finish_retention(retention).await;
         Ok(())
     }
 
@@ -524,6 +540,29 @@ impl Session {
     /// The session's MCP servers, when any is configured.
     pub fn mcp(&self) -> Option<&McpHub> {
         self.mcp.as_ref()
+    }
+}
+
+/// Waits for the retention pass a session's creation started (long done,
+/// as a rule); its failure is a warning, never the session's.
+async fn finish_retention(task: Option<RetentionTask>) {
+    let Some(task) = task else {
+        return;
+    };
+    let result = if task.is_finished() {
+        task.join()
+    } else {
+        match tokio::task::spawn_blocking(move || task.join()).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "the session retention task failed");
+                return;
+            }
+        }
+    };
+    match result {
+        Ok(report) => tracing::debug!(deleted = report.deleted.len(), "session retention"),
+        Err(e) => tracing::warn!(error = %e, "session retention failed"),
     }
 }
 

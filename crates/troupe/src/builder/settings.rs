@@ -22,13 +22,18 @@ pub trait SettingsFile: Sized {
     fn read(dir: &Path) -> Result<Option<Self>, SessionError>;
 }
 
+/// `settings` as `settings.json` holds it; `dir` names the file in an error.
+pub(crate) fn encode(settings: &SessionSettings, dir: &Path) -> Result<Vec<u8>, SessionError> {
+    serde_json::to_vec_pretty(settings).map_err(|e| SessionError::Settings {
+        path: dir.join(SETTINGS_FILE),
+        reason: e.to_string(),
+    })
+}
+
 impl SettingsFile for SessionSettings {
     fn write(&self, dir: &Path) -> Result<(), SessionError> {
         let path = dir.join(SETTINGS_FILE);
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| SessionError::Settings {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let bytes = encode(self, dir)?;
         troupe_runtime::fsutil::write_atomic(&path, &bytes).map_err(|e| SessionError::Settings {
             path,
             reason: e.to_string(),
