@@ -5,7 +5,9 @@
 //! troupe with the N agents in one session (fsync `batch`, the default,
 //! and `never`) and with one session per agent (`batch`). And a session's
 //! fixed cost: `--sessions M` opens a session, runs one agent making one
-//! call and closes it, M times in one process, beside M single raw calls.
+//! call and closes it, M times in one process, beside M single raw calls
+//! and the floor: the same files made, synced and removed by hand
+//! (`files.rs`).
 //!
 //! Run: `cargo bench -p troupe --bench orchestration`
 //! (`-- --quick` for a smaller set; `-- --skip VARIANT,..` leaves
@@ -33,6 +35,7 @@
     missing_docs
 )]
 
+mod files;
 mod mock;
 mod raw;
 mod troupe;
@@ -258,24 +261,29 @@ fn parent() {
         None => None,
     };
     if let Some(m) = sessions {
-        let r = measure(&ctx, &VARIANTS[..3], Kind::Sessions(m));
-        let (raw, batch, never) = (&r[0], &r[1], &r[2]);
+        let r = measure(
+            &ctx,
+            &["raw", "troupe-batch", "troupe-never", "files"],
+            Kind::Sessions(m),
+        );
+        let (raw, batch, never, files) = (&r[0], &r[1], &r[2], &r[3]);
         println!();
         println!(
             "a session's fixed cost: open, run one agent making one call, close, {m} times in one process (raw: {m} single calls)"
         );
         println!(
-            "| M | raw µs/call | troupe µs/session (batch) | fixed cost (batch − raw) | ratio | troupe µs/session (never) | fixed cost (never − raw) | RSS raw MiB | RSS troupe MiB |"
+            "| M | raw µs/call | troupe µs/session (batch) | fixed cost (batch − raw) | ratio | troupe µs/session (never) | fixed cost (never − raw) | its files by hand µs/session | RSS raw MiB | RSS troupe MiB |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         println!(
-            "| {m} | {:.0} | {:.0} | **{:.0} µs** | {:.2}× | {:.0} | {:.0} µs | {:.1} | {:.1} |",
+            "| {m} | {:.0} | {:.0} | **{:.0} µs** | {:.2}× | {:.0} | {:.0} µs | {:.0} | {:.1} | {:.1} |",
             raw.per_call,
             batch.per_call,
             batch.per_call - raw.per_call,
             batch.per_call / raw.per_call,
             never.per_call,
             never.per_call - raw.per_call,
+            files.per_call,
             raw.rss_mib(),
             batch.rss_mib(),
         );
@@ -378,7 +386,7 @@ fn child(variant: &str) {
         .build()
         .unwrap();
     let ws = tempfile::tempdir().unwrap();
-    if variant != "raw" {
+    if variant != "raw" && variant != "files" {
         // A seed directory without sessions yet (a child run by hand, for a
         // profile) is seeded first.
         let seed = std::path::PathBuf::from(arg("--seed").unwrap());
@@ -395,7 +403,9 @@ fn child(variant: &str) {
     if let Some(m) = num("--sessions") {
         let before = rusage();
         let calls = rt.block_on(async {
-            if variant == "raw" {
+            if variant == "files" {
+                files::run(ws.path(), m)
+            } else if variant == "raw" {
                 let mut calls = 0;
                 for _ in 0..m {
                     calls += raw::run(&raw_client, port, 1, "k0p1".into()).await;
