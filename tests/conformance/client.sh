@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The MCP conformance suite's client command for troupe (the scenario
-# elicitation-sep1034-client-defaults, run by .ci/run):
+# The MCP conformance suite's client command for troupe (run by .ci/run
+# for each client scenario, docs/mcp.md "Conformance"):
 #
-#   conformance client --command "tests/conformance/client.sh" --scenario ...
+#   conformance client --command "tests/conformance/client.sh" --scenario S
 #
-# The suite appends its server's URL. This runs troupe's real path: a
-# workspace whose troupe.toml names the server, `troupe exec` with a
-# scripted model that calls the server's tool, and a person's answer
-# through the CLI from another process: `troupe approvals list` until the
-# server's elicitation is waiting, then `troupe approvals approve` (accept
-# with every field left out: troupe fills in the schema's defaults).
-# Exits with troupe exec's status. TROUPE_BIN names the binary (default:
+# The suite appends its server's URL and sets MCP_CONFORMANCE_SCENARIO.
+# Each scenario runs troupe's real path against a workspace whose
+# troupe.toml names the server `conf`:
+# - initialize: `troupe mcp list` (handshake, tools/list);
+# - tools_call, sse-retry: `troupe exec --script` with a scripted model
+#   that calls the server's tool (tools-call.toml, sse-retry.toml);
+# - elicitation-sep1034-client-defaults: `troupe exec` whose tool call
+#   makes the server ask an elicitation, answered by a person through the
+#   CLI from another process: `troupe approvals list` until it is waiting,
+#   then `troupe approvals approve` (accept with every field left out:
+#   troupe fills in the schema's defaults).
+# Exits with troupe's status. TROUPE_BIN names the binary (default:
 # `troupe` on PATH).
 set -euo pipefail
 url="${!#}"
@@ -25,6 +30,32 @@ cleanup() {
 trap cleanup EXIT
 
 printf '[mcp_servers.conf]\nurl = "%s"\n' "$url" >"$ws/troupe.toml"
+
+# Runs troupe exec with the scripted model $1, no person needed.
+scripted() {
+  local status=0
+  "$troupe" exec --script "$here/$1" -a never --json -C "$ws" "Call the conformance tool" \
+    >"$ws/events.jsonl" 2>"$ws/stderr.log" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "client.sh: troupe exec exited $status" >&2
+    cat "$ws/stderr.log" >&2
+  fi
+  return "$status"
+}
+
+case "${MCP_CONFORMANCE_SCENARIO:-}" in
+  initialize)
+    "$troupe" mcp list -C "$ws"; exit ;;
+  tools_call)
+    scripted tools-call.toml; exit ;;
+  sse-retry)
+    scripted sse-retry.toml; exit ;;
+  elicitation-sep1034-client-defaults) ;;
+  *)
+    echo "client.sh: no client for scenario '${MCP_CONFORMANCE_SCENARIO:-}'" >&2
+    exit 2 ;;
+esac
+
 "$troupe" exec --script "$here/elicitation-defaults.toml" -a on-request --json \
   -C "$ws" "Call the conformance tool" >"$ws/events.jsonl" 2>"$ws/stderr.log" &
 pid=$!

@@ -219,6 +219,8 @@ pub(crate) async fn handshake_http(
     url: &str,
     handler: Handler,
 ) -> Result<Connection, String> {
+    // rmcp builds a reqwest client, which needs the process's provider.
+    troupe_runtime::provider::install_crypto_provider();
     let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
     if let Some(var) = &config.bearer_token_env_var {
         match std::env::var(var) {
