@@ -87,7 +87,7 @@ enum Command {
     /// Decide the approval requests of sessions running in other
     /// processes (docs/approvals.md): list, approve, deny.
     Approvals(approvals_cmd::ApprovalsArgs),
-    /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
+    /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`, `login`, `logout`.
     Mcp(mcp_cmd::McpArgs),
     /// Trust a workspace whose troupe.toml starts processes or loosens
     /// protections (docs/security.md#workspace-trust); --list, --revoke.
