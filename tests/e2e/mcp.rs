@@ -566,3 +566,33 @@ fn mcp_list_shows_each_server_its_state_and_tools() {
         "list stops the servers"
     );
 }
+
+/// `troupe mcp list` with a streamable-HTTP server: the command's path
+/// reaches rmcp's reqwest client, which panicked ("No rustls crypto
+/// provider is configured") before main installed one for every command.
+#[test]
+fn mcp_list_reaches_a_streamable_http_server() {
+    let port = free_port();
+    let mut server = http_server(port);
+    let ws = ws_with(&format!(
+        "[mcp_servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\nenabled_tools = [\"echo\"]\n"
+    ));
+    let mut cmd = Command::new(super::exec::bin());
+    troupe_test_support::trust::isolated(&mut cmd);
+    let out = cmd
+        .args(["mcp", "list", "--workspace"])
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        ["remote (http): running, 1 tools", "  mcp__remote__echo"],
+        "{text}"
+    );
+}

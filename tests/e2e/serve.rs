@@ -80,7 +80,7 @@ impl Drop for Server {
 }
 
 pub(crate) fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    troupe_runtime::provider::install_crypto_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()

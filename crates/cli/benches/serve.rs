@@ -49,7 +49,7 @@ fn main() {
     let subscribers = opt("--subscribers", 1000);
     let sessions = opt("--sessions", 100);
     raise_nofile(subscribers as u64 * 2 + 512);
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    troupe_runtime::provider::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -87,7 +87,7 @@ enum Command {
     /// Decide the approval requests of sessions running in other
     /// processes (docs/approvals.md): list, approve, deny.
     Approvals(approvals_cmd::ApprovalsArgs),
-    /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`.
+    /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`, `login`, `logout`.
     Mcp(mcp_cmd::McpArgs),
     /// Trust a workspace whose troupe.toml starts processes or loosens
     /// protections (docs/security.md#workspace-trust); --list, --revoke.
@@ -113,6 +113,9 @@ fn main() -> ExitCode {
     // hold it (docs/security.md).
     let hidden = keys::hide();
     let undumpable = troupe_runtime::tools::make_undumpable();
+    // reqwest is built without a rustls crypto provider: one, for every
+    // command that may open an HTTP client (model, MCP, OAuth, traces).
+    troupe_runtime::provider::install_crypto_provider();
     let parsed = Cli::try_parse();
     let otel = parsed.as_ref().ok().and_then(otel_config);
     let telemetry = telemetry::init(otel.as_ref());

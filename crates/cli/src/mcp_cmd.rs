@@ -1,5 +1,6 @@
 //! `troupe mcp list`: the configured MCP servers, started as a session
-//! would start them, with their state and tools (docs/mcp.md).
+//! would start them, with their state and tools; `troupe mcp login` and
+//! `logout`: OAuth tokens for a remote server (docs/mcp.md).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -30,6 +31,28 @@ enum McpCommand {
     /// Start each configured server, list its tools, stop it. Exit 1 when
     /// an enabled server does not come up.
     List,
+    /// Authorize troupe with a remote (`url`) server that needs OAuth:
+    /// prints the authorization URL, waits for the browser's redirect to a
+    /// loopback port, stores the tokens in the user configuration
+    /// directory (mode 0600). Exit 1 when the flow fails.
+    Login(LoginArgs),
+    /// Forget the stored OAuth tokens of a server.
+    Logout {
+        /// The server's name in troupe.toml ([mcp_servers.NAME]).
+        name: String,
+    },
+}
+
+/// `troupe mcp login`.
+#[derive(Debug, Args)]
+struct LoginArgs {
+    /// The server's name in troupe.toml ([mcp_servers.NAME]).
+    name: String,
+    /// Open no browser: follow the authorization endpoint's redirects
+    /// directly (for an authorization server that redirects back without a
+    /// login page, as in CI).
+    #[arg(long)]
+    no_browser: bool,
 }
 
 pub fn run(args: McpArgs) -> Result<u8, Failure> {
@@ -47,7 +70,11 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
     crate::trust_cmd::ensure(&args.workspace, never, &flags, ask)?;
     let config = Config::load(&args.workspace).map_err(Failure::bad_input)?;
     crate::trust_cmd::ensure_loaded(&config, never, &flags)?;
-    let McpCommand::List = args.command;
+    match args.command {
+        McpCommand::List => {}
+        McpCommand::Login(login) => return run_login(&config, login, args.json),
+        McpCommand::Logout { name } => return run_logout(&config, &name, args.json),
+    }
     let rt = tokio::runtime::Runtime::new()?;
     let status = rt.block_on(async {
         // The failures are in the status; nothing else to tell.
@@ -93,4 +120,112 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
     }
     out.flush()?;
     Ok(if failed { exit::ERROR } else { exit::OK })
+}
+
+/// The `[mcp_servers.NAME]` of `config`, a `url` one.
+fn remote<'a>(
+    config: &'a Config,
+    name: &str,
+) -> Result<&'a troupe_runtime::config::McpServerConfig, Failure> {
+    let Some(server) = config.mcp_servers.get(name) else {
+        let known: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "no MCP server `{name}` in troupe.toml (configured: {}); add [mcp_servers.{name}] with its `url`",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    };
+    if server.url.is_none() {
+        return Err(Failure::bad_input(
+            troupe_mcp::oauth::OAuthError::NotRemote(name.to_string()),
+        ));
+    }
+    Ok(server)
+}
+
+/// troupe's user configuration directory, where the tokens go.
+fn config_dir() -> Result<PathBuf, Failure> {
+    troupe_runtime::config::user_config_dir(&|v| std::env::var(v).ok()).ok_or_else(|| {
+        Failure::bad_input(anyhow::anyhow!(
+            "no user configuration directory for the tokens: set TROUPE_CONFIG_DIR (or HOME)"
+        ))
+    })
+}
+
+fn run_login(config: &Config, args: LoginArgs, json: bool) -> Result<u8, Failure> {
+    let server = remote(config, &args.name)?;
+    let dir = config_dir()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let show = |url: &str| {
+        // On stderr: stdout is the result (and JSON with --json).
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "Open this URL to authorize troupe with `{}`:\n  {url}",
+            args.name
+        );
+    };
+    let done = rt.block_on(troupe_mcp::oauth::login(
+        troupe_mcp::oauth::Login {
+            name: &args.name,
+            config: server,
+            config_dir: &dir,
+            no_browser: args.no_browser,
+        },
+        &show,
+    ));
+    let done = match done {
+        Ok(done) => done,
+        Err(e @ troupe_mcp::oauth::OAuthError::SecretUnset(_)) => {
+            return Err(Failure::bad_input(e));
+        }
+        Err(e) => return Err(anyhow::anyhow!("login to `{}` failed: {e}", args.name).into()),
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            json!({
+                "server": args.name,
+                "scopes": done.scopes,
+                "authorizations": done.authorizations,
+                "tools": done.tools,
+                "token_file": done.token_file,
+            })
+        )?;
+    } else {
+        let scopes = if done.scopes.is_empty() {
+            "no scopes".to_string()
+        } else {
+            format!("scopes {}", done.scopes.join(" "))
+        };
+        let line = format!(
+            "logged in to {} ({scopes}; {} tools); tokens in {}",
+            args.name,
+            done.tools,
+            done.token_file.display()
+        );
+        writeln!(out, "{}", crate::safe_text::escape(&line))?;
+    }
+    Ok(exit::OK)
+}
+
+fn run_logout(config: &Config, name: &str, json: bool) -> Result<u8, Failure> {
+    let server = remote(config, name)?;
+    let dir = config_dir()?;
+    let removed = troupe_mcp::oauth::logout(server, &dir)
+        .map_err(|e| anyhow::anyhow!("cannot remove the tokens of `{name}`: {e}"))?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", json!({"server": name, "removed": removed}))?;
+    } else if removed {
+        writeln!(out, "logged out of {name}: its tokens are removed")?;
+    } else {
+        writeln!(out, "no tokens stored for {name}")?;
+    }
+    Ok(exit::OK)
 }

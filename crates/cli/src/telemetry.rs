@@ -101,9 +101,8 @@ fn exporter(config: &OtelConfig) -> Result<(SdkTracerProvider, tokio::runtime::R
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start its runtime: {e}"))?;
-    // reqwest is built with `rustls-no-provider`: ring, as for the model
-    // clients. "Already installed" is fine.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Installed by main already; here too for a caller that is not main.
+    troupe_runtime::provider::install_crypto_provider();
     let http = reqwest::Client::builder()
         .connect_timeout(EXPORT_TIMEOUT)
         .build()

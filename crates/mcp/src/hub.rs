@@ -284,11 +284,12 @@ async fn start_one(
                 .await
                 .map_err(|_| late())??
         }
-        (None, Some(url)) => {
-            tokio::time::timeout_at(deadline, server::handshake_http(config, url, handler))
-                .await
-                .map_err(|_| late())??
-        }
+        (None, Some(url)) => tokio::time::timeout_at(
+            deadline,
+            server::handshake_http(&live.name, config, url, handler),
+        )
+        .await
+        .map_err(|_| late())??,
         (None, None) => return Err("neither `command` nor `url` is set".into()),
     };
     let peer = connection.service.peer().clone();

@@ -17,6 +17,9 @@
 //!   answerer ([`Elicit`]); the client declares elicitation (forms and
 //!   URLs) on protocol 2025-11-25, and fills a form's defaults in
 //!   ([`with_defaults`], SEP-1034).
+//! - [`oauth`]: OAuth for remote servers (`troupe mcp login`), the
+//!   tokens in the user configuration directory, and the session's
+//!   client that sends them.
 //!
 //! Faults never end a session: a server that fails to start, hangs,
 //! crashes mid-call or answers with a malformed result gives the model a
@@ -27,6 +30,7 @@
 mod content;
 mod elicit;
 mod hub;
+pub mod oauth;
 mod server;
 mod tool;
 

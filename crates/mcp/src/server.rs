@@ -213,12 +213,17 @@ pub(crate) async fn handshake_stdio(
 }
 
 /// The MCP handshake with a streamable-HTTP server at `url`; the bearer
-/// token comes from `bearer_token_env_var` (named in errors, never shown).
+/// token comes from `bearer_token_env_var` (named in errors, never shown),
+/// else from the tokens `troupe mcp login` stored for `url` (refreshed
+/// when expired).
 pub(crate) async fn handshake_http(
+    name: &str,
     config: &McpServerConfig,
     url: &str,
     handler: Handler,
 ) -> Result<Connection, String> {
+    // rmcp builds a reqwest client, which needs the process's provider.
+    troupe_runtime::provider::install_crypto_provider();
     let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
     if let Some(var) = &config.bearer_token_env_var {
         match std::env::var(var) {
@@ -232,11 +237,41 @@ pub(crate) async fn handshake_http(
             }
         }
     }
-    let transport = StreamableHttpClientTransport::from_config(transport_config);
-    let service = handler
-        .serve(transport)
-        .await
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let stored = match &config.bearer_token_env_var {
+        Some(_) => None,
+        None => troupe_runtime::config::user_config_dir(&|v| std::env::var(v).ok())
+            .map(|dir| crate::oauth::TokenStore::new(&dir, url))
+            .filter(crate::oauth::TokenStore::has_tokens),
+    };
+    let served = match stored {
+        Some(store) => {
+            let client = crate::oauth::Watched::connect(url, config, store)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot use the stored OAuth tokens: {e}; run `troupe mcp login {name}`"
+                    )
+                })?;
+            let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+            handler.serve(transport).await
+        }
+        None => {
+            let transport = StreamableHttpClientTransport::from_config(transport_config);
+            handler.serve(transport).await
+        }
+    };
+    let service = served.map_err(|e| {
+        let text = e.to_string();
+        if text.contains("Auth required") || text.contains("authorization required") {
+            format!("{url} needs authorization: run `troupe mcp login {name}`")
+        } else if text.contains("Insufficient scope") {
+            format!(
+                "{url} needs more scopes than the stored token has: run `troupe mcp login {name}` (it asks for them)"
+            )
+        } else {
+            format!("cannot connect to {url}: {text}")
+        }
+    })?;
     Ok(Connection {
         service,
         pgid: None,

@@ -24,9 +24,13 @@ use super::{ModelClient, ModelEventStream, ProviderError, anthropic, gemini, ope
 
 static CRYPTO_PROVIDER: Once = Once::new();
 
-/// reqwest is built with `rustls-no-provider`: install ring once, before
-/// the first client. "Already installed" (by us or the host program) is fine.
-fn install_crypto_provider() {
+/// reqwest is built with `rustls-no-provider`: installs ring as the
+/// process's rustls crypto provider, once, before the first HTTP client
+/// (a model client, an MCP server's streamable-HTTP session, an OAuth
+/// exchange, the trace exporter). The CLI calls it first thing; the
+/// library calls it wherever it builds a client, so embedders need not.
+/// "Already installed" (by us or the host program) is fine.
+pub fn install_crypto_provider() {
     CRYPTO_PROVIDER.call_once(|| {
         let _already_installed = rustls::crypto::ring::default_provider().install_default();
     });

@@ -54,7 +54,7 @@ pub mod types;
 
 pub use anthropic::{AnthropicDecoder, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use catalog::{ModelCatalog, ModelInfo, ModelOverride, Pricing};
-pub use client::ProviderClient;
+pub use client::{ProviderClient, install_crypto_provider};
 pub use config::{ProviderConfig, ProviderKind, ProviderProfile, Sampling, Timeouts};
 pub use decode::{StreamDecoder, StreamParser};
 pub use error::{ProviderError, is_context_overflow_text};

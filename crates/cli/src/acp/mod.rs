@@ -380,6 +380,7 @@ fn mcp_defaults() -> McpServerConfig {
         enabled: true,
         enabled_tools: None,
         disabled_tools: Vec::new(),
+        oauth: None,
     }
 }
 

@@ -56,6 +56,34 @@ pub struct McpServerConfig {
     /// These of its tools are never offered (wins over `enabled_tools`).
     #[serde(default)]
     pub disabled_tools: Vec<String>,
+    /// `[mcp_servers.<name>.oauth]`: how `troupe mcp login` authorizes
+    /// with a `url` server that needs OAuth (default: dynamic client
+    /// registration, the scopes the server asks for).
+    #[serde(default)]
+    pub oauth: Option<McpOAuthConfig>,
+}
+
+/// `[mcp_servers.<name>.oauth]`: the OAuth client troupe is to a remote
+/// server (MCP authorization). Without `client_id` troupe uses a client ID
+/// metadata document (`client_metadata_url`, when the authorization server
+/// supports them) or registers itself (dynamic client registration).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpOAuthConfig {
+    /// A client registered with the authorization server beforehand.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// The variable holding that client's secret (never the secret).
+    #[serde(default)]
+    pub client_secret_env_var: Option<String>,
+    /// The scopes to ask for (default: those the server's 401 names, else
+    /// its `scopes_supported`, else none).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The https URL of a client ID metadata document you host, used as
+    /// the client ID where the authorization server supports them.
+    #[serde(default)]
+    pub client_metadata_url: Option<String>,
 }
 
 fn yes() -> bool {
@@ -118,6 +146,10 @@ fn transport(s: &McpServerConfig) -> Result<(), Problem> {
         (Some(c), None) if c.trim().is_empty() => Err(Problem::new(
             "`command` is empty",
             "name the program that runs the server",
+        )),
+        (Some(_), None) if s.oauth.is_some() => Err(Problem::new(
+            "`[oauth]` is for a `url` server",
+            "remove it: a stdio server gets its credentials through `env`",
         )),
         (Some(_), None) if s.bearer_token_env_var.is_some() => Err(Problem::new(
             "`bearer_token_env_var` is for a `url` server",
@@ -186,6 +218,41 @@ impl FileChecker<'_> {
             self.at(&key("tool_timeout_sec"), timeout(s.tool_timeout_sec))?;
             if let Some(var) = &s.bearer_token_env_var {
                 self.at(&key("bearer_token_env_var"), env_var(var))?;
+            }
+            if let Some(oauth) = &s.oauth {
+                let key = |k: &'static str| ["mcp_servers", name.as_str(), "oauth", k];
+                if let Some(var) = &oauth.client_secret_env_var {
+                    self.at(&key("client_secret_env_var"), env_var(var))?;
+                    if oauth.client_id.is_none() {
+                        self.at(
+                            &key("client_secret_env_var"),
+                            Err(Problem::new(
+                                "a client secret without `client_id`",
+                                "add the pre-registered `client_id` the secret belongs to, or remove the key",
+                            )),
+                        )?;
+                    }
+                }
+                if let Some(url) = &oauth.client_metadata_url
+                    && !url.starts_with("https://")
+                {
+                    self.at(
+                        &key("client_metadata_url"),
+                        Err(Problem::new(
+                            "`client_metadata_url` is not an https:// URL",
+                            "name the https URL where your client ID metadata document is served",
+                        )),
+                    )?;
+                }
+                if s.bearer_token_env_var.is_some() {
+                    self.at(
+                        &["mcp_servers", name.as_str(), "oauth"],
+                        Err(Problem::new(
+                            "both `bearer_token_env_var` and `[oauth]` are set",
+                            "keep one: a fixed bearer token, or OAuth through `troupe mcp login`",
+                        )),
+                    )?;
+                }
             }
         }
         Ok(())

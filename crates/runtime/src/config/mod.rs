@@ -48,7 +48,7 @@ pub use layers::{
     ConfigOverrides, ENV_AUTO_UPGRADE, ENV_BASE_URL, ENV_MAX_BUDGET_USD, ENV_MAX_TURNS, ENV_MODEL,
     ENV_PROVIDER,
 };
-pub use mcp::McpServerConfig;
+pub use mcp::{McpOAuthConfig, McpServerConfig};
 pub use otel::OtelConfig;
 pub use sections::{
     AgentConfig, ApprovalsReviewer, ContextConfig, ContextResetMode, ExportConfig, FallbackConfig,

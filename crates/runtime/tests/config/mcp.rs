@@ -102,3 +102,42 @@ fn bad_timeouts_names_and_variables_are_refused() {
         "the value is not echoed: {text}"
     );
 }
+
+#[test]
+fn an_oauth_table_parses_and_its_mistakes_are_named() {
+    let dir = workspace(Some(
+        "[mcp_servers.remote]\nurl = \"https://example.test/mcp\"\n\n[mcp_servers.remote.oauth]\nclient_id = \"troupe-ci\"\nclient_secret_env_var = \"REMOTE_SECRET\"\nscopes = [\"read\", \"write\"]\nclient_metadata_url = \"https://troupe.example/client.json\"\n",
+    ));
+    let c = load(dir.path(), &[]).unwrap();
+    let oauth = c.mcp_servers["remote"].oauth.as_ref().unwrap();
+    assert_eq!(oauth.client_id.as_deref(), Some("troupe-ci"));
+    assert_eq!(
+        oauth.client_secret_env_var.as_deref(),
+        Some("REMOTE_SECRET")
+    );
+    assert_eq!(oauth.scopes, ["read", "write"]);
+
+    let (line, key, message) = invalid(
+        "[mcp_servers.remote]\nurl = \"https://example.test/mcp\"\n\n[mcp_servers.remote.oauth]\nclient_secret_env_var = \"S\"\n",
+    );
+    assert_eq!(key, "mcp_servers.remote.oauth.client_secret_env_var");
+    assert_eq!(line, Some(5));
+    assert!(message.contains("client_id"), "{message}");
+
+    let (_, key, message) = invalid(
+        "[mcp_servers.remote]\nurl = \"https://example.test/mcp\"\n\n[mcp_servers.remote.oauth]\nclient_metadata_url = \"http://x.test/c.json\"\n",
+    );
+    assert_eq!(key, "mcp_servers.remote.oauth.client_metadata_url");
+    assert!(message.contains("https://"), "{message}");
+
+    let (_, key, message) = invalid(
+        "[mcp_servers.files]\ncommand = \"npx\"\n\n[mcp_servers.files.oauth]\nscopes = [\"a\"]\n",
+    );
+    assert_eq!(key, "mcp_servers.files");
+    assert!(message.contains("`url` server"), "{message}");
+
+    let (_, _, message) = invalid(
+        "[mcp_servers.remote]\nurl = \"https://example.test/mcp\"\nbearer_token_env_var = \"T\"\n\n[mcp_servers.remote.oauth]\nscopes = [\"a\"]\n",
+    );
+    assert!(message.contains("keep one"), "{message}");
+}

@@ -7,7 +7,8 @@
 //! ([`SETTINGS`] lists them; docs/security.md#workspace-trust):
 //!
 //! - processes: `[hooks]` commands, MCP server `command`s;
-//! - where secrets go: MCP `url` servers with `bearer_token_env_var`,
+//! - where secrets go: MCP `url` servers with `bearer_token_env_var` or
+//!   an OAuth `client_secret_env_var`,
 //!   provider `base_url`s and `headers`, `[otel]` `endpoint` and `headers`;
 //! - protections: `sandbox_mode = "danger-full-access"`,
 //!   `allow_unsandboxed` (agents and verifier),
@@ -38,10 +39,11 @@ pub const TRUST_FILE: &str = "trusted-workspaces.json";
 
 /// The settings a workspace's file sets only once trusted, as dotted keys
 /// (`*` is any table name), for docs and errors.
-pub const SETTINGS: [&str; 16] = [
+pub const SETTINGS: [&str; 17] = [
     "hooks.lifecycle.*",
     "mcp_servers.*.command",
     "mcp_servers.*.bearer_token_env_var",
+    "mcp_servers.*.oauth.client_secret_env_var",
     "providers.*.base_url",
     "providers.*.headers",
     "otel.endpoint",
@@ -349,6 +351,19 @@ fn settings_of(
                     server,
                 );
             }
+            if let Some(var) = s
+                .get("oauth")
+                .and_then(|o| o.get("client_secret_env_var"))
+                .and_then(toml::Value::as_str)
+            {
+                let url = s.get("url").and_then(toml::Value::as_str).unwrap_or("?");
+                push(
+                    format!("mcp_servers.{name}.oauth.client_secret_env_var"),
+                    format!("sends ${var} to the authorization server of {url}"),
+                    true,
+                    server,
+                );
+            }
         }
     }
     if let Some(providers) = table.get("providers").and_then(toml::Value::as_table) {
@@ -517,6 +532,9 @@ url = "https://mcp.example/mcp"
 bearer_token_env_var = "TOKEN"
 [mcp_servers.open]
 url = "https://open.example/mcp"
+[mcp_servers.login]
+url = "https://login.example/mcp"
+oauth = { client_id = "c", client_secret_env_var = "LOGIN_SECRET" }
 [providers.local]
 kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
@@ -530,6 +548,7 @@ base_url = "http://127.0.0.1:9/v1"
                 "approval_policy = \"never\"",
                 "hooks.lifecycle.pre_tool_use",
                 "mcp_servers.db.command",
+                "mcp_servers.login.oauth.client_secret_env_var",
                 "mcp_servers.remote.bearer_token_env_var",
                 "providers.local.base_url",
                 "sandbox_mode = \"danger-full-access\"",
