@@ -61,17 +61,14 @@ fn api(e: &ApiError) -> CallToolResult {
     failed(e.message())
 }
 
-/// The call's arguments as `T`; a mismatch is a tool error naming it.
-fn args<T: DeserializeOwned>(
-    tool: &str,
-    arguments: Option<JsonObject>,
-) -> Result<T, CallToolResult> {
+/// The call's arguments as `T`; a mismatch is a line naming it.
+fn args<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Result<T, String> {
     let value = Value::Object(arguments.unwrap_or_default());
     serde_json::from_value(value).map_err(|e| {
-        failed(format!(
+        format!(
             "{tool}: invalid arguments: {}; see the tool's input schema (tools/list)",
             crate::errors::one_line(&e.to_string())
-        ))
+        )
     })
 }
 
@@ -412,35 +409,35 @@ impl McpServer {
         let out = match name {
             "run_agent" => match args(name, a) {
                 Ok(a) => self.run_agent(a, ctx).await,
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "run_pipeline" => match args(name, a) {
                 Ok(a) => self.run_pipeline(a, ctx).await,
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "session_status" => match args::<SessionArg>(name, a) {
                 Ok(a) => self.session(&a.session_id, true),
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "session_result" => match args(name, a) {
                 Ok(a) => self.session_result(a, ctx).await,
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "steer_session" => match args(name, a) {
                 Ok(a) => self.steer(a).await,
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "abort_session" => match args(name, a) {
                 Ok(a) => self.abort(a).await,
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "list_approvals" => match args(name, a) {
                 Ok(a) => self.list_approvals(a),
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             "decide_approval" => match args(name, a) {
                 Ok(a) => self.decide(a),
-                Err(e) => e,
+                Err(e) => failed(e),
             },
             other => {
                 return Err(McpError::invalid_params(
