@@ -3,7 +3,7 @@
 // offline (docs/mcp.md#troupe-as-an-mcp-server): run_agent with progress
 // and log notifications and its result; a long run answered as running,
 // polled with session_result, steered, aborted; a run_agent call the client
-// cancels aborts its session.
+// cancels aborts its session; approval requests answered as elicitations.
 //
 //   TROUPE_BIN=target/debug/troupe node --test   (in tests/mcp-server; .ci/run)
 
@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { ElicitRequestSchema, LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const BIN = process.env.TROUPE_BIN;
 if (!BIN) throw new Error("set TROUPE_BIN to the troupe binary");
@@ -44,18 +44,22 @@ delay_ms = ${delayMs}
 }
 
 /** `troupe mcp-server --script` on `script`, with the official client connected. */
-async function connect(env, script) {
+async function connect(env, script, { args = [], onElicit } = {}) {
   const path = join(env.root, `script-${Math.random().toString(16).slice(2)}.toml`);
   writeFileSync(path, script);
   const transport = new StdioClientTransport({
     command: BIN,
-    args: ["mcp-server", "--script", path, "-C", env.ws],
+    args: ["mcp-server", "--script", path, "-C", env.ws, ...args],
     env: { ...process.env, TROUPE_CONFIG_DIR: env.config, TROUPE_LOG: "warn" },
     stderr: "pipe",
   });
   let stderr = "";
   transport.stderr?.on("data", (d) => (stderr += d));
-  const client = new Client({ name: "troupe-mcp-server-test", version: "1.0.0" });
+  const client = new Client(
+    { name: "troupe-mcp-server-test", version: "1.0.0" },
+    { capabilities: onElicit ? { elicitation: { form: {} } } : {} },
+  );
+  if (onElicit) client.setRequestHandler(ElicitRequestSchema, (req) => onElicit(req.params));
   const logs = [];
   client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params));
   await client.connect(transport);
@@ -187,6 +191,46 @@ test("cancelling a run_agent call aborts its session", async () => {
     assert.equal(done.subtype, "cancelled", JSON.stringify(done) + stderr());
     const taken = readFileSync(join(env.ws, "steps.txt"), "utf8").trim().split("\n").length;
     assert.ok(taken < 200, `the session went on: ${taken} steps`);
+  } finally {
+    await client.close();
+  }
+});
+
+test("approval requests reach a client that supports elicitation, and its answers decide them", async () => {
+  const env = workspace();
+  const asked = [];
+  // The first command is denied (with a message), the second approved.
+  const { client, stderr } = await connect(env, steps(2, 50), {
+    args: ["-a", "untrusted"],
+    onElicit: (params) => {
+      asked.push(params);
+      return asked.length === 1
+        ? { action: "accept", content: { decision: "deny", message: "not that one" } }
+        : { action: "accept", content: { decision: "approve" } };
+    },
+  });
+  try {
+    const res = await client.callTool(
+      { name: "run_agent", arguments: { prompt: "take steps", wait_seconds: 60 } },
+      undefined,
+      { timeout: 90_000 },
+    );
+    assert.ok(!res.isError, JSON.stringify(res) + stderr());
+    assert.equal(res.structuredContent.status, "completed", JSON.stringify(res.structuredContent));
+    assert.ok(asked.length >= 2, JSON.stringify(asked));
+    assert.equal(asked[0].mode ?? "form", "form");
+    assert.match(asked[0].message, /exec_command/);
+    assert.ok(asked[0].requestedSchema.properties.decision.enum.includes("approve"));
+    const id = res.structuredContent.session_id;
+    const log = readFileSync(join(env.ws, ".vtcode", "sessions", id, "events.jsonl"), "utf8");
+    const resolved = log.split("\n").filter((l) => l.includes('"troupe.approval_resolved"'));
+    assert.ok(resolved.some((l) => l.includes('"deny"')), resolved.join("\n"));
+    assert.ok(resolved.some((l) => l.includes('"approve"')), resolved.join("\n"));
+    // The denied step did not run; the approved one did.
+    const taken = existsSync(join(env.ws, "steps.txt"))
+      ? readFileSync(join(env.ws, "steps.txt"), "utf8").trim().split("\n").length
+      : 0;
+    assert.equal(taken, asked.length - 1, `steps: ${taken}, asked: ${asked.length}`);
   } finally {
     await client.close();
   }

@@ -198,7 +198,7 @@ impl Notifier {
                 )
                 .await;
             }
-            "approval.requested" => {
+            "troupe.approval_requested" => {
                 self.log(
                     LoggingLevel::Notice,
                     json!({"event": kind, "agent_id": agent, "approval_id": v["approval_id"], "tool": v["tool"], "reason": v["reason"]}),
@@ -238,6 +238,17 @@ impl McpServer {
     ) -> CallToolResult {
         let mut notifier = self.notifier(ctx);
         let mut feed = run.feed.subscribe().rx;
+        // Approval requests as elicitations, when the client answers them.
+        let elicit = super::elicit::supported(&ctx.peer);
+        let mut asked = super::elicit::Asked::default();
+        let ask_pending = |asked: &mut super::elicit::Asked| {
+            if elicit {
+                for r in run.approvals.pending() {
+                    asked.ask(&ctx.peer, &self.runs, &run.id, r);
+                }
+            }
+        };
+        ask_pending(&mut asked);
         let ended = run.wait();
         tokio::pin!(ended);
         let deadline = tokio::time::sleep(wait);
@@ -259,7 +270,15 @@ impl McpServer {
                         None => std::future::pending().await,
                     }
                 } => match ev {
-                    Some(ev) => notifier.event(&ev.kind, &ev.data).await,
+                    Some(ev) => {
+                        if elicit && ev.kind == "troupe.approval_requested" {
+                            if let Ok(r) = serde_json::from_str(&ev.data) {
+                                asked.ask(&ctx.peer, &self.runs, &run.id, r);
+                            }
+                            ask_pending(&mut asked);
+                        }
+                        notifier.event(&ev.kind, &ev.data).await;
+                    }
                     None => feed = None,
                 },
             }

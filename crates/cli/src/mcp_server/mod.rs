@@ -11,7 +11,9 @@
 //! - `tools.rs`: the tools and their input and output schemas.
 //! - `handler.rs`: the rmcp server handler (tools, progress, logging).
 //! - `summary.rs`: a session as the tools answer it.
+//! - `elicit.rs`: approval requests sent to the client as elicitations.
 
+mod elicit;
 mod handler;
 mod summary;
 mod tools;
