@@ -31,6 +31,7 @@ mod failure;
 mod keys;
 mod launch;
 mod mcp_cmd;
+mod mcp_server;
 mod mock_llm;
 mod pipeline_cmd;
 mod render;
@@ -89,6 +90,10 @@ enum Command {
     Approvals(approvals_cmd::ApprovalsArgs),
     /// The MCP servers of troupe.toml (docs/mcp.md): `troupe mcp list`, `login`, `logout`.
     Mcp(mcp_cmd::McpArgs),
+    /// troupe as an MCP server (docs/mcp.md#troupe-as-an-mcp-server): tools
+    /// that run, wait for, steer and abort sessions; stdio, or streamable
+    /// HTTP with --http.
+    McpServer(mcp_server::McpServerArgs),
     /// Trust a workspace whose troupe.toml starts processes or loosens
     /// protections (docs/security.md#workspace-trust); --list, --revoke.
     Trust(trust_cmd::TrustArgs),
@@ -173,6 +178,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Acp(args) => acp::run(args),
         Command::Approvals(args) => approvals_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::run(args),
+        Command::McpServer(args) => mcp_server::run(args),
         Command::Trust(args) => trust_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Schema => {
@@ -225,6 +231,7 @@ fn otel_config(cli: &Cli) -> Option<troupe_runtime::config::OtelConfig> {
         Command::Run(a) => &a.workspace,
         Command::Batch(a) => &a.workspace,
         Command::Serve(a) => &a.workspace,
+        Command::McpServer(a) => &a.workspace,
         _ => return None,
     };
     let config = troupe_runtime::config::Config::load_file(workspace).ok()?;

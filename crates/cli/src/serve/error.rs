@@ -59,6 +59,11 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// The one line.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// A CLI failure: an untrusted workspace is 403, other bad input
     /// 400, anything else 500.
     pub fn from_failure(f: Failure) -> ApiError {

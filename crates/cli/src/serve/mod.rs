@@ -15,14 +15,14 @@
 //! - `feed.rs`: a session's live events; `auth.rs`: the bearer token.
 
 mod api;
-mod approvals;
+pub(crate) mod approvals;
 mod auth;
-mod error;
+pub(crate) mod error;
 mod events;
-mod feed;
+pub(crate) mod feed;
 mod routes;
-mod runs;
-mod start;
+pub(crate) mod runs;
+pub(crate) mod start;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -103,6 +103,14 @@ pub fn run(args: ServeArgs) -> Result<u8, Failure> {
     Ok(exit::OK)
 }
 
+/// Where the MCP server answers (docs/serve.md#mcp).
+pub const MCP_PATH: &str = "/mcp";
+
+type McpService = rmcp::transport::streamable_http_server::StreamableHttpService<
+    crate::mcp_server::McpServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
 /// The page's one file, embedded (no build step).
 const PAGE_HTML: &str = include_str!("page.html");
 
@@ -127,8 +135,9 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<Arc<Runs>>> {
     })
 }
 
-/// The routes, with the body cap and the token check.
-fn router(runs: Arc<Runs>, token: Option<Arc<auth::Token>>) -> Router {
+/// The routes, `/mcp` (the MCP server, streamable HTTP) among them, with
+/// the body cap and the token check.
+fn router(runs: Arc<Runs>, token: Option<Arc<auth::Token>>, mcp: McpService) -> Router {
     let mut by_path: Vec<(&str, MethodRouter<Arc<Runs>>)> = Vec::new();
     for (method, path) in ROUTES {
         let Some(h) = handler(method, path) else {
@@ -142,7 +151,8 @@ fn router(runs: Arc<Runs>, token: Option<Arc<auth::Token>>) -> Router {
     let api = by_path
         .into_iter()
         .fold(Router::new(), |r, (path, mr)| r.route(path, mr))
-        .with_state(runs);
+        .with_state(runs)
+        .route_service(MCP_PATH, mcp);
     let api = match token {
         Some(token) => api.layer(axum::middleware::from_fn_with_state(token, auth::check)),
         None => api,
@@ -167,7 +177,17 @@ async fn serve(
     let mut out = std::io::stdout();
     writeln!(out, "listening on http://{addr}")?;
     out.flush().context("flushing stdout")?;
-    let app = router(Arc::clone(&runs), token);
+    // `/mcp` checks Host and Origin against loopback names (DNS
+    // rebinding) when the server listens on loopback, where no token may
+    // guard it.
+    let mcp_stop = tokio_util::sync::CancellationToken::new();
+    let mcp = crate::mcp_server::http_service(
+        Arc::clone(&runs),
+        None,
+        listen.ip().is_loopback(),
+        mcp_stop.clone(),
+    );
+    let app = router(Arc::clone(&runs), token, mcp);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -182,6 +202,7 @@ async fn serve(
     // then the listener closes (open event streams end with their
     // sessions' feeds).
     runs.shutdown().await;
+    mcp_stop.cancel();
     let _ = stop_tx.send(());
     match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "server error at shutdown"),
@@ -191,7 +212,7 @@ async fn serve(
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     tokio::select! {

@@ -139,6 +139,9 @@ pub struct Runs {
     /// `-a/--ask-for-approval`: the sessions' `approval_policy` unless
     /// the request sets one.
     pub(super) approval_policy: Option<troupe_protocol::ApprovalPolicy>,
+    /// The sessions' sandbox mode, and the loosest one a request may ask
+    /// for (default: the workspace's configuration).
+    pub(super) sandbox: Option<troupe_runtime::tools::SandboxMode>,
 }
 
 impl Runs {
@@ -160,6 +163,7 @@ impl Runs {
             remote: None,
             nats: None,
             approval_policy: None,
+            sandbox: None,
         }
     }
 
@@ -167,6 +171,24 @@ impl Runs {
     pub fn with_approval_policy(mut self, policy: Option<troupe_protocol::ApprovalPolicy>) -> Runs {
         self.approval_policy = policy;
         self
+    }
+
+    /// Runs the sessions in `mode` (and refuses requests for a looser
+    /// one) instead of the workspace's configured mode.
+    pub fn with_sandbox(mut self, mode: Option<troupe_runtime::tools::SandboxMode>) -> Runs {
+        self.sandbox = mode;
+        self
+    }
+
+    /// The loosest sandbox mode a request may ask for: `--sandbox`, else
+    /// the workspace's configuration.
+    pub fn sandbox_ceiling(&self) -> Result<troupe_runtime::tools::SandboxMode, ApiError> {
+        if let Some(mode) = self.sandbox {
+            return Ok(mode);
+        }
+        troupe_runtime::config::Config::load(&self.workspace)
+            .map(|c| c.sandbox_mode())
+            .map_err(|e| ApiError::bad(format!("troupe.toml: {e}")))
     }
 
     /// Places every session's subagents through `remote` (`--nats`), whose
@@ -185,6 +207,16 @@ impl Runs {
     /// The run of session `id`, if this server runs (or ran) it.
     pub fn get(&self, id: &str) -> Option<Arc<Run>> {
         self.runs.lock().get(id).cloned()
+    }
+
+    /// The runs of the sessions still running here.
+    pub fn running(&self) -> Vec<Arc<Run>> {
+        self.runs
+            .lock()
+            .values()
+            .filter(|r| !r.ended())
+            .cloned()
+            .collect()
     }
 
     /// Takes a slot for a new run, or refuses (429 beyond the cap, 503

@@ -48,6 +48,10 @@ pub struct StartRequest {
     /// config's).
     #[serde(default)]
     pub approval_policy: Option<String>,
+    /// The agents' sandbox mode: never looser than the server's (not in
+    /// the HTTP body: the MCP tools set it).
+    #[serde(skip)]
+    pub sandbox: Option<troupe_runtime::tools::SandboxMode>,
 }
 
 impl Runs {
@@ -76,6 +80,18 @@ impl Runs {
                     .map_err(|e| ApiError::bad(format!("approval_policy: {e}")))?,
             ),
             None => self.approval_policy,
+        };
+        let sandbox = match req.sandbox {
+            Some(asked) => {
+                let ceiling = self.sandbox_ceiling()?;
+                if asked > ceiling {
+                    return Err(ApiError::bad(format!(
+                        "sandbox: {asked} is looser than this server's {ceiling}; ask for {ceiling} or a stricter mode (read-only)"
+                    )));
+                }
+                Some(asked)
+            }
+            None => self.sandbox,
         };
         let spec = match &req.pipeline {
             Some(text) => {
@@ -107,6 +123,7 @@ impl Runs {
         settings.script = script;
         settings.nats = self.nats.clone();
         settings.approval_policy = approval_policy;
+        settings.sandbox = sandbox;
         let launch = Launch::prepare(&self.workspace, &settings, None)
             .await
             .map_err(launch_error)?
