@@ -48,19 +48,6 @@ fn crashed_session(server: &ScriptedServer) -> (tempfile::TempDir, String) {
     panic!("could not kill a run before it finished");
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn spawn_resume(ws: &Path, id: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_troupe"))
         .args(["sessions", "resume", id, "--workspace"])
@@ -92,7 +79,7 @@ fn simultaneous_resumes_of_a_crashed_session_run_it_exactly_once() {
 
     for round in 0..ROUNDS {
         let ws = tempfile::tempdir().unwrap();
-        copy_tree(crashed.path(), ws.path());
+        troupe_test_support::git::copy_tree(crashed.path(), ws.path());
         let children: Vec<Child> = (0..RESUMERS)
             .map(|_| spawn_resume(ws.path(), &id))
             .collect();

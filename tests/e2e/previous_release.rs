@@ -15,7 +15,7 @@ const RECORDED_AT: &str = "/tmp/troupe-previous-release";
 /// A copy of the fixture in `tmp`, its scripts' paths pointed at the copy.
 pub(crate) fn fixture(tmp: &Path) -> PathBuf {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/previous-release");
-    copy_dir(&from, tmp);
+    troupe_test_support::git::copy_tree(&from, tmp);
     for id in [COMPLETED, CRASHED] {
         let settings = tmp
             .join("ws/.vtcode/sessions")
@@ -27,19 +27,6 @@ pub(crate) fn fixture(tmp: &Path) -> PathBuf {
         std::fs::write(&settings, moved).unwrap();
     }
     tmp.join("ws")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 fn listed(ws: &Path) -> Vec<(String, String, String)> {

@@ -190,7 +190,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::MockLlm { script, listen } => {
             let script = launch::script_file(&script)?;
-            let listen = loopback(&listen)?;
+            let listen = loopback(
+                "--listen",
+                &listen,
+                "the scripted model server only listens on loopback, like 127.0.0.1:0, [::1]:0 or localhost:0",
+            )?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(mock_llm::run(&script, listen))?;
             Ok(exit::OK)
@@ -198,15 +202,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// `--listen HOST:PORT`, resolved (`localhost:0` works); only loopback
-/// addresses are accepted.
-fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
+/// `FLAG HOST:PORT`, resolved (`localhost:0` works; IPv4 first, since
+/// localhost resolves to both); only loopback addresses are accepted, and
+/// a refusal names the flag and ends with `hint` (what to use instead).
+pub(crate) fn loopback(flag: &str, listen: &str, hint: &str) -> Result<SocketAddr, Failure> {
     use std::net::ToSocketAddrs as _;
-    let refuse = |why: String| {
-        Failure::bad_input(anyhow::anyhow!(
-            "--listen {listen}: {why}; the scripted model server only listens on loopback, like 127.0.0.1:0, [::1]:0 or localhost:0"
-        ))
-    };
+    let refuse =
+        |why: String| Failure::bad_input(anyhow::anyhow!("{flag} {listen}: {why}; {hint}"));
     let addrs: Vec<SocketAddr> = listen
         .to_socket_addrs()
         .map_err(|e| refuse(format!("not a HOST:PORT address ({e})")))?
@@ -214,7 +216,6 @@ fn loopback(listen: &str) -> Result<SocketAddr, Failure> {
     if let Some(bad) = addrs.iter().find(|a| !a.ip().is_loopback()) {
         return Err(refuse(format!("{} is not a loopback address", bad.ip())));
     }
-    // IPv4 first: localhost resolves to both.
     addrs
         .iter()
         .find(|a| a.is_ipv4())

@@ -151,6 +151,29 @@ impl GitRepo {
     }
 }
 
+/// Copies the tree at `from` into `to` (created if missing): directories
+/// and regular files, as a crashed workspace is copied before it is
+/// resumed. Panics naming the path it cannot copy.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("cannot create {}: {e}", to.display()));
+    let entries =
+        std::fs::read_dir(from).unwrap_or_else(|e| panic!("cannot read {}: {e}", from.display()));
+    for entry in entries {
+        let entry = entry.unwrap_or_else(|e| panic!("cannot read {}: {e}", from.display()));
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let is_dir = entry
+            .file_type()
+            .unwrap_or_else(|e| panic!("cannot stat {}: {e}", source.display()))
+            .is_dir();
+        if is_dir {
+            copy_tree(&source, &target);
+        } else {
+            std::fs::copy(&source, &target)
+                .unwrap_or_else(|e| panic!("cannot copy {}: {e}", source.display()));
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

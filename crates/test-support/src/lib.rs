@@ -12,7 +12,7 @@
 //!   runs shell steps, [`scripts::steps_rule`]);
 //! - [`tools`]: [`RecordingTool`], a write tool with a side-effect file
 //!   that replies, panics or hangs on the calls a test picks;
-//! - [`git`]: a temp git repository built with git2;
+//! - [`git`]: a temp git repository built with git2, and a tree copied;
 //! - [`bin`]: running a built binary with a timeout, stdin, env, JSONL;
 //! - [`e2e`]: `troupe exec` runs and the session they leave;
 //! - [`nats`]: a real `nats-server` per test;

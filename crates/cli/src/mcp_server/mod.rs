@@ -175,23 +175,9 @@ async fn serve_http(
 /// `--http HOST:PORT`, resolved; only loopback addresses (no token
 /// guards this server: `troupe serve` serves `/mcp` off loopback).
 fn loopback(listen: &str) -> Result<std::net::SocketAddr, Failure> {
-    use std::net::ToSocketAddrs as _;
-    let refuse = |why: String| {
-        Failure::bad_input(anyhow::anyhow!(
-            "--http {listen}: {why}; use a loopback address like 127.0.0.1:0, or `troupe serve` (with a bearer token) to serve /mcp on another address"
-        ))
-    };
-    let addrs: Vec<std::net::SocketAddr> = listen
-        .to_socket_addrs()
-        .map_err(|e| refuse(format!("not a HOST:PORT address ({e})")))?
-        .collect();
-    if let Some(bad) = addrs.iter().find(|a| !a.ip().is_loopback()) {
-        return Err(refuse(format!("{} is not a loopback address", bad.ip())));
-    }
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| refuse("it resolves to no address".into()))
+    crate::loopback(
+        "--http",
+        listen,
+        "use a loopback address like 127.0.0.1:0, or `troupe serve` (with a bearer token) to serve /mcp on another address",
+    )
 }

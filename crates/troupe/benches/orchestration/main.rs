@@ -313,20 +313,6 @@ fn seed_into(rt: &tokio::runtime::Runtime, dir: &std::path::Path, port: u16) {
     assert_eq!(made, SEEDED_SESSIONS);
 }
 
-/// Copies the tree at `from` into `to` (directories and regular files).
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// The mock's process, killed when the parent ends (even by a panic).
 struct Mock(std::process::Child);
 
@@ -393,7 +379,7 @@ fn child(variant: &str) {
         if !seed.join(".vtcode").exists() {
             seed_into(&rt, &seed, port);
         }
-        copy_tree(&seed.join(".vtcode"), &ws.path().join(".vtcode"));
+        troupe_test_support::git::copy_tree(&seed.join(".vtcode"), &ws.path().join(".vtcode"));
     }
     let fsync = match variant {
         "troupe-never" => FsyncPolicy::Never,
