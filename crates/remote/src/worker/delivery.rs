@@ -127,6 +127,7 @@ async fn run_incarnation(
         incarnation,
         home: &home,
         repo: &repo,
+        checkpoint: checkpoint.as_deref(),
     };
     let (completed, handoff) = match run_agent(&run, journal, controls).await? {
         Ran::Done(f) => *f,
