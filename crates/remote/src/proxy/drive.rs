@@ -384,7 +384,9 @@ async fn publish_message(p: &ProxyArgs, wm: &WorkerMessage, id: &str) -> Result<
         .publish(
             events_subject(session, &p.task_id),
             body.into(),
-            Some(&format!("{}-{id}", p.task_id)),
+            // With the session's id: another session's task of the same
+            // agent id is not a duplicate.
+            Some(&format!("{session}-{}-{id}", p.task_id)),
         )
         .await
 }
