@@ -300,9 +300,9 @@ fn a_worker_killed_at_twenty_points_of_a_writing_child_leaves_no_effect_unknown(
     );
     assert_eq!(kills.len(), KILLS);
     assert!(count(Phase::Middle) >= 5, "{kills:?}");
-    // The coordinator's log agrees: at least as many calls were rolled
-    // back as kills hit the middle window (a kill aimed before may hit a
-    // call whose record had reached the coordinator unacknowledged).
+    // The coordinator's log shows the rollbacks (fewer than the middle
+    // kills when a result reached it before the dead worker logged its
+    // acknowledgement; more when a record reached it unacknowledged).
     assert!(
         rolled_back >= 5,
         "{rolled_back} rolled back; kills: {kills:?}"
