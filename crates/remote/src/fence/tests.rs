@@ -1,5 +1,8 @@
 //! The fencing machine's table, row by row, without NATS: the reply token
 //! is the claim's name.
+//!
+//! Over 600 lines: one test per row of the machine's table (and the
+//! write-ahead's acknowledgements and checkpoints), sharing its helpers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -125,7 +125,7 @@ impl WriteAhead for Ahead {
                 None => {
                     tracing::info!(
                         seq,
-                        "write-ahead: the coordinator holds the call's record; running it"
+                        "write-ahead: the coordinator holds the call's record; the call starts"
                     );
                     Ok(())
                 }
