@@ -40,6 +40,7 @@ mod remote;
 mod remote_cli;
 mod remote_faults;
 mod remote_partition;
+mod remote_write_ahead;
 mod responses;
 mod resume;
 mod resume_context;

@@ -233,8 +233,9 @@ pub(crate) fn assert_complete(
             format!("part {i}\n")
         );
         // troupe never runs a call twice; a call cut off mid-run is
-        // reported as interrupted (effect unknown) and the scripted model
-        // asks for it again, so it may then have run twice.
+        // reported as interrupted (its worktree rolled back to the last
+        // checkpoint; what it did outside may have happened) and the
+        // scripted model asks for it again, so it may then have run twice.
         let n = runs(side, i);
         let interrupted = interrupted(&events, &format!("x{i}"));
         let ok = if interrupted {

@@ -29,6 +29,22 @@ pub trait RemoteSpawner: Send + Sync {
     }
 }
 
+/// Write-ahead across the wire (a worker's session, docs/scale-out.md):
+/// an agent's write or exec call runs only once its `item.started` is
+/// held where the task's canonical log is (the coordinator's), not only
+/// in the worker's own log.
+pub trait WriteAhead: Send + Sync {
+    /// Resolves once event `seq` of this session's log is held by the
+    /// coordinator; `Err` (why) when it will not be (the task was lost:
+    /// fenced, cancelled, or no acknowledgement in time). The agent then
+    /// fails closed rather than run the call.
+    fn held(&self, seq: u64) -> BoxFuture<'_, Result<(), String>>;
+
+    /// Where agent `agent_id`'s worktree was rolled back to before this
+    /// run resumed it (e.g. `checkpoint 12`), when it was.
+    fn rolled_back_to(&self, agent_id: &str) -> Option<String>;
+}
+
 /// Whether a child with `placement` and `isolation` runs remotely (only a
 /// worktree child can: a worker has no shared workspace); `Err` when it
 /// must and cannot.

@@ -218,6 +218,19 @@ pub struct Alive {
     pub incarnation: u64,
 }
 
+/// The coordinator's acknowledgement that its log holds the agent's
+/// events up to `position` (core NATS, on troupe-remote's
+/// `acked_subject`): the write-ahead of a worker's write and exec calls
+/// waits for it (docs/scale-out.md). Sent again every second while the
+/// task runs, so a lost one is made up for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Acked {
+    /// The incarnation whose events they are.
+    pub incarnation: u64,
+    /// The highest position the log holds (with every one before it).
+    pub position: u64,
+}
+
 /// What goes on a task's event subject, in one order: the coordinator's
 /// grants and the workers' messages. The coordinator decides everything
 /// (which incarnation is current, which event is new) from this order

@@ -255,6 +255,13 @@ fn claims_controls_and_heartbeats_round_trip() {
         round_trip(&Alive { incarnation: 4 }),
         json!({"incarnation": 4})
     );
+    assert_eq!(
+        round_trip(&Acked {
+            incarnation: 2,
+            position: 17,
+        }),
+        json!({"incarnation": 2, "position": 17})
+    );
 }
 
 #[test]
@@ -384,6 +391,7 @@ struct RemoteMessages {
     control: Control,
     steer_reply: SteerReply,
     alive: Alive,
+    acked: Acked,
     worker_message: WorkerMessage,
 }
 

@@ -20,10 +20,10 @@
 //! | grant | not newer than the current one (it lost a race) | its claimant (if ours) gets `fenced` |
 //! | grant | newer | it is current; its claimant (if ours) gets `granted` |
 //! | message of another incarnation | live | record it fenced, publish `Control::Fenced` |
-//! | event | at the next position | write it (unregister first if it completes the agent's thread) |
-//! | event | at an earlier position | nothing (the log holds it) |
+//! | event | at the next position | write it (unregister first if it completes the agent's thread), acknowledge it |
+//! | event | at an earlier position | acknowledge it (the log holds it) |
 //! | event | past the next position | an error (a gap) |
-//! | checkpoint | | the latest checkpoint |
+//! | checkpoint | | pending: the latest checkpoint once the event after it (its call's result) is in the log |
 //! | finished | | commit the result, unregister, deliver the outcome |
 //! | message of an older incarnation | finished (lingering) | record it fenced, publish `Control::Fenced` |
 //! | heartbeat of the current incarnation | | heard from now |
@@ -74,6 +74,15 @@ pub(crate) enum Effect<R> {
     },
     /// Write the agent's next event into the log.
     Write(Box<ThreadEvent>),
+    /// Tell `incarnation` the log holds the agent's events up to
+    /// `position` ([`crate::wire::Acked`], once what this input wrote is
+    /// durable): its write-ahead waits for it.
+    Ack {
+        /// The incarnation whose event it is.
+        incarnation: u64,
+        /// The event's position.
+        position: u64,
+    },
     /// The agent is no longer steerable: remove its registration.
     Unregister,
     /// Queue the task unless the queue holds it (in flight, or waiting).
@@ -116,6 +125,11 @@ pub(crate) struct Fence<R> {
     /// The position of the agent's next event: how many the log holds.
     next: u64,
     checkpoint: Option<String>,
+    /// A checkpoint whose call's result (the event after it) is not in
+    /// the log yet: it becomes the latest only with that event, so the
+    /// checkpoint never runs ahead of the journal (a call started but not
+    /// finished in the journal left no change in the checkpoint).
+    pending: Option<String>,
     finished: bool,
     /// When the current incarnation was last heard from.
     heard: Option<Instant>,
@@ -160,6 +174,7 @@ impl<R> Fence<R> {
             issued: 0,
             next,
             checkpoint: None,
+            pending: None,
             finished: false,
             heard: None,
             silence: None,
@@ -357,6 +372,9 @@ impl<R> Fence<R> {
                     .collect());
             }
             self.current = inc;
+            // What the older incarnation checkpointed without its result
+            // is dropped with it.
+            self.pending = None;
             self.issued = self.issued.max(inc);
             self.claim = Some(claim_id);
             self.delivered = delivered;
@@ -384,9 +402,19 @@ impl<R> Fence<R> {
             WorkerMessage::Grant { .. } => Ok(Vec::new()),
             WorkerMessage::Event {
                 position, event, ..
-            } => self.event(position, *event),
+            } => {
+                if let Some(object) = self.pending.take() {
+                    self.checkpoint = Some(object);
+                }
+                let mut effects = self.event(position, *event)?;
+                effects.push(Effect::Ack {
+                    incarnation: inc,
+                    position,
+                });
+                Ok(effects)
+            }
             WorkerMessage::Checkpoint { object, .. } => {
-                self.checkpoint = Some(object);
+                self.pending = Some(object);
                 Ok(Vec::new())
             }
             WorkerMessage::Finished {

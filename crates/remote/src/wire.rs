@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 pub use troupe_protocol::{
-    Alive, Claim, ClaimReply, Control, SteerReply, TaskMessage, WorkerMessage,
+    Acked, Alive, Claim, ClaimReply, Control, SteerReply, TaskMessage, WorkerMessage,
 };
 
 /// The work-queue stream of subagent tasks.
@@ -39,6 +39,13 @@ pub fn task_subject(session_id: &str, task_id: &str) -> String {
 /// `troupe.alive.<session>.<task>`: the running worker's heartbeats.
 pub fn alive_subject(session_id: &str, task_id: &str) -> String {
     format!("troupe.alive.{}.{}", token(session_id), token(task_id))
+}
+
+/// `troupe.acked.<session>.<task>`: the coordinator's acknowledgements
+/// of the agent's events ([`Acked`]), which a worker's write and exec
+/// calls wait for.
+pub fn acked_subject(session_id: &str, task_id: &str) -> String {
+    format!("troupe.acked.{}.{}", token(session_id), token(task_id))
 }
 
 /// `troupe.control.<session>.<task>`: fence, cancel and steer notices to

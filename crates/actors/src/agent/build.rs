@@ -133,6 +133,7 @@ pub(super) fn build_loop(
         agent_id: args.agent_id.clone(),
         address: args.address.clone(),
         agents: env.agents.clone(),
+        write_ahead: env.write_ahead.clone(),
     });
     let mut agent = AgentLoop::new(
         config,
@@ -144,6 +145,13 @@ pub(super) fn build_loop(
     );
     if let Some(h) = &env.hooks {
         agent = agent.with_hooks(Arc::clone(h));
+    }
+    if let Some(to) = env
+        .write_ahead
+        .as_ref()
+        .and_then(|w| w.rolled_back_to(&args.agent_id))
+    {
+        agent = agent.with_rollback(to);
     }
     let mut context = env.context.clone();
     context.workspace = Some(args.workspace.clone());
@@ -176,6 +184,8 @@ struct EndingSink {
     agent_id: String,
     address: Address<AgentMsg>,
     agents: AgentDirectory,
+    /// A worker's write-ahead: durable means held by the coordinator too.
+    write_ahead: Option<Arc<dyn crate::placement::WriteAhead>>,
 }
 
 impl EventSink for EndingSink {
@@ -189,6 +199,15 @@ impl EventSink for EndingSink {
     }
 
     fn durable(&self, seq: u64) -> BoxFuture<'_, Result<(), troupe_runtime::store::StoreError>> {
-        self.log.durable(seq)
+        Box::pin(async move {
+            self.log.durable(seq).await?;
+            match &self.write_ahead {
+                Some(w) => w
+                    .held(seq)
+                    .await
+                    .map_err(troupe_runtime::store::StoreError::Writer),
+                None => Ok(()),
+            }
+        })
     }
 }

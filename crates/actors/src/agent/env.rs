@@ -155,6 +155,10 @@ pub struct AgentEnv {
     /// Who answers the agents' approval requests (the session's broker);
     /// `None`: nobody, every agent is `never`.
     pub approver: Option<Arc<dyn Approver>>,
+    /// A worker's write-ahead: write and exec calls wait until the
+    /// coordinator holds their `item.started`; `None`: the local log's
+    /// durability is enough.
+    pub write_ahead: Option<Arc<dyn crate::placement::WriteAhead>>,
 }
 
 impl AgentEnv {
@@ -202,6 +206,7 @@ impl AgentEnv {
             remote: None,
             approval_policy: ApprovalPolicy::Never,
             approver: None,
+            write_ahead: None,
         }
     }
 

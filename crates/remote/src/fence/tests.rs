@@ -1,5 +1,8 @@
 //! The fencing machine's table, row by row, without NATS: the reply token
 //! is the claim's name.
+//!
+//! Over 600 lines: one test per row of the machine's table (and the
+//! write-ahead's acknowledgements and checkpoints), sharing its helpers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -303,6 +306,8 @@ fn replay_retried_claim_gets_the_same_grant_and_the_journal_anew() {
             now,
         )
         .unwrap();
+    // Its call's result comes after it: the checkpoint is the latest now.
+    let _ = f.on_message(event(1, 0), 3, now).unwrap();
     // The retry (its first reply was lost) is answered the same, with the
     // latest checkpoint; the journal is read again and sets the next
     // position.
@@ -318,10 +323,97 @@ fn replay_retried_claim_gets_the_same_grant_and_the_journal_anew() {
         other => panic!("{other:?}"),
     }
     f.journal_sent(4);
-    assert!(written(&f.on_message(event(1, 3), 3, now).unwrap()).is_empty());
+    assert!(written(&f.on_message(event(1, 3), 4, now).unwrap()).is_empty());
     assert_eq!(
-        written(&f.on_message(event(1, 4), 4, now).unwrap()),
+        written(&f.on_message(event(1, 4), 5, now).unwrap()),
         ["event 4"]
+    );
+}
+
+/// The acknowledgements among `effects`: (incarnation, position).
+fn acks(effects: &Effects) -> Vec<(u64, u64)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Ack {
+                incarnation,
+                position,
+            } => Some((*incarnation, *position)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn write_ahead_each_event_of_the_current_incarnation_is_acknowledged_after_its_write() {
+    let mut f = live(2);
+    let now = Instant::now();
+    grant(&mut f, "a", 1, 1, now);
+    // Held already (a resumed agent's repeat): acknowledged, not written.
+    let held = f.on_message(event(1, 1), 2, now).unwrap();
+    assert!(written(&held).is_empty());
+    assert_eq!(acks(&held), [(1, 1)]);
+    // New: written, then acknowledged (the write comes first).
+    let new = f.on_message(event(1, 2), 3, now).unwrap();
+    assert!(
+        matches!(
+            new.as_slice(),
+            [
+                Effect::Write(_),
+                Effect::Ack {
+                    incarnation: 1,
+                    position: 2
+                }
+            ]
+        ),
+        "{new:?}"
+    );
+    // A stale incarnation's event is fenced, never acknowledged.
+    grant(&mut f, "b", 2, 4, now + ACK_WAIT * 2);
+    let stale = f.on_message(event(1, 3), 5, now).unwrap();
+    assert!(acks(&stale).is_empty(), "{stale:?}");
+    assert!(written(&stale).is_empty());
+}
+
+#[test]
+fn write_ahead_a_checkpoint_counts_only_with_its_calls_result() {
+    let mut f = live(0);
+    let now = Instant::now();
+    grant(&mut f, "a", 1, 1, now);
+    let checkpoint = |object: &str| WorkerMessage::Checkpoint {
+        incarnation: 1,
+        object: object.into(),
+    };
+    let granted_checkpoint = |effects: Effects| match effects.as_slice() {
+        [Effect::Granted { checkpoint, .. }] => checkpoint.clone(),
+        other => panic!("{other:?}"),
+    };
+    let _ = f.on_message(checkpoint("ckpt-1-0"), 2, now).unwrap();
+    let _ = f.on_message(event(1, 0), 3, now).unwrap();
+    // The next call's checkpoint, but its result never came: the worker
+    // died in between.
+    let _ = f.on_message(checkpoint("ckpt-1-2"), 4, now).unwrap();
+    // A retried claim of incarnation 1 sees only the first.
+    assert_eq!(
+        granted_checkpoint(f.on_claim(claim("a", 1), "a2", now)).as_deref(),
+        Some("ckpt-1-0")
+    );
+    // Incarnation 2 resumes from it too: the pending one went with 1.
+    let later = now + ACK_WAIT * 2;
+    let g = published(f.on_claim(claim("b", 2), "b", later));
+    assert_eq!(
+        granted_checkpoint(f.on_message(g, 5, later).unwrap()).as_deref(),
+        Some("ckpt-1-0")
+    );
+    assert!(
+        f.on_message(event(2, 1), 6, later)
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Effect::Write(_)))
+    );
+    assert_eq!(
+        granted_checkpoint(f.on_claim(claim("b", 2), "b2", later)).as_deref(),
+        Some("ckpt-1-0")
     );
 }
 
@@ -387,7 +479,10 @@ fn event_completing_the_agents_thread_unregisters_it_first() {
     };
     let effects = f.on_message(done, 2, now).unwrap();
     assert!(
-        matches!(effects.as_slice(), [Effect::Unregister, Effect::Write(_)]),
+        matches!(
+            effects.as_slice(),
+            [Effect::Unregister, Effect::Write(_), Effect::Ack { .. }]
+        ),
         "{effects:?}"
     );
     // A subagent's completion leaves it steerable.
@@ -398,7 +493,7 @@ fn event_completing_the_agents_thread_unregisters_it_first() {
     };
     let effects = f.on_message(sub, 3, now).unwrap();
     assert!(
-        matches!(effects.as_slice(), [Effect::Write(_)]),
+        matches!(effects.as_slice(), [Effect::Write(_), Effect::Ack { .. }]),
         "{effects:?}"
     );
 }

@@ -21,10 +21,11 @@ use super::ProxyArgs;
 use super::approvals::Watches;
 use crate::error::RemoteError;
 use crate::fence::{Effect, Fence};
+use crate::task::Owned;
 use crate::wire::{
-    Alive, Claim, ClaimReply, Control, EVENT_STREAM, TASK_STREAM, TaskMessage, WorkerMessage,
-    alive_subject, belongs_to, claim_subject, control_subject, done_key, events_subject,
-    task_subject,
+    Acked, Alive, Claim, ClaimReply, Control, EVENT_STREAM, TASK_STREAM, TaskMessage,
+    WorkerMessage, acked_subject, alive_subject, belongs_to, claim_subject, control_subject,
+    done_key, events_subject, task_subject,
 };
 
 /// Follows the task to its end (its outcome delivered), then leaves a
@@ -70,8 +71,11 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     );
     watches.start_from(&logged);
     drop(logged);
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let _acker = Owned::spawn(acker(p.clone(), rx));
+    let mut acks = Acks { tx, last_seq: None };
     let effects = m.start();
-    execute_watched(p, &mut m, effects, &mut watches).await?;
+    execute_watched(p, &mut m, effects, &mut watches, &mut acks).await?;
     loop {
         tokio::select! {
             req = claims.next() => {
@@ -88,7 +92,7 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                     m.set_silence(p.nats.delivery_ack_wait().await);
                 }
                 let effects = m.on_claim(claim, reply, Instant::now());
-                execute(p, &mut m, effects).await?;
+                execute(p, &mut m, effects, Some(&mut acks)).await?;
             }
             hb = alive.next() => {
                 let Some(hb) = hb else {
@@ -107,7 +111,7 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                     RemoteError::BadMessage { subject: msg.subject.to_string(), why: e.to_string() }
                 })?;
                 let effects = m.on_message(wm, seq, Instant::now())?;
-                execute_watched(p, &mut m, effects, &mut watches).await?;
+                execute_watched(p, &mut m, effects, &mut watches, &mut acks).await?;
                 if m.finished() {
                     // A zombie's late messages are still recorded (never
                     // merged) for a while, by a task the placement owns.
@@ -130,6 +134,7 @@ async fn execute_watched(
     m: &mut Fence<Subject>,
     effects: Vec<Effect<Subject>>,
     watches: &mut Watches,
+    acks: &mut Acks,
 ) -> Result<(), RemoteError> {
     let approvals: Vec<ThreadEvent> = effects
         .iter()
@@ -145,19 +150,65 @@ async fn execute_watched(
             _ => None,
         })
         .collect();
-    execute(p, m, effects).await?;
+    execute(p, m, effects, Some(acks)).await?;
     for ev in &approvals {
         watches.written(ev);
     }
     Ok(())
 }
 
+/// The acknowledgements of the agent's events to its worker: the latest
+/// goes to the [`acker`], with the log's sequence number of the last
+/// event this proxy wrote (durable before it is sent).
+struct Acks {
+    tx: tokio::sync::watch::Sender<Option<(Acked, Option<u64>)>>,
+    last_seq: Option<u64>,
+}
+
+/// How often the latest acknowledgement is sent again (a worker that
+/// missed one, e.g. across a NATS reconnect, hears it within this).
+const ACK_RESEND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends each acknowledgement once the log holds what it acknowledges
+/// durably, and the latest again every [`ACK_RESEND`]; a newer one
+/// supersedes an older one not sent yet.
+async fn acker(p: ProxyArgs, mut rx: tokio::sync::watch::Receiver<Option<(Acked, Option<u64>)>>) {
+    let subject = acked_subject(&p.args.env.session_id, &p.task_id);
+    loop {
+        if let Ok(Err(_)) = tokio::time::timeout(ACK_RESEND, rx.changed()).await {
+            return;
+        }
+        let Some((acked, seq)) = *rx.borrow_and_update() else {
+            continue;
+        };
+        if let Some(seq) = seq
+            && let Err(e) = p
+                .args
+                .env
+                .log
+                .wait_committed(seq, p.args.env.call_timeout)
+                .await
+        {
+            tracing::warn!(error = %e, "the log did not commit; acknowledgement held back");
+            continue;
+        }
+        let Ok(body) = serde_json::to_vec(&acked) else {
+            continue;
+        };
+        if let Err(e) = p.nats.client.publish(subject.clone(), body.into()).await {
+            tracing::debug!(error = %e, "acknowledgement not sent; sent again shortly");
+        }
+    }
+}
+
 /// Carries out the machine's effects, in order; the first that fails
-/// ends the proxy.
+/// ends the proxy. `acks`: where acknowledgements go (none after the
+/// end).
 async fn execute(
     p: &ProxyArgs,
     m: &mut Fence<Subject>,
     effects: Vec<Effect<Subject>>,
+    mut acks: Option<&mut Acks>,
 ) -> Result<(), RemoteError> {
     for effect in effects {
         match effect {
@@ -187,7 +238,8 @@ async fn execute(
             Effect::Record(message) => record(p, message),
             Effect::NotifyFenced { current } => notify_fenced(p, current).await,
             Effect::Write(ev) => {
-                p.args
+                let seq = p
+                    .args
                     .env
                     .log
                     .sender()
@@ -196,6 +248,21 @@ async fn execute(
                         what: "refused an event",
                         why: e.to_string(),
                     })?;
+                if let Some(acks) = acks.as_deref_mut() {
+                    acks.last_seq = Some(seq);
+                }
+            }
+            Effect::Ack {
+                incarnation,
+                position,
+            } => {
+                if let Some(acks) = acks.as_deref_mut() {
+                    let acked = Acked {
+                        incarnation,
+                        position,
+                    };
+                    acks.tx.send_replace(Some((acked, acks.last_seq)));
+                }
             }
             Effect::Unregister => p.args.env.agents.remove_remote(&p.args.agent_id),
             Effect::QueueIfAbsent => queue_if_needed(p).await?,
@@ -235,7 +302,7 @@ async fn linger(p: ProxyArgs, mut events: consumer::pull::Ordered, mut m: Fence<
         };
         let seq = msg.info().map_or(0, |i| i.stream_sequence);
         if let Ok(effects) = m.on_message(wm, seq, Instant::now())
-            && let Err(e) = execute(&p, &mut m, effects).await
+            && let Err(e) = execute(&p, &mut m, effects, None).await
         {
             tracing::debug!(error = %e, "a fence record failed");
         }
@@ -317,7 +384,9 @@ async fn publish_message(p: &ProxyArgs, wm: &WorkerMessage, id: &str) -> Result<
         .publish(
             events_subject(session, &p.task_id),
             body.into(),
-            Some(&format!("{}-{id}", p.task_id)),
+            // With the session's id: another session's task of the same
+            // agent id is not a duplicate.
+            Some(&format!("{session}-{}-{id}", p.task_id)),
         )
         .await
 }

@@ -127,6 +127,7 @@ async fn run_incarnation(
         incarnation,
         home: &home,
         repo: &repo,
+        checkpoint: checkpoint.as_deref(),
     };
     let (completed, handoff) = match run_agent(&run, journal, controls).await? {
         Ran::Done(f) => *f,
@@ -164,7 +165,12 @@ pub(super) async fn publish(
         .publish(
             events_subject(&task.session_id, &task.task_id),
             body.into(),
-            Some(&format!("{}-{incarnation}-{id}", task.task_id)),
+            // The session's id too: the same agent id (so task id) in
+            // another session within the dedupe window is another message.
+            Some(&format!(
+                "{}-{}-{incarnation}-{id}",
+                task.session_id, task.task_id
+            )),
         )
         .await
 }

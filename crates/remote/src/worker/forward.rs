@@ -1,25 +1,38 @@
 //! Forwarding: the worker log's events of the agent, each published with
 //! its position, and a checkpoint bundle before a completed item that
-//! changed the worktree.
+//! changed the worktree; the coordinator's acknowledgements move the
+//! write-ahead's mark (`ahead.rs`).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use troupe_protocol::ThreadEvent;
 use troupe_runtime::store::Exporter;
 
 use super::Ctx;
+use super::ahead::Ahead;
 use super::control::Stop;
 use super::delivery::publish;
 use crate::error::RemoteError;
 use crate::git;
 use crate::proxy::is_tree_event;
-use crate::wire::{TaskMessage, WorkerMessage, belongs_to};
+use crate::wire::{Acked, TaskMessage, WorkerMessage, acked_subject, belongs_to};
 
-/// The exporter that hands the worker log's events to the forwarder.
+/// One event of the worker's log: its sequence number and bare JSON
+/// (`None`: the log closed).
+pub(super) type Exported = Option<(u64, Vec<u8>)>;
+
+/// The exporter that hands the worker log's events to the forwarder. Added
+/// to a new log before its first event, its n-th event is the log's
+/// event n (the sequence number the agents' write-ahead waits on).
 pub(super) struct Forward {
-    pub(super) tx: mpsc::UnboundedSender<Option<Vec<u8>>>,
+    pub(super) tx: mpsc::UnboundedSender<Exported>,
+    pub(super) seq: u64,
 }
 
 impl Exporter for Forward {
@@ -28,7 +41,8 @@ impl Exporter for Forward {
     }
 
     fn export(&mut self, _line: &[u8], event: &[u8]) -> std::io::Result<()> {
-        let _ = self.tx.send(Some(event.to_vec()));
+        self.seq += 1;
+        let _ = self.tx.send(Some((self.seq, event.to_vec())));
         Ok(())
     }
 
@@ -49,80 +63,221 @@ pub(super) struct Positions {
     pub(super) first: u64,
 }
 
+/// An event of the worker's log the coordinator has not acknowledged yet.
+struct Unacked {
+    seq: u64,
+    /// Its position, when it was published (else nothing to wait for).
+    position: Option<u64>,
+    /// The checkpoint published with it (a call's result).
+    checkpoint: Option<String>,
+}
+
+/// The test-only pause before a call's result is checkpointed
+/// (`TROUPE_WORKER_TEST_HOLD_MS`): it widens the window between a call's
+/// acknowledged `item.started` and its acknowledged result, so the fault
+/// tests can kill a worker there (tests/e2e/remote_write_ahead.rs).
+fn test_hold() -> Option<Duration> {
+    std::env::var("TROUPE_WORKER_TEST_HOLD_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
+/// One incarnation's forwarding: what it publishes from and to.
+pub(super) struct Forwarding {
+    pub(super) ctx: Ctx,
+    pub(super) task: TaskMessage,
+    pub(super) incarnation: u64,
+    pub(super) positions: Positions,
+    pub(super) repo: PathBuf,
+    pub(super) stop: watch::Receiver<Option<Stop>>,
+    pub(super) ahead: Arc<Ahead>,
+}
+
 /// Publishes the agent's events in order, each with its position among
 /// the agent's events (the journal's come first); before a completed item
 /// that changed the worktree, a checkpoint of it, so a later incarnation
-/// sees the tree as of its last journaled call. Publishes nothing once
-/// the incarnation is stopped.
+/// sees the tree as of its last journaled call. The coordinator's
+/// acknowledgements mark the events it holds ([`Ahead::held_up_to`]).
+/// Publishes nothing once the incarnation is stopped (the write-ahead is
+/// then lost: no call waiting on it runs); an error when it was lost for
+/// another reason (no acknowledgement in time).
 pub(super) async fn forward(
-    ctx: Ctx,
-    task: TaskMessage,
-    incarnation: u64,
-    mut rx: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    positions: Positions,
-    repo: PathBuf,
-    stop: watch::Receiver<Option<Stop>>,
+    f: Forwarding,
+    mut rx: mpsc::UnboundedReceiver<Exported>,
 ) -> Result<(), RemoteError> {
+    let Forwarding {
+        ctx,
+        task,
+        incarnation,
+        positions,
+        repo,
+        mut stop,
+        ahead,
+    } = f;
     let mut skip = positions.skip;
     let mut position = positions.first;
     let repos = ctx.nats.repos().await?;
     let scratch = repo.parent().unwrap_or(&repo).to_path_buf();
-    while let Some(Some(bytes)) = rx.recv().await {
-        if stop.borrow().is_some() {
-            continue;
-        }
-        let Ok(event) = serde_json::from_slice::<Value>(&bytes) else {
-            continue;
-        };
-        if !belongs_to(&event, &task.agent_id) || is_tree_event(&event) {
-            continue;
-        }
-        if skip > 0 {
-            skip -= 1;
-            continue;
-        }
-        // The worker's own log wrote it: one of this release's events.
-        let event = match serde_json::from_value::<ThreadEvent>(event) {
-            Ok(event) => event,
-            Err(e) => {
-                tracing::warn!(error = %e, agent = %task.agent_id, "an event of this worker's log does not parse; not forwarded");
-                continue;
+    let mut acks = ctx
+        .nats
+        .client
+        .subscribe(acked_subject(&task.session_id, &task.task_id))
+        .await
+        .map_err(RemoteError::nats)?;
+    let mut state = ahead.subscribe();
+    let hold = test_hold();
+    let mut unacked: VecDeque<Unacked> = VecDeque::new();
+    let mut acked: Option<u64> = None;
+    let mut stop_open = true;
+    loop {
+        tokio::select! {
+            got = rx.recv() => {
+                let Some(Some((seq, bytes))) = got else { break };
+                let mut entry = Unacked { seq, position: None, checkpoint: None };
+                if let Some(s) = *stop.borrow() {
+                    ahead.lose(stopped(s));
+                    unacked.push_back(entry);
+                    continue;
+                }
+                if let Some(event) = to_forward(&bytes, &task, &mut skip) {
+                    entry.position = Some(position);
+                    let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, scratch: &scratch, repos: &repos, hold };
+                    entry.checkpoint = cp.event(position, event).await?;
+                    position += 1;
+                }
+                unacked.push_back(entry);
             }
-        };
-        position += 1;
-        let position = position - 1;
+            Some(msg) = acks.next() => {
+                if let Ok(a) = serde_json::from_slice::<Acked>(&msg.payload)
+                    && a.incarnation == incarnation
+                {
+                    acked = acked.max(Some(a.position));
+                }
+            }
+            changed = stop.changed(), if stop_open => {
+                stop_open = changed.is_ok();
+                if let Some(s) = *stop.borrow() {
+                    ahead.lose(stopped(s));
+                }
+            }
+            _ = state.changed() => {}
+        }
+        if let (Some(why), None) = (ahead.lost(), *stop.borrow()) {
+            return Err(RemoteError::Coordinator(why));
+        }
+        while let Some(front) = unacked.front() {
+            if front.position.is_some_and(|p| acked.is_none_or(|a| a < p)) {
+                break;
+            }
+            if let Some(cp) = &front.checkpoint {
+                tracing::info!(checkpoint = %cp, "write-ahead: the coordinator holds the call's result and checkpoint");
+            }
+            ahead.held_up_to(front.seq);
+            unacked.pop_front();
+        }
+    }
+    match (ahead.lost(), *stop.borrow()) {
+        (Some(why), None) => Err(RemoteError::Coordinator(why)),
+        _ => Ok(()),
+    }
+}
+
+/// Why a stopped incarnation's calls do not run.
+fn stopped(stop: Stop) -> String {
+    match stop {
+        Stop::Fenced(current) => format!("fenced off by incarnation {current}"),
+        _ => "stopped by the coordinator".to_string(),
+    }
+}
+
+/// The event to publish from the worker log's `bytes`: the agent's (or
+/// its subagents') own, past the journal replayed into the log.
+fn to_forward(bytes: &[u8], task: &TaskMessage, skip: &mut usize) -> Option<ThreadEvent> {
+    let event = serde_json::from_slice::<Value>(bytes).ok()?;
+    if !belongs_to(&event, &task.agent_id) || is_tree_event(&event) {
+        return None;
+    }
+    if *skip > 0 {
+        *skip -= 1;
+        return None;
+    }
+    // The worker's own log wrote it: one of this release's events.
+    match serde_json::from_value::<ThreadEvent>(event) {
+        Ok(event) => Some(event),
+        Err(e) => {
+            tracing::warn!(error = %e, agent = %task.agent_id, "an event of this worker's log does not parse; not forwarded");
+            None
+        }
+    }
+}
+
+/// What publishing an event needs.
+struct Publish<'a> {
+    ctx: &'a Ctx,
+    task: &'a TaskMessage,
+    incarnation: u64,
+    repo: &'a PathBuf,
+    scratch: &'a PathBuf,
+    repos: &'a async_nats::jetstream::object_store::ObjectStore,
+    hold: Option<Duration>,
+}
+
+impl Publish<'_> {
+    /// Publishes `event` at `position`, after a checkpoint when it is a
+    /// completed item that changed the worktree; the checkpoint's object.
+    async fn event(
+        &self,
+        position: u64,
+        event: ThreadEvent,
+    ) -> Result<Option<String>, RemoteError> {
+        let Publish {
+            ctx,
+            task,
+            incarnation,
+            repo,
+            scratch,
+            repos,
+            hold,
+        } = *self;
         let completed_item = matches!(event, ThreadEvent::ItemCompleted(_));
-        if completed_item
-            && !git::git(&repo, &["status", "--porcelain"])
-                .await?
-                .is_empty()
-        {
-            git::commit_all(&repo, "checkpoint").await?;
+        let mut checkpoint = None;
+        if completed_item && !git::git(repo, &["status", "--porcelain"]).await?.is_empty() {
+            if let Some(hold) = hold {
+                tracing::info!(
+                    ms = hold.as_millis() as u64,
+                    "write-ahead: holding a call's result before its checkpoint (TROUPE_WORKER_TEST_HOLD_MS)"
+                );
+                tokio::time::sleep(hold).await;
+            }
+            git::commit_all(repo, "checkpoint").await?;
             let object = format!(
                 "{}/{}/ckpt-{incarnation}-{position}",
                 task.session_id, task.task_id
             );
             git::put_bundle(
-                &repos,
-                &repo,
+                repos,
+                repo,
                 "HEAD",
                 Some(&task.base_commit),
                 &object,
-                &scratch,
+                scratch,
             )
             .await?;
             let cp = WorkerMessage::Checkpoint {
                 incarnation,
-                object,
+                object: object.clone(),
             };
-            publish(&ctx, &task, incarnation, &format!("c{position}"), &cp).await?;
+            publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
+            checkpoint = Some(object);
         }
         let message = WorkerMessage::Event {
             incarnation,
             position,
             event: Box::new(event),
         };
-        publish(&ctx, &task, incarnation, &format!("e{position}"), &message).await?;
+        publish(ctx, task, incarnation, &format!("e{position}"), &message).await?;
+        Ok(checkpoint)
     }
-    Ok(())
 }

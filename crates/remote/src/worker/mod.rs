@@ -21,7 +21,10 @@
 //!   directory and bundles, the handoff, the ack after the committed mark.
 //! - `run.rs`: the agent in a session of its own, steering passed on.
 //! - `forward.rs`: its events and checkpoints published by position.
+//! - `ahead.rs`: write-ahead: write and exec calls wait until the
+//!   coordinator holds their `item.started`.
 
+mod ahead;
 mod approvals;
 mod claim;
 mod control;

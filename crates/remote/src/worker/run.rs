@@ -9,13 +9,15 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use troupe_actors::SteerError;
 use troupe_actors::agent::{AgentArgs, AgentShared};
+use troupe_actors::placement::WriteAhead;
 use troupe_actors::subagent::agent_child_spec;
 use troupe_protocol::ThreadEvent;
 use troupe_runtime::approvals::Approver;
 use troupe_runtime::state::{BudgetNode, CostBudget};
 
+use super::ahead::Ahead;
 use super::control::{Controls, Stop};
-use super::forward::{Forward, Positions, forward};
+use super::forward::{Forward, Forwarding, Positions, forward};
 use super::{Ctx, SessionRequest};
 use crate::error::RemoteError;
 use crate::task::Owned;
@@ -39,6 +41,8 @@ pub(super) struct Run<'a> {
     pub(super) incarnation: u64,
     pub(super) home: &'a Path,
     pub(super) repo: &'a Path,
+    /// The checkpoint its worktree starts from (`None`: the base commit).
+    pub(super) checkpoint: Option<&'a str>,
 }
 
 /// Runs the agent in a session of its own to its end, its events
@@ -55,12 +59,13 @@ pub(super) async fn run_agent(
         incarnation,
         home,
         repo,
+        checkpoint,
     } = *run;
     let (tx, rx) = mpsc::unbounded_channel();
     let session = (ctx.factory)(SessionRequest {
         home: home.to_path_buf(),
         session_id: task.session_id.clone(),
-        exporter: Box::new(Forward { tx }),
+        exporter: Box::new(Forward { tx, seq: 0 }),
     })
     .await
     .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
@@ -73,17 +78,24 @@ pub(super) async fn run_agent(
             Err(e) => tracing::warn!(error = %e, "a journal event was refused"),
         }
     }
+    // Write-ahead: its write and exec calls wait until the coordinator
+    // holds their `item.started`; resumed, its worktree went back to the
+    // checkpoint, which an interrupted call's report says.
+    let ahead = Arc::new(Ahead::new(&task.agent_id, checkpoint, !journal.is_empty()));
     let mut forwarder = Owned::spawn(forward(
-        ctx.clone(),
-        task.clone(),
-        incarnation,
-        rx,
-        Positions {
-            skip: replayed,
-            first: journal.len() as u64,
+        Forwarding {
+            ctx: ctx.clone(),
+            task: task.clone(),
+            incarnation,
+            positions: Positions {
+                skip: replayed,
+                first: journal.len() as u64,
+            },
+            repo: repo.to_path_buf(),
+            stop: controls.stop.clone(),
+            ahead: Arc::clone(&ahead),
         },
-        repo.to_path_buf(),
-        controls.stop.clone(),
+        rx,
     ));
     // The task's agents ask the coordinator's session, never this one:
     // their requests go there in the forwarded log, its decisions come
@@ -92,6 +104,7 @@ pub(super) async fn run_agent(
     controls.approvals.load(journal);
     let mut env = (**session.env()).clone();
     env.approver = Some(Arc::clone(&controls.approvals) as Arc<dyn Approver>);
+    env.write_ahead = Some(ahead as Arc<dyn WriteAhead>);
     if let Some(policy) = task.spec.approval_policy {
         env.approval_policy = policy;
     }

@@ -188,6 +188,10 @@ pub struct AgentLoop {
     approval: troupe_protocol::ApprovalPolicy,
     /// Who answers its requests (`None`: nobody; as `never`).
     approver: Option<Arc<dyn crate::approvals::Approver>>,
+    /// Where its worktree was rolled back to before a resume (a worker's
+    /// checkpoint): an interrupted write/exec call then left no change
+    /// in it, and is reported so instead of "effect unknown".
+    rolled_back_to: Option<String>,
 }
 
 /// An outside account a loop charges after every model call (the actor
@@ -226,7 +230,17 @@ impl AgentLoop {
             span: None,
             approval: troupe_protocol::ApprovalPolicy::Never,
             approver: None,
+            rolled_back_to: None,
         }
+    }
+
+    /// Its worktree was rolled back to `to` (e.g. `checkpoint 12`) before
+    /// this resume, so a write/exec call the journal holds as started
+    /// but not finished changed nothing in it: the model is told that
+    /// instead of "its effect is unknown" (docs/scale-out.md).
+    pub fn with_rollback(mut self, to: impl Into<String>) -> Self {
+        self.rolled_back_to = Some(to.into());
+        self
     }
 
     /// Decides this agent's calls under `policy`, asking `approver`

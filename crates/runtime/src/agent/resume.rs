@@ -3,7 +3,9 @@
 //! The journal rule: a tool call whose `tool_output` is in the log is never
 //! run again; a call with only its `item.started` record is run again if
 //! its tool is read-only, and otherwise the model is told it was
-//! interrupted and that its effect is unknown. A call that was waiting for
+//! interrupted and that its effect is unknown (or, on a worker whose
+//! worktree was rolled back to a checkpoint, that it changed nothing
+//! there: `AgentLoop::with_rollback`). A call that was waiting for
 //! a decision (its `troupe.approval_requested` without an `item.started`)
 //! had not started: its request is pending again with the same id (never
 //! asked twice, never approved by the crash), or, when its resolution is
@@ -419,11 +421,20 @@ impl AgentLoop {
                 }
             } else {
                 report.interrupted.push(call.id.clone());
-                Err(ToolError::Failed(format!(
-                    "interrupted: troupe restarted while `{}` was running, so its effect is unknown. \
-                     Inspect the current state before you retry it.",
-                    call.name
-                )))
+                Err(ToolError::Failed(match &self.rolled_back_to {
+                    Some(to) => format!(
+                        "interrupted: the worker stopped while `{}` was running, before its result \
+                         was checkpointed; the worktree was rolled back to {to}, so it changed nothing \
+                         there (anything it did outside the worktree happened at most once). \
+                         Inspect the current state before you retry it.",
+                        call.name
+                    ),
+                    None => format!(
+                        "interrupted: troupe restarted while `{}` was running, so its effect is unknown. \
+                         Inspect the current state before you retry it.",
+                        call.name
+                    ),
+                }))
             };
             results.push(result);
         }
