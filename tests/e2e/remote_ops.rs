@@ -198,7 +198,7 @@ fn sigterm_drains_a_worker_that_finishes_its_task_and_status_shows_it() {
     assert_eq!(code, Some(0), "{out}\n{err}\n{log}");
     assert_eq!(code_w0, Some(0), "{log}");
     assert_done_once(ws.path(), side.path(), &log);
-    assert_eq!(log.matches("running").count(), 1, "{log}");
+    assert_eq!(log.matches("running task=").count(), 1, "{log}");
     assert_eq!(log.matches("handoff committed").count(), 1, "{log}");
     assert!(log.contains("drained; exiting"), "{log}");
     assert!(!log.contains("handed back"), "{log}");
@@ -278,7 +278,7 @@ fn a_temporary_remote_child_is_given_up_when_its_worker_goes_silent() {
     let logs = format!("{}\n---\n{log1}", w0.log());
     assert_eq!(code, Some(0), "{out}\n{err}\n{logs}");
     assert!(
-        !log1.contains("running"),
+        !log1.contains("running task="),
         "a second incarnation ran: {logs}"
     );
     assert_eq!(runs(side.path(), 1), 1, "{logs}");
