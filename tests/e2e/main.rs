@@ -39,6 +39,7 @@ mod reasoning;
 mod remote;
 mod remote_cli;
 mod remote_faults;
+mod remote_ops;
 mod remote_partition;
 mod remote_write_ahead;
 mod responses;

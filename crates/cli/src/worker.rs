@@ -1,11 +1,13 @@
 //! `troupe worker --nats URL`: runs subagents that coordinators queue
-//! (docs/scale-out.md).
+//! (docs/scale-out.md), drains on SIGTERM; `troupe worker status --nats
+//! URL`: what the live workers run.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
+use tokio::signal::unix::SignalKind;
 use troupe::SessionSettings;
 use troupe_remote::{FactoryError, SessionRequest, WorkerConfig};
 
@@ -13,13 +15,18 @@ use crate::coordinator::NatsArgs;
 use crate::failure::{Failure, exit};
 use crate::launch::{Launch, Target, Trust};
 
-/// Arguments of `troupe worker`.
+/// Arguments of `troupe worker`. `status` is its one subcommand.
 #[derive(Debug, Args)]
+#[command(
+    disable_help_subcommand = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct WorkerArgs {
     /// The NATS JetStream server the coordinators queue subagents on
     /// (`nats://HOST:PORT`; a token as `nats://TOKEN@HOST:PORT`).
-    #[arg(long, value_name = "URL")]
-    nats: String,
+    #[arg(long, value_name = "URL", required = true)]
+    nats: Option<String>,
     /// A NATS credentials (.creds) file.
     #[arg(long, value_name = "FILE")]
     nats_creds: Option<PathBuf>,
@@ -61,12 +68,59 @@ pub struct WorkerArgs {
     /// workspace sets them is refused.
     #[arg(long)]
     trust_workspaces: bool,
+    /// On SIGTERM the worker takes no new task and lets its running ones
+    /// finish for up to SECS seconds; then it stops those still running
+    /// and hands them back to the queue (another worker resumes them at
+    /// once), and exits 0. Keep it below the kill grace of whatever sends
+    /// the SIGTERM.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    drain_timeout: u64,
+    #[command(subcommand)]
+    command: Option<WorkerCommand>,
 }
 
-/// Runs the worker until it is killed or its connection fails.
+#[derive(Debug, Subcommand)]
+enum WorkerCommand {
+    /// What each live worker on the server runs (task, session, agent,
+    /// incarnation) and for how long. Exit 0 when a worker answered, 1
+    /// when none did within --wait-ms, 2 when the server cannot be used.
+    Status(StatusArgs),
+}
+
+/// Arguments of `troupe worker status`.
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// The NATS server the workers serve (`nats://HOST:PORT`).
+    #[arg(long, value_name = "URL")]
+    nats: String,
+    /// A NATS credentials (.creds) file.
+    #[arg(long, value_name = "FILE")]
+    nats_creds: Option<PathBuf>,
+    /// A file holding a NATS nkey seed.
+    #[arg(long, value_name = "FILE")]
+    nats_nkey: Option<PathBuf>,
+    /// How long to gather the workers' answers, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    wait_ms: u64,
+    /// One JSON object per worker and line (troupe-protocol's
+    /// `WorkerStatus`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the worker until SIGTERM (drained, exit 0), SIGKILL or a failed
+/// connection; `troupe worker status` lists what the workers run.
 pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
+    if let Some(WorkerCommand::Status(status)) = args.command {
+        return run_status(&status);
+    }
+    let Some(url) = args.nats.clone() else {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "troupe worker needs --nats URL (the NATS JetStream server the coordinators use)"
+        )));
+    };
     let nats = NatsArgs {
-        nats: Some(args.nats.clone()),
+        nats: Some(url.clone()),
         nats_creds: args.nats_creds.clone(),
         nats_nkey: args.nats_nkey.clone(),
     };
@@ -81,13 +135,14 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
         ))
     })?;
     let cfg = WorkerConfig {
-        nats: nats.config(&args.nats, args.ack_wait_secs.map(Duration::from_secs)),
+        nats: nats.config(&url, args.ack_wait_secs.map(Duration::from_secs)),
         concurrency: usize::from(args.concurrency),
         workdir,
         name: args
             .name
             .clone()
             .unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        drain_timeout: Duration::from_secs(args.drain_timeout),
     };
     let mut settings = SessionSettings::new(troupe::builder::SessionKind::Worker, "");
     settings.provider = args.provider.clone();
@@ -124,9 +179,86 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
         })
     });
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(troupe_remote::run_worker(cfg, factory))
-        .map_err(Failure::bad_input)?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(SignalKind::terminate())?;
+        let drain = async move {
+            term.recv().await;
+            tracing::info!("SIGTERM: draining");
+        };
+        troupe_remote::run_worker(cfg, factory, drain)
+            .await
+            .map_err(Failure::bad_input)
+    })?;
     Ok(exit::OK)
+}
+
+/// `troupe worker status`: asks every live worker, prints their answers.
+fn run_status(args: &StatusArgs) -> Result<u8, Failure> {
+    let nats = NatsArgs {
+        nats: Some(args.nats.clone()),
+        nats_creds: args.nats_creds.clone(),
+        nats_nkey: args.nats_nkey.clone(),
+    };
+    let cfg = nats.config(&args.nats, None);
+    let rt = tokio::runtime::Runtime::new()?;
+    let workers = rt
+        .block_on(troupe_remote::worker_status(
+            &cfg,
+            Duration::from_millis(args.wait_ms),
+        ))
+        .map_err(Failure::bad_input)?;
+    if args.json {
+        for w in &workers {
+            println!("{}", serde_json::to_string(w)?);
+        }
+    } else if workers.is_empty() {
+        println!("no worker answered within {} ms", args.wait_ms);
+    } else {
+        for w in &workers {
+            println!("{}", status_line(w));
+            for t in &w.tasks {
+                println!(
+                    "  {}  incarnation {}  running {}  task {}  session {}",
+                    t.agent_id,
+                    t.incarnation,
+                    secs(t.running_secs),
+                    t.task_id,
+                    t.session_id
+                );
+            }
+        }
+    }
+    Ok(if workers.is_empty() {
+        exit::ERROR
+    } else {
+        exit::OK
+    })
+}
+
+/// `w0 (pid 4242 on host-a, up 5m 2s): 1/2 busy, draining`.
+fn status_line(w: &troupe_remote::wire::WorkerStatus) -> String {
+    let mut line = format!(
+        "{} (pid {} on {}, up {}): {}/{} busy",
+        w.worker,
+        w.pid,
+        if w.host.is_empty() { "?" } else { &w.host },
+        secs(w.up_secs),
+        w.tasks.len(),
+        w.concurrency
+    );
+    if w.draining {
+        line.push_str(", draining");
+    }
+    line
+}
+
+/// `42s`, `5m 2s`, `1h 0m 3s`.
+fn secs(s: u64) -> String {
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, m, s) => format!("{h}h {m}m {s}s"),
+    }
 }
 
 struct Discard;

@@ -17,7 +17,7 @@
 //!   [`SandboxMode`], [`SupervisionSpec`], [`Strategy`], [`RestartPolicy`]);
 //! - the NATS messages between a coordinator and its workers
 //!   ([`TaskMessage`], [`Claim`], [`ClaimReply`], [`Control`],
-//!   [`SteerReply`], [`Alive`], [`WorkerMessage`]; docs/scale-out.md);
+//!   [`SteerReply`], [`Alive`], [`WorkerStatus`], [`WorkerMessage`]; docs/scale-out.md);
 //! - [`SessionSettings`], a session's `settings.json`.
 //!
 //! It holds serde types (with `schemars` derives, so the JSON Schema in

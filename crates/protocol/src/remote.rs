@@ -3,7 +3,8 @@
 //! a worker's claim of it ([`Claim`], answered by a [`ClaimReply`]), the
 //! coordinator's notices to the running worker ([`Control`]: a steer
 //! answered by a [`SteerReply`], the decision on an approval request),
-//! the worker's heartbeat ([`Alive`]) and
+//! the worker's heartbeat ([`Alive`]), its answer to a status request
+//! ([`WorkerStatus`]) and
 //! what goes on a task's event subject ([`WorkerMessage`]). Subjects,
 //! streams and the NATS I/O are troupe-remote's.
 
@@ -128,6 +129,13 @@ pub enum ClaimReply {
         journal: Vec<ThreadEvent>,
         /// The latest worktree checkpoint object, if any.
         checkpoint: Option<String>,
+        /// Steering intents for the task's agent that the coordinator
+        /// journaled and the journal does not show applied (an earlier
+        /// incarnation's worker died before the agent's next turn): queued
+        /// under their ids before the agent starts, so each reaches it
+        /// once. Absent when there are none (and from an earlier troupe).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        steering: Vec<SteerIntent>,
     },
     /// The current incarnation is alive (the coordinator heard from it
     /// within the ack wait): give this delivery back for later.
@@ -190,6 +198,16 @@ pub enum Control {
     },
 }
 
+/// A steering intent journaled at the coordinator
+/// ([`ClaimReply::Granted::steering`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SteerIntent {
+    /// The intent id the worker that first queued it gave it (a UUID).
+    pub id: String,
+    /// The text.
+    pub text: String,
+}
+
 /// A worker's answer to [`Control::Steer`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -216,6 +234,49 @@ pub enum SteerReply {
 pub struct Alive {
     /// The incarnation.
     pub incarnation: u64,
+    /// The worker gave the incarnation up (a draining worker past its
+    /// drain timeout stopped the agent and handed the delivery back): the
+    /// coordinator no longer counts it alive, so the redelivery's claim
+    /// is granted at once. Absent (false) in an ordinary heartbeat.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
+}
+
+/// What a worker answers `troupe worker status` (core NATS,
+/// request/reply on troupe-remote's `WORKER_STATUS_SUBJECT`, every
+/// worker answering).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerStatus {
+    /// Its name (`--name`).
+    pub worker: String,
+    /// Its host name.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Tasks it runs at once (`--concurrency`).
+    pub concurrency: u32,
+    /// Seconds since it started.
+    pub up_secs: u64,
+    /// It is draining (SIGTERM): it takes no new task and exits once its
+    /// running ones end or are handed back.
+    pub draining: bool,
+    /// The incarnations it runs, oldest first.
+    pub tasks: Vec<RunningTask>,
+}
+
+/// One incarnation a worker runs ([`WorkerStatus::tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunningTask {
+    /// The coordinator's session.
+    pub session_id: String,
+    /// The task.
+    pub task_id: String,
+    /// The agent it runs (`session/root/fixer`).
+    pub agent_id: String,
+    /// The incarnation granted.
+    pub incarnation: u64,
+    /// Seconds since it was granted.
+    pub running_secs: u64,
 }
 
 /// The coordinator's acknowledgement that its log holds the agent's

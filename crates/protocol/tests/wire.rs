@@ -196,10 +196,25 @@ fn claims_controls_and_heartbeats_round_trip() {
             ),
         ],
         checkpoint: Some("s/t/ckpt-1-3".into()),
+        steering: Vec::new(),
     };
     let json = round_trip(&granted);
     assert_eq!(json["type"], "granted");
     assert_eq!(json["journal"][1]["type"], "troupe.user_message");
+    assert!(json.get("steering").is_none(), "{json}");
+    let steered = ClaimReply::Granted {
+        incarnation: 2,
+        journal: Vec::new(),
+        checkpoint: None,
+        steering: vec![SteerIntent {
+            id: "0190aa11-0000-7000-8000-000000000001".into(),
+            text: "count twice".into(),
+        }],
+    };
+    assert_eq!(
+        round_trip(&steered)["steering"],
+        json!([{"id": "0190aa11-0000-7000-8000-000000000001", "text": "count twice"}])
+    );
     assert_eq!(
         round_trip(&ClaimReply::Busy { current: 2 }),
         json!({"type": "busy", "current": 2})
@@ -252,7 +267,10 @@ fn claims_controls_and_heartbeats_round_trip() {
         json!({"type": "refused", "reason": "ended"})
     );
     assert_eq!(
-        round_trip(&Alive { incarnation: 4 }),
+        round_trip(&Alive {
+            incarnation: 4,
+            released: false,
+        }),
         json!({"incarnation": 4})
     );
     assert_eq!(
@@ -261,6 +279,13 @@ fn claims_controls_and_heartbeats_round_trip() {
             position: 17,
         }),
         json!({"incarnation": 2, "position": 17})
+    );
+    assert_eq!(
+        round_trip(&Alive {
+            incarnation: 4,
+            released: true,
+        }),
+        json!({"incarnation": 4, "released": true})
     );
 }
 
@@ -271,11 +296,13 @@ fn a_journal_and_worker_messages_of_an_earlier_troupe_read_the_same() {
         incarnation,
         journal,
         checkpoint,
+        steering,
     } = reply
     else {
         panic!("{reply:?}")
     };
     assert_eq!(incarnation, 2);
+    assert!(steering.is_empty());
     assert_eq!(
         checkpoint.as_deref(),
         Some("0190aa11-s1/s1_root_fixer-r0/ckpt-1-3")
@@ -392,6 +419,7 @@ struct RemoteMessages {
     steer_reply: SteerReply,
     alive: Alive,
     acked: Acked,
+    worker_status: WorkerStatus,
     worker_message: WorkerMessage,
 }
 

@@ -107,6 +107,20 @@ pub enum RemoteError {
         /// The error.
         source: std::io::Error,
     },
+    /// A `temporary` remote child's worker went silent: the child is
+    /// given up (never run again), as a local temporary child that
+    /// crashed.
+    #[error(
+        "gave up on temporary subagent {agent}: no heartbeat from incarnation {incarnation} for {secs} s (its worker is presumed dead; a temporary child is never run again)"
+    )]
+    GivenUp {
+        /// The agent.
+        agent: String,
+        /// Its silent incarnation.
+        incarnation: u64,
+        /// How long it was silent (the workers' ack wait).
+        secs: u64,
+    },
     /// A message did not parse.
     #[error("bad message on {subject}: {why}")]
     BadMessage {

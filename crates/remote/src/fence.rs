@@ -27,6 +27,7 @@
 //! | finished | | commit the result, unregister, deliver the outcome |
 //! | message of an older incarnation | finished (lingering) | record it fenced, publish `Control::Fenced` |
 //! | heartbeat of the current incarnation | | heard from now |
+//! | release of the current incarnation | | not alive (a claim may take over at once) |
 //!
 //! The reply token `R` is whatever the proxy answers a claim through (a
 //! NATS reply subject); the tests use plain values.
@@ -305,6 +306,23 @@ impl<R> Fence<R> {
     pub(crate) fn on_alive(&mut self, incarnation: u64, now: Instant) {
         if incarnation == self.current {
             self.heard = Some(now);
+        }
+    }
+
+    /// The incarnation in effect while it runs (granted, the stream
+    /// replayed, not finished, no newer grant on its way) and when it was
+    /// last heard from.
+    pub(crate) fn running(&self) -> Option<(u64, Option<Instant>)> {
+        (self.live && !self.finished && self.current > 0 && self.issued <= self.current)
+            .then_some((self.current, self.heard))
+    }
+
+    /// The worker of `incarnation` gave it up (a drained worker handed
+    /// the delivery back): it no longer counts as alive, so the next
+    /// claim is granted at once.
+    pub(crate) fn on_released(&mut self, incarnation: u64) {
+        if incarnation == self.current {
+            self.heard = None;
         }
     }
 

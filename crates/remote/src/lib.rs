@@ -30,4 +30,6 @@ mod worker;
 pub use error::RemoteError;
 pub use nats::{Nats, NatsConfig};
 pub use proxy::RemotePlacement;
-pub use worker::{FactoryError, SessionFactory, SessionRequest, WorkerConfig, run_worker};
+pub use worker::{
+    FactoryError, SessionFactory, SessionRequest, WorkerConfig, run_worker, worker_status,
+};

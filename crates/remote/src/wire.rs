@@ -6,7 +6,8 @@
 
 use serde_json::Value;
 pub use troupe_protocol::{
-    Acked, Alive, Claim, ClaimReply, Control, SteerReply, TaskMessage, WorkerMessage,
+    Acked, Alive, Claim, ClaimReply, Control, RunningTask, SteerIntent, SteerReply, TaskMessage,
+    WorkerMessage, WorkerStatus,
 };
 
 /// The work-queue stream of subagent tasks.
@@ -25,6 +26,10 @@ pub const REPO_BUCKET: &str = "troupe-repos";
 pub const DONE_STREAM: &str = "TROUPE_DONE";
 /// Its subjects.
 pub const DONE_SUBJECTS: &str = "troupe.done.>";
+
+/// Where `troupe worker status` asks (request/reply: every live worker
+/// answers with its [`WorkerStatus`]).
+pub const WORKER_STATUS_SUBJECT: &str = "troupe.workers.status";
 
 /// `troupe.events.<session>.<task>`.
 pub fn events_subject(session_id: &str, task_id: &str) -> String {

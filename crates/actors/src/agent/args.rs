@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use ractor::Actor;
 use tokio::sync::oneshot;
 use troupe_protocol::HandoffRequest;
-use troupe_runtime::state::{BudgetNode, LoopState, LoopStateStore};
+use troupe_runtime::state::{BudgetNode, LoopState, LoopStateStore, SteeringError};
 use troupe_runtime::tools::ToolError;
 
 use super::env::AgentEnv;
@@ -296,6 +296,64 @@ impl AgentArgs {
         if let Err(e) = LoopStateStore::new(&self.env.workspace).save(st) {
             tracing::warn!(error = %e, agent = %self.agent_id, "loop state not saved");
         }
+    }
+
+    /// Journals a steering intent queued for this agent elsewhere (on the
+    /// worker running it) under the id it got there: durable in this
+    /// process's loop state before it returns, so a later incarnation
+    /// elsewhere can be given it again ([`AgentArgs::unapplied_intents`]).
+    /// `Ok(false)` when the id is pending or applied already.
+    pub fn journal_intent(&self, id: &str, text: &str) -> Result<bool, SteeringError> {
+        let mut st = self.shared.loop_state.lock();
+        let queued = st.steering.push_with_id(id, text)?;
+        if queued {
+            self.save_loop_state(&st);
+        }
+        Ok(queued)
+    }
+
+    /// The journaled steering intents (id, text) not applied yet: those
+    /// whose id is in `applied` (the intent ids on the agent's
+    /// `troupe.user_message` events in the log) are marked applied
+    /// (durably) and left out.
+    pub fn unapplied_intents(&self, applied: &[String]) -> Vec<(String, String)> {
+        let mut st = self.shared.loop_state.lock();
+        let mut changed = false;
+        for id in applied {
+            if st.steering.is_pending(id) {
+                changed |= st.steering.mark_applied(id);
+            }
+        }
+        if changed {
+            self.save_loop_state(&st);
+        }
+        st.steering
+            .take_pending()
+            .into_iter()
+            .map(|i| (i.id, i.text))
+            .collect()
+    }
+
+    /// Queues steering intents (id, text) that were journaled elsewhere
+    /// (a remote incarnation gets those its coordinator holds) before the
+    /// agent starts; an id pending or applied already is skipped. How
+    /// many were queued.
+    pub fn queue_intents(&self, intents: impl IntoIterator<Item = (String, String)>) -> usize {
+        let mut st = self.shared.loop_state.lock();
+        let mut queued = 0;
+        for (id, text) in intents {
+            match st.steering.push_with_id(&id, text) {
+                Ok(true) => queued += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, intent = %id, "a journaled intent was refused")
+                }
+            }
+        }
+        if queued > 0 {
+            self.save_loop_state(&st);
+        }
+        queued
     }
 
     /// Saves `st` without fsync: for the fields derived from the log.

@@ -608,3 +608,30 @@ fn only_the_remote_agents_own_thread_completed_ends_it() {
     .unwrap();
     assert!(!completes(own, &started));
 }
+
+#[test]
+fn a_released_incarnation_is_taken_over_at_once() {
+    let mut f = live(0);
+    let t0 = Instant::now();
+    grant(&mut f, "a", 1, 1, t0);
+    f.on_alive(1, t0 + ACK_WAIT / 4);
+    // A release of another incarnation changes nothing.
+    f.on_released(7);
+    let effects = f.on_claim(claim("b", 2), "b", t0 + ACK_WAIT / 2);
+    assert!(matches!(
+        reply(&effects),
+        ("b", ClaimReply::Busy { current: 1 })
+    ));
+    // Its worker handed it back: the next claim, well within the ack
+    // wait, is granted the next incarnation.
+    f.on_released(1);
+    let g = published(f.on_claim(claim("c", 3), "c", t0 + ACK_WAIT / 2));
+    assert!(matches!(
+        g,
+        WorkerMessage::Grant {
+            incarnation: 2,
+            delivered: 3,
+            ..
+        }
+    ));
+}

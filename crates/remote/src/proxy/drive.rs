@@ -14,11 +14,12 @@ use futures::StreamExt;
 use serde_json::Value;
 use troupe_actors::agent::{AgentOutcome, Isolation};
 use troupe_actors::placement::deliver_outcome;
-use troupe_protocol::{ErrorEvent, ThreadEvent};
+use troupe_protocol::{ErrorEvent, RestartPolicy, ThreadEvent};
 use troupe_runtime::store::EventReader;
 
 use super::ProxyArgs;
 use super::approvals::Watches;
+use super::silence::Silence;
 use crate::error::RemoteError;
 use crate::fence::{Effect, Fence};
 use crate::task::Owned;
@@ -76,8 +77,15 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     let mut acks = Acks { tx, last_seq: None };
     let effects = m.start();
     execute_watched(p, &mut m, effects, &mut watches, &mut acks).await?;
+    let mut silence = given_up_on_silence(p).await;
+    let mut tick = tokio::time::interval(CHECK_SILENCE);
     loop {
         tokio::select! {
+            _ = tick.tick(), if silence.is_some() => {
+                if let Some(gone) = silence.as_mut().and_then(|s| s.gone(m.running(), Instant::now())) {
+                    return give_up(p, gone, silence.as_ref()).await;
+                }
+            }
             req = claims.next() => {
                 let Some(req) = req else {
                     return Err(RemoteError::Nats("the claim subscription ended".into()));
@@ -88,6 +96,11 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                 let claim: Claim = serde_json::from_slice(&req.payload).map_err(|e| {
                     RemoteError::BadMessage { subject: req.subject.to_string(), why: e.to_string() }
                 })?;
+                if let Some(gone) = silence.as_mut().and_then(|s| s.gone(m.running(), Instant::now())) {
+                    let answer = ClaimReply::Fenced { current: gone, done: true };
+                    send_reply(p, reply, &answer).await?;
+                    return give_up(p, gone, silence.as_ref()).await;
+                }
                 if m.needs_silence(&claim) {
                     m.set_silence(p.nats.delivery_ack_wait().await);
                 }
@@ -98,8 +111,15 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                 let Some(hb) = hb else {
                     return Err(RemoteError::Nats("the heartbeat subscription ended".into()));
                 };
-                if let Ok(a) = serde_json::from_slice::<Alive>(&hb.payload) {
-                    m.on_alive(a.incarnation, Instant::now());
+                match serde_json::from_slice::<Alive>(&hb.payload) {
+                    Ok(a) if a.released => {
+                        m.on_released(a.incarnation);
+                        if let Some(s) = silence.as_mut() {
+                            s.restart(Instant::now());
+                        }
+                    }
+                    Ok(a) => m.on_alive(a.incarnation, Instant::now()),
+                    Err(_) => {}
                 }
             }
             msg = events.next() => {
@@ -125,6 +145,37 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
             }
         }
     }
+}
+
+/// How often a `temporary` child's silence is checked.
+const CHECK_SILENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The silence clock of a `temporary` child (`None` for any other: its
+/// dead worker's task is redelivered).
+async fn given_up_on_silence(p: &ProxyArgs) -> Option<Silence> {
+    if p.args.restart_policy() != RestartPolicy::Temporary {
+        return None;
+    }
+    Some(Silence::new(p.nats.delivery_ack_wait().await))
+}
+
+/// Gives the temporary child up: recorded in the log, its task cancelled
+/// (a worker that still runs it stops, the queue's message is deleted, so
+/// no incarnation follows), the proxy failed (its parent's
+/// `spawn_subagent` reports it ended without a handoff).
+async fn give_up(
+    p: &ProxyArgs,
+    incarnation: u64,
+    silence: Option<&Silence>,
+) -> Result<(), RemoteError> {
+    let e = RemoteError::GivenUp {
+        agent: p.args.agent_id.clone(),
+        incarnation,
+        secs: silence.map_or(0, Silence::secs),
+    };
+    record(p, format!("remote: {e}"));
+    super::cancel(p).await;
+    Err(e)
 }
 
 /// [`execute`], then the approval requests and resolutions it wrote into
@@ -224,10 +275,12 @@ async fn execute(
                 }
                 let journal = journal(p);
                 m.journal_sent(journal.len() as u64);
+                let steering = super::steering_to_replay(p, &journal);
                 let answer = ClaimReply::Granted {
                     incarnation,
                     journal,
                     checkpoint,
+                    steering,
                 };
                 send_reply(p, to, &answer).await?;
             }

@@ -23,9 +23,12 @@
 //!   its effects; a finished task lingers in the placement's task set.
 //! - `approvals.rs`: the agent's approval requests decided by this
 //!   session, the decisions sent to the worker.
+//! - `silence.rs`: a `temporary` child's silence clock: given up (never
+//!   run again) once its worker has not been heard from for the ack wait.
 
 mod approvals;
 mod drive;
+mod silence;
 
 use std::sync::{Arc, Weak};
 
@@ -44,8 +47,8 @@ use crate::error::RemoteError;
 use crate::nats::{Nats, NatsConfig};
 use crate::task::Owned;
 use crate::wire::{
-    Control, EVENT_STREAM, SteerReply, TASK_STREAM, control_subject, events_subject, task_id,
-    task_subject,
+    Control, EVENT_STREAM, SteerIntent, SteerReply, TASK_STREAM, control_subject, events_subject,
+    task_id, task_subject,
 };
 
 pub(crate) use drive::is_tree_event;
@@ -124,6 +127,9 @@ struct ProxySteer {
     subject: String,
     timeout: std::time::Duration,
     proxy: ActorRef<ProxyMsg>,
+    /// The remote agent's arguments: its own intents are journaled in
+    /// this process's loop state for it.
+    args: AgentArgs,
 }
 
 impl RemoteAgent for ProxySteer {
@@ -132,6 +138,10 @@ impl RemoteAgent for ProxySteer {
         let subject = self.subject.clone();
         let timeout = self.timeout;
         let agent = agent_id.to_string();
+        // The task's own agent's intents are journaled here once its
+        // worker queued them; a subagent's stay with that worker.
+        let journal = (agent_id == self.args.agent_id).then(|| self.args.clone());
+        let steered = text.to_string();
         let body = serde_json::to_vec(&Control::Steer {
             agent_id: agent.clone(),
             text: text.to_string(),
@@ -145,7 +155,14 @@ impl RemoteAgent for ProxySteer {
                 .map_err(|_| SteerError::NotRunning(agent.clone()))?
                 .map_err(|_| SteerError::NotRunning(agent.clone()))?;
             match serde_json::from_slice::<SteerReply>(&reply.payload) {
-                Ok(SteerReply::Queued { intent_id }) => Ok(intent_id),
+                Ok(SteerReply::Queued { intent_id }) => {
+                    if let Some(args) = journal
+                        && let Err(e) = args.journal_intent(&intent_id, &steered)
+                    {
+                        tracing::warn!(error = %e, agent = %agent, "a steering intent was not journaled here");
+                    }
+                    Ok(intent_id)
+                }
                 Ok(SteerReply::Unknown) => Err(SteerError::Unknown(agent)),
                 Ok(SteerReply::NotRunning) => Err(SteerError::NotRunning(agent)),
                 Ok(SteerReply::Refused { reason }) => Err(SteerError::Refused { agent, reason }),
@@ -160,6 +177,26 @@ impl RemoteAgent for ProxySteer {
     fn abort(&self) {
         self.proxy.stop(Some("aborted".into()));
     }
+}
+
+/// The steering intents journaled here for the task's agent that
+/// `journal` (its events in the log) does not show applied: a new
+/// incarnation queues them before its agent starts.
+fn steering_to_replay(p: &ProxyArgs, journal: &[ThreadEvent]) -> Vec<SteerIntent> {
+    let applied: Vec<String> = journal
+        .iter()
+        .filter_map(|ev| match ev {
+            ThreadEvent::UserMessage(m) if m.agent_id.as_deref() == Some(&p.args.agent_id) => {
+                m.intent_id.clone()
+            }
+            _ => None,
+        })
+        .collect();
+    p.args
+        .unapplied_intents(&applied)
+        .into_iter()
+        .map(|(id, text)| SteerIntent { id, text })
+        .collect()
 }
 
 /// How many handoffs of the agent the log holds (its finished runs).
@@ -206,6 +243,7 @@ impl Actor for ProxyActor {
             subject: control_subject(&p.args.env.session_id, &p.task_id),
             timeout: p.args.env.call_timeout,
             proxy: myself.clone(),
+            args: p.args.clone(),
         };
         p.args
             .env

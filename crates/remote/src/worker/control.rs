@@ -11,7 +11,7 @@ use super::Ctx;
 use super::approvals::Forwarded;
 use crate::error::RemoteError;
 use crate::task::Owned;
-use crate::wire::{Control, TaskMessage, control_subject};
+use crate::wire::{Control, SteerIntent, TaskMessage, control_subject};
 
 /// Why a running incarnation stopped before its end.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +20,9 @@ pub(super) enum Stop {
     Fenced(u64),
     /// Its coordinator cancelled it.
     Cancelled,
+    /// The worker drains and its drain timeout passed: the agent stops
+    /// and the delivery goes back to the queue.
+    HandedBack,
 }
 
 /// A steering request: the agent, the text, where the answer goes.
@@ -32,6 +35,9 @@ pub(super) struct Controls {
     /// The approver of the incarnation's agents, which the coordinator's
     /// decisions reach.
     pub(super) approvals: Arc<Forwarded>,
+    /// The task's agent's steering intents the coordinator journaled and
+    /// sent with the grant (queued before the agent starts).
+    pub(super) replayed: Vec<SteerIntent>,
     /// The listener (stopped with these controls).
     _listener: Owned<()>,
 }
@@ -41,6 +47,7 @@ pub(super) async fn controls(
     ctx: &Ctx,
     task: &TaskMessage,
     incarnation: u64,
+    replayed: Vec<SteerIntent>,
 ) -> Result<Controls, RemoteError> {
     let mut sub = ctx
         .nats
@@ -52,8 +59,24 @@ pub(super) async fn controls(
     let (steer_tx, steer) = mpsc::unbounded_channel();
     let approvals = Arc::new(Forwarded::default());
     let decisions = Arc::clone(&approvals);
+    let mut hand_back = ctx.hand_back.clone();
+    let mut handed_back = false;
     let listener = Owned::spawn(async move {
-        while let Some(m) = sub.next().await {
+        loop {
+            let m = tokio::select! {
+                m = sub.next() => m,
+                r = hand_back.wait_for(|h| *h), if !handed_back => {
+                    handed_back = true;
+                    if r.is_ok() {
+                        // Unless the coordinator stopped it already.
+                        stop_tx.send_if_modified(|stop| {
+                            stop.is_none() && stop.replace(Stop::HandedBack).is_none()
+                        });
+                    }
+                    continue;
+                }
+            };
+            let Some(m) = m else { break };
             match serde_json::from_slice::<Control>(&m.payload) {
                 Ok(Control::Fenced { current }) if current > incarnation => {
                     let _ = stop_tx.send(Some(Stop::Fenced(current)));
@@ -89,6 +112,7 @@ pub(super) async fn controls(
         stop,
         steer,
         approvals,
+        replayed,
         _listener: listener,
     })
 }

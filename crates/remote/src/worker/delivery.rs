@@ -19,9 +19,7 @@ use super::heartbeat::heartbeat;
 use super::run::{Ran, Run, run_agent};
 use crate::error::RemoteError;
 use crate::git;
-use crate::wire::{
-    ClaimReply, TaskMessage, WorkerMessage, alive_subject, done_key, events_subject,
-};
+use crate::wire::{ClaimReply, TaskMessage, WorkerMessage, done_key, events_subject};
 
 pub(super) async fn run_delivery(
     ctx: &Ctx,
@@ -34,12 +32,13 @@ pub(super) async fn run_delivery(
             why: e.to_string(),
         })?;
     let hb = heartbeat(ctx, Arc::clone(&msg), None);
-    let (incarnation, journal, checkpoint) = match claim(ctx, &task, delivered).await {
+    let (incarnation, journal, checkpoint, steering) = match claim(ctx, &task, delivered).await {
         Some(ClaimReply::Granted {
             incarnation,
             journal,
             checkpoint,
-        }) => (incarnation, journal, checkpoint),
+            steering,
+        }) => (incarnation, journal, checkpoint, steering),
         Some(ClaimReply::Busy { current }) => {
             drop(hb);
             tracing::info!(task = %task.task_id, delivered, current, "held by a live incarnation; giving the delivery back");
@@ -61,9 +60,8 @@ pub(super) async fn run_delivery(
         }
     };
     drop(hb);
-    let alive = alive_subject(&task.session_id, &task.task_id);
-    let _hb = heartbeat(ctx, Arc::clone(&msg), Some((alive, incarnation)));
-    let mut controls = controls(ctx, &task, incarnation).await?;
+    let hb = heartbeat(ctx, Arc::clone(&msg), Some((&task, incarnation)));
+    let mut controls = controls(ctx, &task, incarnation, steering).await?;
     tracing::info!(task = %task.task_id, agent = %task.agent_id, incarnation, "running");
     let dir = ctx
         .cfg
@@ -92,6 +90,12 @@ pub(super) async fn run_delivery(
         Some(Stop::Cancelled) => {
             tracing::info!(task = %task.task_id, incarnation, "cancelled by the coordinator; stopped");
             let _ = msg.ack_with(AckKind::Term).await;
+            Ok(())
+        }
+        Some(Stop::HandedBack) => {
+            hb.release().await;
+            let _ = msg.ack_with(AckKind::Nak(None)).await;
+            tracing::info!(task = %task.task_id, incarnation, "drain timeout: stopped and handed back");
             Ok(())
         }
     }

@@ -9,9 +9,12 @@
 //! # Layout
 //!
 //! - `mod.rs`: the settings and the loop: one task per free slot, each
-//!   delivery's task held in a `JoinSet`.
+//!   delivery's task held in a `JoinSet`; the drain (no new task, the
+//!   running ones finished or, past the drain timeout, handed back).
 //! - `heartbeat.rs`: in-progress acks and heartbeats while a delivery is
-//!   held.
+//!   held; a drained incarnation's release.
+//! - `status.rs`: what runs here (an entry per granted incarnation), the
+//!   answer to `troupe worker status` and the asking side.
 //! - `claim.rs`: the claim of a delivery.
 //! - `control.rs`: the coordinator's fence, cancel and steer notices, and
 //!   its decisions on approval requests.
@@ -32,20 +35,25 @@ mod delivery;
 mod forward;
 mod heartbeat;
 mod run;
+mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::AckKind;
+use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use troupe::Session;
 use troupe_runtime::store::Exporter;
 
 use crate::error::RemoteError;
 use crate::nats::{Nats, NatsConfig};
+use crate::task::Owned;
+use status::Board;
+pub use status::worker_status;
 
 /// What a worker's session of one task is made from.
 pub struct SessionRequest {
@@ -76,6 +84,9 @@ pub struct WorkerConfig {
     pub workdir: PathBuf,
     /// Its name in claims and logs.
     pub name: String,
+    /// How long a draining worker lets its running tasks finish before it
+    /// hands them back.
+    pub drain_timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -83,52 +94,73 @@ struct Ctx {
     nats: Nats,
     factory: SessionFactory,
     cfg: WorkerConfig,
+    /// Set once the drain timeout passed: running incarnations stop and
+    /// their deliveries go back to the queue.
+    hand_back: watch::Receiver<bool>,
+    /// What runs here (`troupe worker status`).
+    board: Arc<Board>,
 }
 
-/// Runs the worker until the connection is lost for good.
-pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<(), RemoteError> {
+/// Runs the worker until `drain` resolves (then it drains: takes no new
+/// task, lets the running ones finish for up to the drain timeout, hands
+/// back those still running, and returns `Ok`), or the connection is lost
+/// for good.
+pub async fn run_worker(
+    cfg: WorkerConfig,
+    factory: SessionFactory,
+    drain: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RemoteError> {
     let nats = Nats::connect(&cfg.nats).await?;
     nats.repos().await?;
     let consumer = nats.worker_consumer().await?;
-    tracing::info!(worker = %cfg.name, url = %nats.url, "worker ready");
     let slots = cfg.concurrency.max(1);
-    let ctx = Ctx { nats, factory, cfg };
+    let board = Board::new(cfg.name.clone(), slots);
+    let _status = status::serve(&nats, Arc::clone(&board)).await?;
+    tracing::info!(worker = %cfg.name, url = %nats.url, "worker ready");
+    let (hand_back_tx, hand_back) = watch::channel(false);
+    let drain_timeout = cfg.drain_timeout;
+    let ctx = Ctx {
+        nats,
+        factory,
+        cfg,
+        hand_back,
+        board: Arc::clone(&board),
+    };
+    // The signal, watched by a task of its own so a fetch in progress is
+    // never cut off (a message it returns while draining goes back).
+    let (drain_tx, mut draining) = watch::channel(false);
+    let _signal = Owned::spawn(async move {
+        drain.await;
+        let _ = drain_tx.send(true);
+    });
     // One task per delivery held; a slot is free when one ends.
     let mut deliveries = JoinSet::new();
     loop {
         while let Some(ended) = deliveries.try_join_next() {
             log_ended(ended);
         }
+        if *draining.borrow() {
+            break;
+        }
         if deliveries.len() >= slots {
-            if let Some(ended) = deliveries.join_next().await {
-                log_ended(ended);
+            tokio::select! {
+                ended = deliveries.join_next() => {
+                    if let Some(ended) = ended {
+                        log_ended(ended);
+                    }
+                }
+                _ = draining.wait_for(|d| *d) => {}
             }
             continue;
         }
-        let batch = consumer
-            .fetch()
-            .max_messages(1)
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await;
-        let mut batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::debug!(error = %e, "fetch failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        let Some(msg) = batch.next().await else {
+        let Some(msg) = fetch(&consumer).await else {
             continue;
         };
-        let msg = match msg {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::debug!(error = %e, "fetch failed; retrying");
-                continue;
-            }
-        };
+        if *draining.borrow() {
+            // Taken while the drain began: back to the queue at once.
+            let _ = msg.ack_with(AckKind::Nak(None)).await;
+            break;
+        }
         let ctx = ctx.clone();
         deliveries.spawn(async move {
             let msg = Arc::new(msg);
@@ -138,6 +170,85 @@ pub async fn run_worker(cfg: WorkerConfig, factory: SessionFactory) -> Result<()
             }
         });
     }
+    board.drain();
+    drain_deliveries(deliveries, drain_timeout, &hand_back_tx).await;
+    Ok(())
+}
+
+/// One message of the work queue, or `None` (none within 2 s, or the
+/// fetch failed: retried by the caller).
+async fn fetch(consumer: &PullConsumer) -> Option<jetstream::Message> {
+    let batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await;
+    let mut batch = match batch {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::debug!(error = %e, "fetch failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return None;
+        }
+    };
+    match batch.next().await? {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::debug!(error = %e, "fetch failed; retrying");
+            None
+        }
+    }
+}
+
+/// How long handed-back incarnations get to stop before their tasks are
+/// aborted (their deliveries are then redelivered after the ack wait).
+const HAND_BACK_GRACE: Duration = Duration::from_secs(15);
+
+/// Lets the running deliveries end; past `timeout` hands back those still
+/// running (their agents stop, their deliveries are given back at once).
+async fn drain_deliveries(
+    mut deliveries: JoinSet<()>,
+    timeout: Duration,
+    hand_back: &watch::Sender<bool>,
+) {
+    tracing::info!(
+        running = deliveries.len(),
+        timeout_secs = timeout.as_secs(),
+        "draining: taking no new task; finishing the running ones"
+    );
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(until, deliveries.join_next()).await {
+            Ok(Some(ended)) => log_ended(ended),
+            Ok(None) => {
+                tracing::info!("drained; exiting");
+                return;
+            }
+            Err(_) => break,
+        }
+    }
+    tracing::info!(
+        running = deliveries.len(),
+        "drain timeout: handing the running tasks back"
+    );
+    let _ = hand_back.send(true);
+    let until = tokio::time::Instant::now() + HAND_BACK_GRACE;
+    loop {
+        match tokio::time::timeout_at(until, deliveries.join_next()).await {
+            Ok(Some(ended)) => log_ended(ended),
+            Ok(None) => {
+                tracing::info!("drained; exiting");
+                return;
+            }
+            Err(_) => break,
+        }
+    }
+    tracing::warn!(
+        running = deliveries.len(),
+        "tasks did not stop in time; aborted (redelivered after the ack wait)"
+    );
+    deliveries.shutdown().await;
 }
 
 /// A delivery's task ended: only a panic is worth a line (its delivery is

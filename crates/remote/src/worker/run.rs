@@ -124,6 +124,12 @@ pub(super) async fn run_agent(
     )
     // The worker's own session span: traces do not cross the queue.
     .under_span(session.span().clone());
+    // Steering an earlier incarnation's worker took but did not apply.
+    let replayed = std::mem::take(&mut controls.replayed);
+    if !replayed.is_empty() {
+        let queued = args.queue_intents(replayed.into_iter().map(|i| (i.id, i.text)));
+        tracing::info!(task = %task.task_id, queued, "journaled steering replayed");
+    }
     session
         .tree()
         .start_child(agent_child_spec(args))
