@@ -26,6 +26,7 @@ mod hooks_sandbox;
 mod key_reach;
 mod mcp;
 mod mcp_conformance;
+mod mcp_resources;
 mod mcp_server;
 mod multi_agent;
 mod network;

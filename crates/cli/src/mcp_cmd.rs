@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
-use troupe_mcp::{McpHub, ServerState};
+use troupe_mcp::{McpHub, Offerings, ServerState};
 use troupe_runtime::config::Config;
 
 use crate::failure::{Failure, exit};
@@ -76,12 +76,14 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
         McpCommand::Logout { name } => return run_logout(&config, &name, args.json),
     }
     let rt = tokio::runtime::Runtime::new()?;
-    let status = rt.block_on(async {
+    let (status, offerings) = rt.block_on(async {
         // The failures are in the status; nothing else to tell.
         let hub = McpHub::start(&config.mcp_servers, &args.workspace, None, Arc::new(|_| {})).await;
+        let offerings = hub.offerings().await;
         hub.shutdown().await;
-        hub.status().to_vec()
+        (hub.status().to_vec(), offerings)
     });
+    let offered = |name: &str| offerings.iter().find(|o| o.name == name);
     let failed = status
         .iter()
         .any(|s| matches!(s.state, ServerState::Failed(_)));
@@ -95,7 +97,11 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
                     ServerState::Disabled => ("disabled", None),
                     ServerState::Failed(why) => ("failed", Some(why.clone())),
                 };
-                json!({"name": s.name, "transport": s.transport, "state": state, "error": error, "tools": s.tools})
+                let mut v = json!({"name": s.name, "transport": s.transport, "state": state, "error": error, "tools": s.tools});
+                if let Some(o) = offered(&s.name) {
+                    add_offerings(&mut v, o);
+                }
+                v
             })
             .collect();
         writeln!(out, "{}", json!({ "servers": servers }))?;
@@ -116,10 +122,100 @@ pub fn run(args: McpArgs) -> Result<u8, Failure> {
             for tool in &s.tools {
                 writeln!(out, "  {tool}")?;
             }
+            if let Some(o) = offered(&s.name) {
+                for line in offerings_lines(o) {
+                    writeln!(out, "{}", crate::safe_text::escape(&line))?;
+                }
+            }
         }
     }
     out.flush()?;
     Ok(if failed { exit::ERROR } else { exit::OK })
+}
+
+/// `prompts`, `resources` and `resource_templates` of a server's JSON
+/// entry, each only when the server declares the capability (a string
+/// `…_error` when listing failed).
+fn add_offerings(v: &mut serde_json::Value, o: &Offerings) {
+    match &o.prompts {
+        Some(Ok(prompts)) => {
+            v["prompts"] = prompts
+                .iter()
+                .map(|p| {
+                    json!({
+                        "name": p.name,
+                        "description": p.description,
+                        "arguments": p.arguments.iter().map(|(name, required, description)| {
+                            json!({"name": name, "required": required, "description": description})
+                        }).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+        }
+        Some(Err(why)) => v["prompts_error"] = json!(why),
+        None => {}
+    }
+    match &o.resources {
+        Some(Ok(n)) => v["resources"] = json!(n),
+        Some(Err(why)) => v["resources_error"] = json!(why),
+        None => {}
+    }
+    match &o.resource_templates {
+        Some(Ok(t)) => v["resource_templates"] = json!(t),
+        Some(Err(why)) => v["resource_templates_error"] = json!(why),
+        None => {}
+    }
+}
+
+/// The text lines of what a server offers besides tools.
+fn offerings_lines(o: &Offerings) -> Vec<String> {
+    let mut lines = Vec::new();
+    match (&o.resources, &o.resource_templates) {
+        (None, None) => {}
+        (resources, templates) => {
+            let count = match resources {
+                Some(Ok(n)) => format!("{n} resources"),
+                Some(Err(why)) => format!("resources: {why}"),
+                None => "no resources".to_string(),
+            };
+            let templates = match templates {
+                Some(Ok(t)) if t.is_empty() => String::new(),
+                Some(Ok(t)) => format!(", templates: {}", t.join(", ")),
+                Some(Err(why)) => format!(", templates: {why}"),
+                None => String::new(),
+            };
+            lines.push(format!(
+                "  {count}{templates} (list_mcp_resources, read_mcp_resource)"
+            ));
+        }
+    }
+    match &o.prompts {
+        Some(Ok(prompts)) => {
+            lines.push(format!("  {} prompts:", prompts.len()));
+            for p in prompts {
+                let args: Vec<String> = p
+                    .arguments
+                    .iter()
+                    .map(|(name, required, _)| {
+                        if *required {
+                            name.clone()
+                        } else {
+                            format!("{name}?")
+                        }
+                    })
+                    .collect();
+                let mut line = format!("    {}({})", p.name, args.join(", "));
+                if let Some(d) = &p.description {
+                    line.push_str(": ");
+                    line.push_str(d.lines().next().unwrap_or_default());
+                }
+                lines.push(line);
+            }
+        }
+        Some(Err(why)) => lines.push(format!("  prompts: {why}")),
+        None => {}
+    }
+    lines
 }
 
 /// The `[mcp_servers.NAME]` of `config`, a `url` one.

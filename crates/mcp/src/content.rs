@@ -21,7 +21,11 @@ pub(crate) fn result_text(result: &CallToolResult) -> (String, bool) {
     {
         parts.push(structured.to_string());
     }
-    let text = parts.join("\n");
+    cut(parts.join("\n"))
+}
+
+/// `text` cut to [`MAX_OUTPUT_BYTES`] with a note; whether it was cut.
+pub(crate) fn cut(text: String) -> (String, bool) {
     if text.len() <= MAX_OUTPUT_BYTES {
         return (text, false);
     }

@@ -3,15 +3,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use rmcp::RoleClient;
 use rmcp::service::Peer;
+use rmcp::{RoleClient, ServiceError};
 use troupe_runtime::config::McpServerConfig;
-use troupe_runtime::tools::{SharedTool, Tool as _, ToolSource};
+use troupe_runtime::tools::{SharedTool, Tool as _, ToolError, ToolSource};
 
 use crate::elicit::Elicit;
+use crate::resources::{ListMcpResources, ReadMcpResource};
 use crate::server::{self, Changes, Connection, Handler};
 use crate::tool::McpTool;
 
@@ -43,6 +44,53 @@ pub struct ServerStatus {
     pub tools: Vec<String>,
 }
 
+/// What a running server offers besides tools (`troupe mcp list`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Offerings {
+    /// Its `[mcp_servers.<name>]`.
+    pub name: String,
+    /// Its prompts, or why they could not be listed; `None` without the
+    /// `prompts` capability.
+    pub prompts: Option<Result<Vec<PromptInfo>, String>>,
+    /// How many resources it lists; `None` without the `resources`
+    /// capability.
+    pub resources: Option<Result<usize, String>>,
+    /// Its resource templates' URI templates.
+    pub resource_templates: Option<Result<Vec<String>, String>>,
+}
+
+/// One prompt of a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptInfo {
+    /// Its name.
+    pub name: String,
+    /// Its description, if any.
+    pub description: Option<String>,
+    /// Its arguments: name, whether required, description.
+    pub arguments: Vec<(String, bool, Option<String>)>,
+}
+
+impl From<&rmcp::model::Prompt> for PromptInfo {
+    fn from(p: &rmcp::model::Prompt) -> Self {
+        PromptInfo {
+            name: p.name.clone(),
+            description: p.description.clone(),
+            arguments: p
+                .arguments
+                .iter()
+                .flatten()
+                .map(|a| {
+                    (
+                        a.name.clone(),
+                        a.required == Some(true),
+                        a.description.clone(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One server the session talks to.
 pub(crate) struct Live {
     pub(crate) name: String,
@@ -54,6 +102,10 @@ pub(crate) struct Live {
     warn: Warn,
     /// Counted by the connection on `notifications/tools/list_changed`.
     pub(crate) changes: Arc<Changes>,
+    /// The server declared the `resources` capability.
+    pub(crate) resources: AtomicBool,
+    /// The server declared the `prompts` capability.
+    prompts: AtomicBool,
 }
 
 impl Live {
@@ -99,12 +151,62 @@ impl Live {
     }
 }
 
+/// Sends one request to `live` through `peer` within its
+/// `tool_timeout_sec`; `what` names it in the errors ("the call of `t`").
+/// A server that stopped is marked down; a timeout and a malformed answer
+/// are told to the user once per server; a JSON-RPC error is the
+/// server's refusal.
+pub(crate) async fn request<T>(
+    live: &Live,
+    peer: &Peer<RoleClient>,
+    what: &str,
+    sent: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ToolError> {
+    let timeout = live.config.tool_timeout();
+    let answer = tokio::time::timeout(timeout, sent).await;
+    match answer {
+        Err(_) if peer.is_transport_closed() => Err(ToolError::Failed(
+            live.mark_down(&format!("it stopped during {what}")),
+        )),
+        Err(_) => {
+            let why = format!(
+                "MCP server `{}` did not answer {what} within {:.1}s (tool_timeout_sec)",
+                live.name,
+                timeout.as_secs_f64()
+            );
+            live.warn_once("timeout", &why);
+            Err(ToolError::Failed(why))
+        }
+        Ok(Err(ServiceError::McpError(e))) => Err(ToolError::Failed(format!(
+            "MCP server `{}` refused {what}: {}",
+            live.name, e.message
+        ))),
+        Ok(Err(e)) => {
+            let why = if peer.is_transport_closed() {
+                live.mark_down(&format!("it stopped during {what}"))
+            } else {
+                let why = format!(
+                    "MCP server `{}` gave no valid answer to {what}: {e}",
+                    live.name
+                );
+                live.warn_once("malformed", &why);
+                why
+            };
+            Err(ToolError::Failed(why))
+        }
+        Ok(Ok(result)) => Ok(result),
+    }
+}
+
 /// Every server's current tools, as a [`ToolSource`] the agents' registries
 /// follow.
 #[derive(Default)]
 struct Catalog {
     generation: AtomicU64,
     by_server: Mutex<BTreeMap<String, Vec<SharedTool>>>,
+    /// `list_mcp_resources` and `read_mcp_resource`, when a server has
+    /// resources.
+    resources: Vec<SharedTool>,
 }
 
 impl ToolSource for Catalog {
@@ -113,7 +215,10 @@ impl ToolSource for Catalog {
     }
 
     fn tools(&self) -> Vec<SharedTool> {
-        self.by_server.lock().values().flatten().cloned().collect()
+        let mut tools: Vec<SharedTool> =
+            self.by_server.lock().values().flatten().cloned().collect();
+        tools.extend(self.resources.iter().cloned());
+        tools
     }
 }
 
@@ -174,6 +279,8 @@ impl McpHub {
                     warned: Mutex::new(Vec::new()),
                     warn,
                     changes: Arc::new(Changes::new()),
+                    resources: AtomicBool::new(false),
+                    prompts: AtomicBool::new(false),
                 });
                 if !config.enabled {
                     return (live, ServerState::Disabled, Vec::new());
@@ -192,7 +299,23 @@ impl McpHub {
             }
         });
         let started = futures::future::join_all(starts).await;
+        let with_resources: Vec<Arc<Live>> = started
+            .iter()
+            .filter(|(live, state, _)| {
+                *state == ServerState::Running && live.resources.load(Ordering::Acquire)
+            })
+            .map(|(live, _, _)| Arc::clone(live))
+            .collect();
+        let mut catalog = Catalog::default();
+        if !with_resources.is_empty() {
+            let servers = Arc::new(with_resources);
+            catalog.resources = vec![
+                Arc::new(ListMcpResources::new(Arc::clone(&servers))) as SharedTool,
+                Arc::new(ReadMcpResource::new(servers)) as SharedTool,
+            ];
+        }
         let mut hub = McpHub::default();
+        hub.catalog = Arc::new(catalog);
         for (live, state, defs) in started {
             let tools = offered(&live, &defs);
             let running = state == ServerState::Running;
@@ -235,6 +358,52 @@ impl McpHub {
     /// Each configured server, in name order, as it stood after start.
     pub fn status(&self) -> &[ServerStatus] {
         &self.status
+    }
+
+    /// What each running server offers besides its tools, in name order:
+    /// its prompts and how many resources and resource templates it has,
+    /// each `None` when the server does not declare the capability (for
+    /// `troupe mcp list`; a session never asks).
+    pub async fn offerings(&self) -> Vec<Offerings> {
+        let each = self.servers.iter().map(|live| async move {
+            let mut o = Offerings {
+                name: live.name.clone(),
+                ..Offerings::default()
+            };
+            let Ok(peer) = live.peer() else { return o };
+            let limit = live.config.startup_timeout();
+            if live.prompts.load(Ordering::Acquire) {
+                o.prompts = Some(
+                    match tokio::time::timeout(limit, peer.list_all_prompts()).await {
+                        Ok(Ok(prompts)) => Ok(prompts.iter().map(PromptInfo::from).collect()),
+                        Ok(Err(e)) => Err(format!("prompts/list failed: {e}")),
+                        Err(_) => Err("prompts/list: no answer within startup_timeout_sec".into()),
+                    },
+                );
+            }
+            if live.resources.load(Ordering::Acquire) {
+                o.resources = Some(
+                    match tokio::time::timeout(limit, peer.list_all_resources()).await {
+                        Ok(Ok(r)) => Ok(r.len()),
+                        Ok(Err(e)) => Err(format!("resources/list failed: {e}")),
+                        Err(_) => {
+                            Err("resources/list: no answer within startup_timeout_sec".into())
+                        }
+                    },
+                );
+                o.resource_templates = Some(
+                    match tokio::time::timeout(limit, peer.list_all_resource_templates()).await {
+                        Ok(Ok(t)) => Ok(t.iter().map(|t| t.uri_template.clone()).collect()),
+                        Ok(Err(e)) => Err(format!("resources/templates/list failed: {e}")),
+                        Err(_) => Err(
+                            "resources/templates/list: no answer within startup_timeout_sec".into(),
+                        ),
+                    },
+                );
+            }
+            o
+        });
+        futures::future::join_all(each).await
     }
 
     /// Stops every server: ends its MCP session, then kills its process
@@ -293,6 +462,13 @@ async fn start_one(
         (None, None) => return Err("neither `command` nor `url` is set".into()),
     };
     let peer = connection.service.peer().clone();
+    if let Some(info) = peer.peer_info() {
+        let caps = &info.capabilities;
+        live.resources
+            .store(caps.resources.is_some(), Ordering::Release);
+        live.prompts
+            .store(caps.prompts.is_some(), Ordering::Release);
+    }
     let listed = tokio::time::timeout_at(deadline, peer.list_all_tools()).await;
     let defs = match listed {
         Ok(Ok(defs)) => defs,

@@ -12,6 +12,11 @@
 //!   [`Tool`](troupe_runtime::tools::Tool) named `mcp__<server>__<tool>`;
 //!   each call is bounded by `tool_timeout_sec`.
 //! - `content.rs`: a `tools/call` result as the text the model sees.
+//! - [`ListMcpResources`], [`ReadMcpResource`] (`resources.rs`): the
+//!   servers' resources as the agent tools `list_mcp_resources` and
+//!   `read_mcp_resource`, offered when a server declares `resources`;
+//!   [`McpHub::offerings`] lists prompts and resources for `troupe mcp
+//!   list`.
 //! - [`ServerStatus`]: what `troupe mcp list` shows.
 //! - `elicit.rs`: a server's `elicitation/create` handed to the session's
 //!   answerer ([`Elicit`]); the client declares elicitation (forms and
@@ -31,9 +36,11 @@ mod content;
 mod elicit;
 mod hub;
 pub mod oauth;
+mod resources;
 mod server;
 mod tool;
 
 pub use elicit::{Elicit, Elicitation, ElicitationAnswer, with_defaults};
-pub use hub::{McpHub, ServerState, ServerStatus, Warn};
+pub use hub::{McpHub, Offerings, PromptInfo, ServerState, ServerStatus, Warn};
+pub use resources::{ListMcpResources, ReadMcpResource};
 pub use tool::{McpTool, tool_name};

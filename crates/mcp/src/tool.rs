@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
 use serde_json::Value;
 use troupe_runtime::tools::{Capability, Tool, ToolContext, ToolError, ToolOutput};
@@ -79,44 +78,8 @@ impl McpTool {
         if let Value::Object(map) = args {
             params.arguments = Some(map);
         }
-        let timeout = server.config.tool_timeout();
-        let answer = tokio::time::timeout(timeout, peer.call_tool(params)).await;
-        let result = match answer {
-            Err(_) if peer.is_transport_closed() => {
-                let why = server.mark_down(&format!("it stopped during a call of `{}`", self.tool));
-                return Err(ToolError::Failed(why));
-            }
-            Err(_) => {
-                let why = format!(
-                    "MCP server `{}` did not answer the call of `{}` within {:.1}s (tool_timeout_sec)",
-                    server.name,
-                    self.tool,
-                    timeout.as_secs_f64()
-                );
-                server.warn_once("timeout", &why);
-                return Err(ToolError::Failed(why));
-            }
-            Ok(Err(ServiceError::McpError(e))) => {
-                return Err(ToolError::Failed(format!(
-                    "MCP server `{}` refused the call of `{}`: {}",
-                    server.name, self.tool, e.message
-                )));
-            }
-            Ok(Err(e)) => {
-                let why = if peer.is_transport_closed() {
-                    server.mark_down(&format!("it stopped during a call of `{}`", self.tool))
-                } else {
-                    let why = format!(
-                        "MCP server `{}` gave no valid answer to the call of `{}`: {e}",
-                        server.name, self.tool
-                    );
-                    server.warn_once("malformed", &why);
-                    why
-                };
-                return Err(ToolError::Failed(why));
-            }
-            Ok(Ok(result)) => result,
-        };
+        let what = format!("the call of `{}`", self.tool);
+        let result = crate::hub::request(server, &peer, &what, peer.call_tool(params)).await?;
         // A call that changed the server's tools returns once the catalog
         // has them, so the next request offers them.
         server
@@ -157,6 +120,10 @@ impl Tool for McpTool {
 
     fn mcp_origin(&self) -> Option<(&str, &str)> {
         Some((&self.server.name, &self.tool))
+    }
+
+    fn asks_when_named(&self) -> bool {
+        true
     }
 
     fn call<'a>(

@@ -73,7 +73,8 @@ pub enum ItemDetails {
     CommandExecution(CommandExecutionItem),
     /// Files changed by a tool.
     FileChange(FileChangeItem),
-    /// A call of a tool an MCP server provides (`mcp__<server>__<tool>`).
+    /// A call of a tool an MCP server provides (`mcp__<server>__<tool>`),
+    /// or of its resources (`list_mcp_resources`, `read_mcp_resource`).
     McpToolCall(McpToolCallItem),
     /// An error the thread surfaced as an item.
     Error(ErrorItem),
@@ -120,9 +121,11 @@ pub enum McpToolCallStatus {
 pub struct McpToolCallItem {
     /// The name the model called (`mcp__<server>__<tool>`).
     pub tool_name: String,
-    /// The server's name in `[mcp_servers.<name>]`.
+    /// The server's name in `[mcp_servers.<name>]` (`*`: every server,
+    /// for a `list_mcp_resources` without `server`).
     pub server: String,
-    /// The tool's name on that server.
+    /// The tool's name on that server, or the MCP method of a resource
+    /// call (`resources/list`, `resources/read`).
     pub tool: String,
     /// The arguments sent (on `item.started` only; logged once).
     #[serde(default, skip_serializing_if = "Option::is_none")]

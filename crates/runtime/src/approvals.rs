@@ -206,15 +206,16 @@ pub fn gate(
 }
 
 fn subject_word(tool: &str) -> &'static str {
-    if tool == "exec_command" {
-        "command"
-    } else {
-        "path"
+    match tool {
+        "exec_command" => "command",
+        "read_mcp_resource" => "uri",
+        _ => "path",
     }
 }
 
 /// What a call is about, for a request and a remembered decision: the
-/// command of `exec_command`, else its `path`.
+/// command of `exec_command`, the `uri` of `read_mcp_resource`, else its
+/// `path`.
 pub fn subject(tool: &str, args: &Value) -> Option<String> {
     policy_subject(tool, args).map(str::to_string)
 }

@@ -1,5 +1,5 @@
-//! `mcp_tool_call` items for calls of tools an MCP server provides
-//! ([`Tool::mcp_origin`](crate::tools::Tool::mcp_origin)), as VT Code shows
+//! `mcp_tool_call` items for calls of tools an MCP server provides, and
+//! of its resources ([`Tool::mcp_call`](crate::tools::Tool::mcp_call)), as VT Code shows
 //! them: `item.started` (`started`, the arguments) before the call runs,
 //! `item.completed` (`completed` with the result, or `failed` with the
 //! error) after. They sit beside the `tool_invocation` / `tool_output`
@@ -26,13 +26,13 @@ impl AgentLoop {
         call_id: &str,
         args: &serde_json::Value,
     ) -> Option<OpenMcpCall> {
-        let (server, name) = tool.mcp_origin()?;
+        let (server, name) = tool.mcp_call(args)?;
         let open = OpenMcpCall {
             item_id: self.item_id(),
             item: McpToolCallItem {
                 tool_name: tool.name().to_string(),
-                server: server.to_string(),
-                tool: name.to_string(),
+                server,
+                tool: name,
                 arguments: Some(args.clone()),
                 result: None,
                 error: None,

@@ -318,6 +318,20 @@ pub trait Tool: Send + Sync {
     fn mcp_origin(&self) -> Option<(&str, &str)> {
         None
     }
+    /// The MCP server and what is asked of it (a tool's name there, or a
+    /// method such as `resources/read`) for a call with `args`: the call
+    /// is recorded as an `mcp_tool_call` item. Default: [`Tool::mcp_origin`].
+    fn mcp_call(&self, _args: &serde_json::Value) -> Option<(String, String)> {
+        self.mcp_origin()
+            .map(|(server, tool)| (server.to_string(), tool.to_string()))
+    }
+    /// Whether a read-only call of this tool asks when an `ask` rule
+    /// names the tool (not `*`), as a write would. Default: no, a
+    /// read-only call never asks. An MCP server's reads say yes: they
+    /// reach outside the workspace.
+    fn asks_when_named(&self) -> bool {
+        false
+    }
     /// Runs the call. `args` already passed schema validation.
     fn call<'a>(
         &'a self,

@@ -5,7 +5,8 @@
 //! - `*`: every tool;
 //! - a tool name: `write_file`;
 //! - `tool(<glob>)`: the tool, when its subject matches the glob. The
-//!   subject of `exec_command` is its `command`; of a path-taking tool, its
+//!   subject of `exec_command` is its `command`; of `read_mcp_resource`,
+//!   its `uri`; of a path-taking tool, its
 //!   `path`. In the glob `*` matches any run of characters (spaces and `/`
 //!   included) and `?` one character; everything else is literal.
 //!
@@ -136,6 +137,18 @@ impl PermissionPolicy {
         first_match(&self.ask, tool, args)
     }
 
+    /// The first `ask` rule that matches the call and names `tool` itself
+    /// (not `*`).
+    pub fn ask_rule_naming(&self, tool: &str, args: &Value) -> Option<&str> {
+        self.ask
+            .iter()
+            .find(|text| {
+                Rule::parse(text).is_ok_and(|rule| rule.tool == tool)
+                    && first_match(std::slice::from_ref(*text), tool, args).is_some()
+            })
+            .map(|text| text.trim())
+    }
+
     /// Whether an `allow` rule names the call (false when `allow` is
     /// empty: then no rule allows it, it is only not restricted).
     pub fn allow_matches(&self, tool: &str, args: &Value) -> bool {
@@ -187,12 +200,13 @@ fn first_match<'r>(rules: &'r [String], tool: &str, args: &Value) -> Option<&'r 
 }
 
 /// What a pattern rule matches for `tool`: the command of an
-/// `exec_command` run, else a `path` argument.
+/// `exec_command` run, the `uri` of a `read_mcp_resource`, else a `path`
+/// argument.
 pub fn subject<'v>(tool: &str, args: &'v Value) -> Option<&'v str> {
-    let key = if tool == "exec_command" {
-        "command"
-    } else {
-        "path"
+    let key = match tool {
+        "exec_command" => "command",
+        "read_mcp_resource" => "uri",
+        _ => "path",
     };
     args.get(key).and_then(Value::as_str)
 }

@@ -276,10 +276,18 @@ impl ToolRegistry {
         };
         // A tool whose effects are approved elsewhere is decided by the
         // rules alone, as a read-only one is.
-        let capability = if tool.asks_for_approval() {
-            tool.capability()
+        use crate::tools::Capability;
+        let capability = if !tool.asks_for_approval() {
+            Capability::ReadOnly
+        } else if tool.capability() == Capability::ReadOnly
+            && tool.asks_when_named()
+            && self.policy.ask_rule_naming(tool_name, args).is_some()
+        {
+            // A read an `ask` rule names asks as a write would (an MCP
+            // server's read: `ask = ["read_mcp_resource(secret://*)"]`).
+            Capability::Exec
         } else {
-            crate::tools::Capability::ReadOnly
+            tool.capability()
         };
         match self.canonical_args(tool_name, args, workspace) {
             Some(normalized) => {

@@ -164,3 +164,79 @@ fn glob_matches_star_and_question_mark() {
     assert!(!glob("abc", "abcd"), "no implicit trailing star");
     assert!(glob("*é?", "xxéü"), "chars, not bytes");
 }
+
+/// A read-only tool that asks when a rule names it, as an MCP server's
+/// reads do (`read_mcp_resource`).
+struct McpRead;
+
+impl troupe_runtime::tools::Tool for McpRead {
+    fn name(&self) -> &str {
+        "read_mcp_resource"
+    }
+    fn description(&self) -> &str {
+        "reads a resource"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn capability(&self) -> troupe_runtime::tools::Capability {
+        troupe_runtime::tools::Capability::ReadOnly
+    }
+    fn asks_when_named(&self) -> bool {
+        true
+    }
+    fn call<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a troupe_runtime::tools::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<troupe_runtime::tools::ToolOutput, ToolError>> {
+        Box::pin(async { Ok(troupe_runtime::tools::ToolOutput::default()) })
+    }
+}
+
+#[test]
+fn an_ask_rule_naming_an_mcp_read_asks_and_the_uri_is_its_subject() {
+    use troupe_protocol::ApprovalPolicy::{Never, OnRequest};
+    use troupe_runtime::approvals::Gate;
+    let ws = std::env::temp_dir();
+    let registry = |ask: &[&str], deny: &[&str]| {
+        let mut p = policy(&[], deny);
+        p.ask = ask.iter().map(|s| s.to_string()).collect();
+        let mut r = ToolRegistry::builtin().with_policy(p);
+        r.register(std::sync::Arc::new(McpRead));
+        r
+    };
+    let secret = json!({"server": "s", "uri": "secret://a"});
+    let open = json!({"server": "s", "uri": "open://a"});
+    let r = registry(&["read_mcp_resource(secret://*)", "read_file"], &[]);
+    let gate = |args: &Value, policy| r.gate_in("read_mcp_resource", args, &ws, policy, None);
+    assert!(
+        matches!(gate(&secret, OnRequest), Gate::Ask { ref reason, .. } if reason.contains("read_mcp_resource(secret://*)"))
+    );
+    assert!(
+        matches!(gate(&secret, Never), Gate::Deny(_)),
+        "nobody to ask"
+    );
+    assert_eq!(gate(&open, OnRequest), Gate::Run, "the rule's uri only");
+    // A built-in read never asks, even when named; `*` names no read.
+    let file = json!({"path": "a"});
+    assert_eq!(
+        r.gate_in("read_file", &file, &ws, OnRequest, None),
+        Gate::Run
+    );
+    let r = registry(&["*"], &[]);
+    assert_eq!(
+        r.gate_in("read_mcp_resource", &secret, &ws, OnRequest, None),
+        Gate::Run
+    );
+    // deny on the uri
+    let r = registry(&[], &["read_mcp_resource(secret://*)"]);
+    assert!(matches!(
+        r.gate_in("read_mcp_resource", &secret, &ws, OnRequest, None),
+        Gate::Deny(_)
+    ));
+    assert_eq!(
+        r.gate_in("read_mcp_resource", &open, &ws, OnRequest, None),
+        Gate::Run
+    );
+}
