@@ -19,7 +19,7 @@ use super::{TokenStore, challenge_scope, client_secret, resolve};
 
 /// A session's HTTP client for a server with stored tokens: rmcp's
 /// [`AuthClient`] (the token on each request, one refresh on a 401), with
-/// the header of a 403 `insufficient_scope` kept ([`Watched::refused`])
+/// the header of a 403 `insufficient_scope` kept (`Watched::refused`)
 /// and its scopes recorded in the store for the next login.
 #[derive(Clone)]
 pub struct Watched {
