@@ -218,15 +218,8 @@ async fn drain_deliveries(
         "draining: taking no new task; finishing the running ones"
     );
     let until = tokio::time::Instant::now() + timeout;
-    loop {
-        match tokio::time::timeout_at(until, deliveries.join_next()).await {
-            Ok(Some(ended)) => log_ended(ended),
-            Ok(None) => {
-                tracing::info!("drained; exiting");
-                return;
-            }
-            Err(_) => break,
-        }
+    if all_ended_by(&mut deliveries, until).await {
+        return;
     }
     tracing::info!(
         running = deliveries.len(),
@@ -234,15 +227,8 @@ async fn drain_deliveries(
     );
     let _ = hand_back.send(true);
     let until = tokio::time::Instant::now() + HAND_BACK_GRACE;
-    loop {
-        match tokio::time::timeout_at(until, deliveries.join_next()).await {
-            Ok(Some(ended)) => log_ended(ended),
-            Ok(None) => {
-                tracing::info!("drained; exiting");
-                return;
-            }
-            Err(_) => break,
-        }
+    if all_ended_by(&mut deliveries, until).await {
+        return;
     }
     tracing::warn!(
         running = deliveries.len(),
@@ -253,6 +239,21 @@ async fn drain_deliveries(
 
 /// A delivery's task ended: only a panic is worth a line (its delivery is
 /// redelivered after the ack wait).
+/// Waits for the running deliveries to end, until `until`: true when all
+/// have ended (logged "drained; exiting"), false when time ran out.
+async fn all_ended_by(deliveries: &mut JoinSet<()>, until: tokio::time::Instant) -> bool {
+    loop {
+        match tokio::time::timeout_at(until, deliveries.join_next()).await {
+            Ok(Some(ended)) => log_ended(ended),
+            Ok(None) => {
+                tracing::info!("drained; exiting");
+                return true;
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
 fn log_ended(ended: Result<(), tokio::task::JoinError>) {
     if let Err(e) = ended {
         tracing::warn!(error = %e, "a delivery's task panicked; it will be redelivered");
