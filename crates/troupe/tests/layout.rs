@@ -297,3 +297,56 @@ fn no_import_circle_is_longer_than_three_files() {
         );
     }
 }
+
+/// The words that would make a `--release` build behave differently from
+/// the `cargo build` one in a way `.ci/run`'s hooks check could miss: code
+/// compiled only with (or without) debug assertions, or depending on the
+/// optimisation level. `.ci/run` builds its release binary at opt-level 0
+/// on this guarantee.
+fn profile_gates(text: &str) -> Vec<&'static str> {
+    ["debug_assertions", "opt_level", "OPT_LEVEL"]
+        .into_iter()
+        .filter(|w| text.contains(w))
+        .collect()
+}
+
+#[test]
+fn a_profile_gate_is_found_when_there_is_one() {
+    assert_eq!(
+        profile_gates("#[cfg(not(debug_assertions))]\nfn f() {}"),
+        ["debug_assertions"]
+    );
+    assert!(profile_gates("#[cfg(feature = \"test-hooks\")]\nfn f() {}").is_empty());
+}
+
+#[test]
+fn no_library_or_binary_code_depends_on_the_build_profile() {
+    let mut gated = Vec::new();
+    for file in rust_files(&root().join("crates")) {
+        // Sources only: tests and benches may look at their own profile.
+        let rel = file.strip_prefix(root().join("crates")).unwrap();
+        if !rel.components().any(|c| c.as_os_str() == "src") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let found = profile_gates(&text);
+        if !found.is_empty() {
+            gated.push(format!("{}: {found:?}", file.display()));
+        }
+    }
+    // A build script could read the profile cargo gives it.
+    for krate in std::fs::read_dir(root().join("crates")).unwrap() {
+        let path = krate.unwrap().path().join("build.rs");
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && (text.contains("PROFILE") || !profile_gates(&text).is_empty())
+        {
+            gated.push(format!("{} (reads the profile)", path.display()));
+        }
+    }
+    assert!(
+        gated.is_empty(),
+        "these make a release build differ from a debug one, and .ci/run's \
+         hooks check builds its release binary at opt-level 0 on the promise \
+         that nothing does: {gated:?}"
+    );
+}
