@@ -1,6 +1,7 @@
 //! Workers a team can operate (docs/scale-out.md, "Operating workers"):
 //! a worker drained by SIGTERM (its task finished, or handed back past
-//! the drain timeout and completed by another worker), `troupe worker
+//! the drain timeout and completed by another worker) or by Ctrl-C (a
+//! second one stops it at once), `troupe worker
 //! status` against a worker running a task, a `temporary` remote child
 //! given up when its worker goes silent. Real processes, a real
 //! `nats-server`, the scripted model server.
@@ -249,6 +250,51 @@ fn a_drain_timeout_hands_the_task_back_to_another_worker() {
         "the exec was reported interrupted: {logs}"
     );
     assert_eq!(w1.committed(1), 1, "{logs}");
+}
+
+/// Ctrl-C drains a worker as SIGTERM does; a second Ctrl-C while it
+/// drains exits at once (130), as a kill would: the task is redelivered
+/// after the ack wait, another worker resumes it from the journal (the
+/// exec the first one completed is not run again) and the session
+/// completes.
+#[test]
+fn ctrl_c_drains_a_worker_and_a_second_one_stops_it_at_once() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let side = tempfile::tempdir().unwrap();
+    let server = Server::with_script(one_child(side.path(), 6000, Value::Null));
+    let mut w0 = worker(&nats.url(), &server.url(), tmp.path(), "w0", &[]);
+    let (ws, handle) = coordinate(&nats.url(), &server.url());
+    wait_exec(side.path(), &w0);
+    // The exec's completion reaches the coordinator first.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(w0.pid().unwrap(), "-INT");
+    let _ = wait_until_blocking("the drain", Duration::from_secs(10), || {
+        w0.log().contains("SIGINT: draining")
+    });
+    assert!(
+        w0.exited().is_none(),
+        "one Ctrl-C only drains: {}",
+        w0.log()
+    );
+    signal(w0.pid().unwrap(), "-INT");
+    let sent = Instant::now();
+    let code_w0 = exit_of(&mut w0, Duration::from_secs(10));
+    let log0 = w0.log();
+    assert_eq!(code_w0, Some(130), "{log0}");
+    assert!(sent.elapsed() < Duration::from_secs(5), "{log0}");
+    assert!(
+        log0.contains("SIGINT while draining: exiting now"),
+        "{log0}"
+    );
+    assert!(!log0.contains("handoff committed"), "{log0}");
+    let w1 = worker(&nats.url(), &server.url(), tmp.path(), "w1", &[]);
+    let (code, out, err) = handle.join().unwrap();
+    let log1 = w1.log();
+    let logs = format!("{log0}\n---\n{log1}");
+    assert_eq!(code, Some(0), "{out}\n{err}\n{logs}");
+    assert!(log1.contains("incarnation=2"), "{logs}");
+    assert_done_once(ws.path(), side.path(), &logs);
 }
 
 /// A `temporary` remote child whose worker is SIGKILLed: no heartbeat

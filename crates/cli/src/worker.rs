@@ -1,5 +1,6 @@
 //! `troupe worker --nats URL`: runs subagents that coordinators queue
-//! (docs/scale-out.md), drains on SIGTERM; `troupe worker status --nats
+//! (docs/scale-out.md), drains on SIGTERM or Ctrl-C (a second one exits
+//! at once); `troupe worker status --nats
 //! URL`: what the live workers run.
 
 use std::path::PathBuf;
@@ -68,11 +69,11 @@ pub struct WorkerArgs {
     /// workspace sets them is refused.
     #[arg(long)]
     trust_workspaces: bool,
-    /// On SIGTERM the worker takes no new task and lets its running ones
-    /// finish for up to SECS seconds; then it stops those still running
-    /// and hands them back to the queue (another worker resumes them at
-    /// once), and exits 0. Keep it below the kill grace of whatever sends
-    /// the SIGTERM.
+    /// On SIGTERM or Ctrl-C the worker takes no new task and lets its
+    /// running ones finish for up to SECS seconds; then it stops those
+    /// still running and hands them back to the queue (another worker
+    /// resumes them at once), and exits 0. A second signal exits at once
+    /// (130). Keep it below the kill grace of whatever sends the SIGTERM.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     drain_timeout: u64,
     #[command(subcommand)]
@@ -181,9 +182,26 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(SignalKind::interrupt())?;
         let drain = async move {
-            term.recv().await;
-            tracing::info!("SIGTERM: draining");
+            let first = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::info!("{first}: draining");
+            // A second signal while the drain lasts stops the worker at
+            // once, as a kill would: its running tasks are redelivered
+            // after the ack wait and resume from the coordinator's journal.
+            tokio::spawn(async move {
+                let second = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                tracing::warn!(
+                    "{second} while draining: exiting now; the running tasks are redelivered after the ack wait"
+                );
+                std::process::exit(i32::from(exit::CANCELLED));
+            });
         };
         troupe_remote::run_worker(cfg, factory, drain)
             .await
