@@ -1,9 +1,11 @@
-//! Repositories across machines as git bundles (the `git` program): the
-//! base commit out to a worker, checkpoints and the result commit back.
+//! Repositories across machines as git bundles (the `git` program):
+//! checkpoints and the result commit back from a worker (the base out to
+//! it: [`crate::cache`]).
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use async_nats::jetstream::object_store::ObjectStore;
+use async_nats::jetstream::object_store::{ObjectMetadata, ObjectStore};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
@@ -38,42 +40,56 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, RemoteError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Bundles `rev` (with its history, or only what is not in `since`) of the
-/// repository at `dir` and stores it as object `name`; the commit id.
+/// Bundles the working copy's branch `troupe-bundle` (what `HEAD` points
+/// to in a worker's working copy, see [`crate::cache`]): only what is not
+/// in `since`, or with its history; stores it as object `name`.
 pub async fn put_bundle(
     store: &ObjectStore,
     dir: &Path,
-    rev: &str,
     since: Option<&str>,
     name: &str,
     scratch: &Path,
-) -> Result<String, RemoteError> {
-    let commit = git(dir, &["rev-parse", rev]).await?;
+) -> Result<(), RemoteError> {
     let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
     let file_s = file.to_string_lossy().to_string();
     let branch = "refs/heads/troupe-bundle";
-    git(dir, &["update-ref", branch, &commit]).await?;
     let range = since.map(|s| format!("{s}..{branch}"));
     let what = range.as_deref().unwrap_or(branch);
-    git(dir, &["bundle", "create", &file_s, what]).await?;
+    git(dir, &["bundle", "create", "-q", &file_s, what]).await?;
+    put_file(store, &file, name, HashMap::new()).await
+}
+
+/// Stores the file at `file` as object `name` (with `metadata`), then
+/// removes the file.
+pub async fn put_file(
+    store: &ObjectStore,
+    file: &Path,
+    name: &str,
+    metadata: HashMap<String, String>,
+) -> Result<(), RemoteError> {
     // Retried as event publishes are (a NATS restart mid-upload times its
     // chunk acks out): a transient outage does not fail the incarnation.
     let mut last = String::new();
     for attempt in 0..STORE_ATTEMPTS {
-        let mut f = tokio::fs::File::open(&file)
+        let mut f = tokio::fs::File::open(file)
             .await
-            .map_err(|e| RemoteError::io(format!("open {file_s}"), e))?;
-        match store.put(name, &mut f).await {
+            .map_err(|e| RemoteError::io(format!("open {}", file.display()), e))?;
+        let meta = ObjectMetadata {
+            name: name.to_string(),
+            metadata: metadata.clone(),
+            ..Default::default()
+        };
+        match store.put(meta, &mut f).await {
             Ok(_) => {
-                let _ = tokio::fs::remove_file(&file).await;
-                return Ok(commit);
+                let _ = tokio::fs::remove_file(file).await;
+                return Ok(());
             }
             Err(e) => last = e.to_string(),
         }
         tracing::debug!(attempt, object = name, error = %last, "storing a bundle failed; retrying");
         tokio::time::sleep(STORE_RETRY).await;
     }
-    let _ = tokio::fs::remove_file(&file).await;
+    let _ = tokio::fs::remove_file(file).await;
     Err(RemoteError::Nats(format!("store {name}: {last}")))
 }
 
@@ -88,12 +104,22 @@ pub async fn get_bundle(
     name: &str,
     scratch: &Path,
 ) -> Result<std::path::PathBuf, RemoteError> {
+    Ok(get_object(store, name, scratch).await?.0)
+}
+
+/// Fetches object `name` into `scratch`: the file and the object's
+/// metadata.
+pub async fn get_object(
+    store: &ObjectStore,
+    name: &str,
+    scratch: &Path,
+) -> Result<(std::path::PathBuf, HashMap<String, String>), RemoteError> {
     let mut last = String::new();
     let mut got = None;
     for attempt in 0..STORE_ATTEMPTS {
         match fetch(store, name).await {
-            Ok(bytes) => {
-                got = Some(bytes);
+            Ok(fetched) => {
+                got = Some(fetched);
                 break;
             }
             // Not there is final; anything else may be a restarting server.
@@ -105,14 +131,14 @@ pub async fn get_bundle(
         tracing::debug!(attempt, object = name, error = %last, "fetching a bundle failed; retrying");
         tokio::time::sleep(STORE_RETRY).await;
     }
-    let Some(bytes) = got else {
+    let Some((bytes, metadata)) = got else {
         return Err(RemoteError::Nats(format!("fetch {name}: {last}")));
     };
     let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
     tokio::fs::write(&file, bytes)
         .await
         .map_err(|e| RemoteError::io(format!("write {}", file.display()), e))?;
-    Ok(file)
+    Ok((file, metadata))
 }
 
 enum FetchError {
@@ -120,8 +146,11 @@ enum FetchError {
     Transient(String),
 }
 
-/// Object `name`'s bytes, in one try.
-async fn fetch(store: &ObjectStore, name: &str) -> Result<Vec<u8>, FetchError> {
+/// Object `name`'s bytes and metadata, in one try.
+async fn fetch(
+    store: &ObjectStore,
+    name: &str,
+) -> Result<(Vec<u8>, HashMap<String, String>), FetchError> {
     use async_nats::jetstream::object_store::GetErrorKind;
     let mut obj = store.get(name).await.map_err(|e| match e.kind() {
         GetErrorKind::NotFound | GetErrorKind::BucketLink | GetErrorKind::InvalidName => {
@@ -133,25 +162,7 @@ async fn fetch(store: &ObjectStore, name: &str) -> Result<Vec<u8>, FetchError> {
     obj.read_to_end(&mut bytes)
         .await
         .map_err(|e| FetchError::Transient(e.to_string()))?;
-    Ok(bytes)
-}
-
-/// A working copy of `commit` from `bundle` at `dir` (a fresh clone,
-/// detached at the commit, troupe's own files ignored).
-pub async fn clone_at(bundle: &Path, dir: &Path, commit: &str) -> Result<(), RemoteError> {
-    let parent = dir.parent().unwrap_or(dir);
-    let b = bundle.to_string_lossy().to_string();
-    let d = dir.to_string_lossy().to_string();
-    git(parent, &["clone", "-q", "--no-checkout", &b, &d]).await?;
-    git(dir, &["checkout", "-q", "--detach", commit]).await?;
-    let exclude = dir.join(".git/info/exclude");
-    tokio::fs::create_dir_all(dir.join(".git/info"))
-        .await
-        .map_err(|e| RemoteError::io("create .git/info", e))?;
-    tokio::fs::write(&exclude, "/.vtcode/\n")
-        .await
-        .map_err(|e| RemoteError::io("write .git/info/exclude", e))?;
-    Ok(())
+    Ok((bytes, obj.info().metadata.clone()))
 }
 
 /// Puts the tree of the commit in `bundle` (a checkpoint or a result)
@@ -164,10 +175,20 @@ pub async fn apply_tree(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
     Ok(())
 }
 
-/// Commits everything in `dir` (an empty commit when nothing changed);
-/// the commit id.
-pub async fn commit_all(dir: &Path, message: &str) -> Result<String, RemoteError> {
+/// Commits everything in `dir` (an empty commit when nothing changed).
+pub async fn commit_all(dir: &Path, message: &str) -> Result<(), RemoteError> {
     git(dir, &["add", "-A"]).await?;
-    git(dir, &["commit", "-q", "--allow-empty", "-m", message]).await?;
-    git(dir, &["rev-parse", "HEAD"]).await
+    git(
+        dir,
+        &[
+            "commit",
+            "-q",
+            "--allow-empty",
+            "--no-verify",
+            "-m",
+            message,
+        ],
+    )
+    .await?;
+    Ok(())
 }

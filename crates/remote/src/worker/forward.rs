@@ -106,7 +106,7 @@ pub(super) struct Forwarding {
 pub(super) async fn forward(
     f: Forwarding,
     mut rx: mpsc::UnboundedReceiver<Exported>,
-) -> Result<(), RemoteError> {
+) -> Result<Option<String>, RemoteError> {
     let Forwarding {
         ctx,
         task,
@@ -131,6 +131,7 @@ pub(super) async fn forward(
     let mut unacked: VecDeque<Unacked> = VecDeque::new();
     let mut acked: Option<u64> = None;
     let mut stop_open = true;
+    let mut last_checkpoint = None;
     loop {
         tokio::select! {
             got = rx.recv() => {
@@ -145,6 +146,9 @@ pub(super) async fn forward(
                     entry.position = Some(position);
                     let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, scratch: &scratch, repos: &repos, hold };
                     entry.checkpoint = cp.event(position, event).await?;
+                    if entry.checkpoint.is_some() {
+                        last_checkpoint.clone_from(&entry.checkpoint);
+                    }
                     position += 1;
                 }
                 unacked.push_back(entry);
@@ -180,7 +184,7 @@ pub(super) async fn forward(
     }
     match (ahead.lost(), *stop.borrow()) {
         (Some(why), None) => Err(RemoteError::Coordinator(why)),
-        _ => Ok(()),
+        _ => Ok(last_checkpoint),
     }
 }
 
@@ -256,15 +260,7 @@ impl Publish<'_> {
                 "{}/{}/ckpt-{incarnation}-{position}",
                 task.session_id, task.task_id
             );
-            git::put_bundle(
-                repos,
-                repo,
-                "HEAD",
-                Some(&task.base_commit),
-                &object,
-                scratch,
-            )
-            .await?;
+            git::put_bundle(repos, repo, Some(&task.base_commit), &object, scratch).await?;
             let cp = WorkerMessage::Checkpoint {
                 incarnation,
                 object: object.clone(),

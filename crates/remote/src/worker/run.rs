@@ -23,9 +23,12 @@ use crate::error::RemoteError;
 use crate::task::Owned;
 use crate::wire::{SteerReply, TaskMessage};
 
+/// The agent's end, its handoff, and the last checkpoint this
+/// incarnation published (its object).
 pub(super) type Finished = (
     troupe_protocol::ThreadCompletedEvent,
     troupe_protocol::HandoffRequest,
+    Option<String>,
 );
 
 /// How an incarnation's agent ended.
@@ -175,7 +178,7 @@ pub(super) async fn run_agent(
         Err(Halt::Forwarder(r)) => {
             let e = match r {
                 Ok(Err(e)) => e,
-                Ok(Ok(())) => RemoteError::Task {
+                Ok(Ok(_)) => RemoteError::Task {
                     what: "event forwarder",
                     why: "ended early".into(),
                 },
@@ -189,7 +192,7 @@ pub(super) async fn run_agent(
         }
     };
     let forwarded = forwarder.await;
-    match forwarded {
+    let last_checkpoint = match forwarded {
         Ok(r) => r?,
         Err(e) => {
             return Err(RemoteError::Task {
@@ -197,10 +200,14 @@ pub(super) async fn run_agent(
                 why: format!("failed: {e}"),
             });
         }
-    }
+    };
     let outcome =
         outcome.map_err(|_| RemoteError::Session("the agent stopped without an outcome".into()))?;
-    Ok(Ran::Done(Box::new((outcome.completed, outcome.handoff))))
+    Ok(Ran::Done(Box::new((
+        outcome.completed,
+        outcome.handoff,
+        last_checkpoint,
+    ))))
 }
 
 /// Why an incarnation's agent was stopped before it ended.
@@ -208,5 +215,5 @@ enum Halt {
     /// The coordinator said so.
     Stop(Stop),
     /// The forwarder ended (failed) while the agent ran.
-    Forwarder(Result<Result<(), RemoteError>, tokio::task::JoinError>),
+    Forwarder(Result<Result<Option<String>, RemoteError>, tokio::task::JoinError>),
 }
