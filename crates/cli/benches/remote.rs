@@ -285,8 +285,18 @@ impl Outcome {
 /// workers committed one handoff per task.
 fn measure(place: Place, steps: &[usize], writes: usize) -> Outcome {
     let total: usize = steps.iter().sum();
+    // `TROUPE_BENCH_KEEP=1`: the run's directory (workers' logs, the
+    // coordinator's log and workspace) is kept and named.
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("ws");
+    let (_guard, root) = if std::env::var_os("TROUPE_BENCH_KEEP").is_some() {
+        let root = tmp.keep();
+        eprintln!("{}: kept in {}", place.label(), root.display());
+        (None, root)
+    } else {
+        let root = tmp.path().to_path_buf();
+        (Some(tmp), root)
+    };
+    let ws = root.join("ws");
     repo_at(&ws, "initial", &[("README.md", "bench\n")]);
     let server = Server::with_script(script(steps, writes));
     let mut extra = vec!["--json".to_string(), "--max-turns".into(), "1000".into()];
@@ -298,7 +308,7 @@ fn measure(place: Place, steps: &[usize], writes: usize) -> Outcome {
         } => {
             let nats = NatsServer::start();
             let mut ws: Vec<Worker> = (0..workers)
-                .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n, concurrency))
+                .map(|n| worker(&nats.url(), &server.url(), root.as_path(), n, concurrency))
                 .collect();
             wait_ready(&mut ws);
             extra.extend(["--nats".into(), nats.url()]);
@@ -306,7 +316,7 @@ fn measure(place: Place, steps: &[usize], writes: usize) -> Outcome {
         }
     };
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let err_path = tmp.path().join("coordinator.log");
+    let err_path = root.as_path().join("coordinator.log");
     let mut child =
         troupe_test_support::e2e::exec_command(bin(), &ws, &server.url(), &extra, PROMPT)
             .stdout(Stdio::piped())

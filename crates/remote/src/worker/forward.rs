@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
-use troupe_protocol::ThreadEvent;
+use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_runtime::store::Exporter;
 
 use super::Ctx;
@@ -245,7 +245,13 @@ impl Publish<'_> {
             repos,
             hold,
         } = *self;
-        let completed_item = matches!(event, ThreadEvent::ItemCompleted(_));
+        // A completed item that may have changed the worktree: a tool's
+        // (the model's text and reasoning never do: no `git status`).
+        let completed_item = matches!(
+            &event,
+            ThreadEvent::ItemCompleted(e)
+                if !matches!(e.item.details, ItemDetails::AgentMessage(_) | ItemDetails::Reasoning(_))
+        );
         let mut checkpoint = None;
         if completed_item && !git::git(repo, &["status", "--porcelain"]).await?.is_empty() {
             if let Some(hold) = hold {
@@ -255,6 +261,7 @@ impl Publish<'_> {
                 );
                 tokio::time::sleep(hold).await;
             }
+            let started = std::time::Instant::now();
             git::commit_all(repo, "checkpoint").await?;
             let object = format!(
                 "{}/{}/ckpt-{incarnation}-{position}",
@@ -266,6 +273,7 @@ impl Publish<'_> {
                 object: object.clone(),
             };
             publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
+            tracing::info!(task = %task.task_id, position, ms = started.elapsed().as_millis() as u64, "checkpoint published");
             checkpoint = Some(object);
         }
         let message = WorkerMessage::Event {

@@ -65,6 +65,7 @@ pub(super) async fn run_agent(
         checkpoint,
     } = *run;
     let (tx, rx) = mpsc::unbounded_channel();
+    let opening = std::time::Instant::now();
     let session = (ctx.factory)(SessionRequest {
         home: home.to_path_buf(),
         session_id: task.session_id.clone(),
@@ -72,6 +73,7 @@ pub(super) async fn run_agent(
     })
     .await
     .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
+    tracing::info!(task = %task.task_id, ms = opening.elapsed().as_millis() as u64, "session opened");
     // The journal goes into this session's log first (the agent resumes
     // from it); what the log took of it is not forwarded again.
     let mut replayed = 0;
