@@ -40,25 +40,6 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, RemoteError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Bundles the working copy's branch `troupe-bundle` (what `HEAD` points
-/// to in a worker's working copy, see [`crate::cache`]): only what is not
-/// in `since`, or with its history; stores it as object `name`.
-pub async fn put_bundle(
-    store: &ObjectStore,
-    dir: &Path,
-    since: Option<&str>,
-    name: &str,
-    scratch: &Path,
-) -> Result<(), RemoteError> {
-    let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
-    let file_s = file.to_string_lossy().to_string();
-    let branch = "refs/heads/troupe-bundle";
-    let range = since.map(|s| format!("{s}..{branch}"));
-    let what = range.as_deref().unwrap_or(branch);
-    git(dir, &["bundle", "create", "-q", &file_s, what]).await?;
-    put_file(store, &file, name, HashMap::new()).await
-}
-
 /// Stores the file at `file` as object `name` (with `metadata`), then
 /// removes the file.
 pub async fn put_file(
@@ -175,20 +156,102 @@ pub async fn apply_tree(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
     Ok(())
 }
 
-/// Commits everything in `dir` (an empty commit when nothing changed).
-pub async fn commit_all(dir: &Path, message: &str) -> Result<(), RemoteError> {
-    git(dir, &["add", "-A"]).await?;
-    git(
-        dir,
-        &[
-            "commit",
-            "-q",
-            "--allow-empty",
-            "--no-verify",
-            "-m",
-            message,
-        ],
-    )
-    .await?;
-    Ok(())
+/// Commits everything in the working copy at `dir` onto its branch
+/// `troupe-bundle` (`HEAD` points to it, see [`crate::cache`]) and stores
+/// the commits since `since` as bundle object `name`, in-process (git2:
+/// no `git` process on a call's path); `false`, and nothing stored, when
+/// nothing changed since `HEAD`.
+pub async fn checkpoint(
+    store: &ObjectStore,
+    dir: &Path,
+    since: &str,
+    message: &str,
+    name: &str,
+) -> Result<bool, RemoteError> {
+    let (dir2, since2, message2) = (dir.to_path_buf(), since.to_string(), message.to_string());
+    let bundle = tokio::task::spawn_blocking(move || commit_and_bundle(&dir2, &since2, &message2))
+        .await
+        .map_err(|e| RemoteError::Git {
+            what: "checkpoint".into(),
+            why: e.to_string(),
+        })?
+        .map_err(|e| RemoteError::Git {
+            what: format!("checkpoint of {}", dir.display()),
+            why: e.message().to_string(),
+        })?;
+    let Some(bytes) = bundle else {
+        return Ok(false);
+    };
+    put_bytes(store, name, &bytes).await?;
+    Ok(true)
+}
+
+/// The bundle (`since..troupe-bundle`) after committing the working copy,
+/// or `None` when it is clean.
+fn commit_and_bundle(
+    dir: &Path,
+    since: &str,
+    message: &str,
+) -> Result<Option<Vec<u8>>, git2::Error> {
+    let repo = git2::Repository::open(dir)?;
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true);
+    if repo.statuses(Some(&mut opts))?.is_empty() {
+        return Ok(None);
+    }
+    let mut index = repo.index()?;
+    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+    index.update_all(["*"], None)?;
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let parent = repo.head()?.peel_to_commit()?;
+    let sig = git2::Signature::now("troupe worker", "worker@troupe.invalid")?;
+    let commit = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent])?;
+    let base = git2::Oid::from_str(since)?;
+    let mut walk = repo.revwalk()?;
+    walk.push(commit)?;
+    walk.hide(base)?;
+    let mut pack = repo.packbuilder()?;
+    pack.insert_walk(&mut walk)?;
+    let mut buf = git2::Buf::new();
+    pack.write_buf(&mut buf)?;
+    let mut out =
+        format!("# v2 git bundle\n-{base}\n{commit} refs/heads/troupe-bundle\n\n").into_bytes();
+    out.extend_from_slice(&buf);
+    Ok(Some(out))
+}
+
+/// Stores `bytes` as object `name`, retried as [`put_file`].
+async fn put_bytes(store: &ObjectStore, name: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+    let mut last = String::new();
+    for attempt in 0..STORE_ATTEMPTS {
+        let mut reader = bytes;
+        match store.put(name, &mut reader).await {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tracing::debug!(attempt, object = name, error = %last, "storing a bundle failed; retrying");
+        tokio::time::sleep(STORE_RETRY).await;
+    }
+    Err(RemoteError::Nats(format!("store {name}: {last}")))
+}
+
+/// Whether the working copy at `dir` differs from its `HEAD` (in-process).
+pub async fn is_dirty(dir: &Path) -> Result<bool, RemoteError> {
+    let d = dir.to_path_buf();
+    let dirty = tokio::task::spawn_blocking(move || -> Result<bool, git2::Error> {
+        let repo = git2::Repository::open(&d)?;
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        Ok(!repo.statuses(Some(&mut opts))?.is_empty())
+    })
+    .await
+    .map_err(|e| RemoteError::Git {
+        what: "status".into(),
+        why: e.to_string(),
+    })?;
+    dirty.map_err(|e| RemoteError::Git {
+        what: format!("status of {}", dir.display()),
+        why: e.message().to_string(),
+    })
 }

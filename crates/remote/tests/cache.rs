@@ -110,10 +110,15 @@ async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_noth
         .unwrap();
     assert!(f3.hit && f3.objects.is_empty(), "{f3:?}");
     std::fs::write(wc3.join("b.txt"), "new\n").unwrap();
-    troupe_remote::git::commit_all(&wc3, "work").await.unwrap();
-    troupe_remote::git::put_bundle(&store, &wc3, Some(&second.commit), "t3/result", &scratch)
+    let made = troupe_remote::git::checkpoint(&store, &wc3, &second.commit, "work", "t3/result")
         .await
         .unwrap();
+    assert!(made);
+    // Nothing changed since: no second checkpoint.
+    let again = troupe_remote::git::checkpoint(&store, &wc3, &second.commit, "work", "t3/again")
+        .await
+        .unwrap();
+    assert!(!again);
     // The coordinator applies it to its own worktree.
     let file = troupe_remote::git::get_bundle(&store, "t3/result", &scratch)
         .await

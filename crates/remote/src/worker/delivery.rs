@@ -155,16 +155,12 @@ async fn run_incarnation(
     // Nothing changed since this incarnation's last checkpoint (or since
     // the base, when it made none): that checkpoint is the result (none:
     // the base's tree); else a result commit and its bundle.
-    let result = if git::git(&repo, &["status", "--porcelain"])
-        .await?
-        .is_empty()
-    {
-        last_checkpoint
-    } else {
-        let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
-        git::commit_all(&repo, &format!("{}: result", task.agent_id)).await?;
-        git::put_bundle(&repos, &repo, Some(&task.base_commit), &result, dir).await?;
+    let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
+    let message = format!("{}: result", task.agent_id);
+    let result = if git::checkpoint(&repos, &repo, &task.base_commit, &message, &result).await? {
         Some(result)
+    } else {
+        last_checkpoint
     };
     let message = WorkerMessage::Finished {
         incarnation,

@@ -119,7 +119,6 @@ pub(super) async fn forward(
     let mut skip = positions.skip;
     let mut position = positions.first;
     let repos = ctx.nats.repos().await?;
-    let scratch = repo.parent().unwrap_or(&repo).to_path_buf();
     let mut acks = ctx
         .nats
         .client
@@ -144,7 +143,7 @@ pub(super) async fn forward(
                 }
                 if let Some(event) = to_forward(&bytes, &task, &mut skip) {
                     entry.position = Some(position);
-                    let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, scratch: &scratch, repos: &repos, hold };
+                    let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, repos: &repos, hold };
                     entry.checkpoint = cp.event(position, event).await?;
                     if entry.checkpoint.is_some() {
                         last_checkpoint.clone_from(&entry.checkpoint);
@@ -223,7 +222,6 @@ struct Publish<'a> {
     task: &'a TaskMessage,
     incarnation: u64,
     repo: &'a PathBuf,
-    scratch: &'a PathBuf,
     repos: &'a async_nats::jetstream::object_store::ObjectStore,
     hold: Option<Duration>,
 }
@@ -241,7 +239,6 @@ impl Publish<'_> {
             task,
             incarnation,
             repo,
-            scratch,
             repos,
             hold,
         } = *self;
@@ -253,8 +250,10 @@ impl Publish<'_> {
                 if !matches!(e.item.details, ItemDetails::AgentMessage(_) | ItemDetails::Reasoning(_))
         );
         let mut checkpoint = None;
-        if completed_item && !git::git(repo, &["status", "--porcelain"]).await?.is_empty() {
-            if let Some(hold) = hold {
+        if completed_item {
+            if let Some(hold) = hold
+                && git::is_dirty(repo).await?
+            {
                 tracing::info!(
                     ms = hold.as_millis() as u64,
                     "write-ahead: holding a call's result before its checkpoint (TROUPE_WORKER_TEST_HOLD_MS)"
@@ -262,19 +261,19 @@ impl Publish<'_> {
                 tokio::time::sleep(hold).await;
             }
             let started = std::time::Instant::now();
-            git::commit_all(repo, "checkpoint").await?;
             let object = format!(
                 "{}/{}/ckpt-{incarnation}-{position}",
                 task.session_id, task.task_id
             );
-            git::put_bundle(repos, repo, Some(&task.base_commit), &object, scratch).await?;
-            let cp = WorkerMessage::Checkpoint {
-                incarnation,
-                object: object.clone(),
-            };
-            publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
-            tracing::info!(task = %task.task_id, position, ms = started.elapsed().as_millis() as u64, "checkpoint published");
-            checkpoint = Some(object);
+            if git::checkpoint(repos, repo, &task.base_commit, "checkpoint", &object).await? {
+                let cp = WorkerMessage::Checkpoint {
+                    incarnation,
+                    object: object.clone(),
+                };
+                publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
+                tracing::info!(task = %task.task_id, position, ms = started.elapsed().as_millis() as u64, "checkpoint published");
+                checkpoint = Some(object);
+            }
         }
         let message = WorkerMessage::Event {
             incarnation,
