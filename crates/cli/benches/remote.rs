@@ -16,7 +16,12 @@
 //!   `--concurrency 3`; tasks/s over the window from the first call's
 //!   start to the last call's end.
 //! - Latency: K children one after another (one call per root step),
-//!   local and on 1 worker; p50/p99 of the call's duration.
+//!   local and on 1 worker; p50/p99 of the call's duration; once with
+//!   the trivial child, once with a child making 10 writes (each a
+//!   write-ahead call remotely); the remote calls' phases from the
+//!   workers' logs.
+//!
+//! `TROUPE_BENCH_KEEP=1` keeps each run's directory (and names it).
 //!
 //! Asserted, so a figure never stands for a broken run: every run exits 0,
 //! every call completes, and in the remote runs the workers' logs show
