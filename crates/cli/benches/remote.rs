@@ -23,6 +23,9 @@
 //!
 //! `TROUPE_BENCH_KEEP=1` keeps each run's directory (and names it).
 //!
+//! Over 600 lines: one bench binary (harness = false) holding its script,
+//! runs, stdout parsing, log breakdown and report together.
+//!
 //! Asserted, so a figure never stands for a broken run: every run exits 0,
 //! every call completes, and in the remote runs the workers' logs show
 //! one committed handoff per task (the children ran there, not here).
