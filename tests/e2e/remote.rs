@@ -296,6 +296,24 @@ pub(crate) fn three_workers_run_six_worktree_subagents_with_the_local_result() {
         .filter(|l| l.contains("handoff committed"))
         .count();
     assert!(busy >= 2, "only {busy} worker(s) ran tasks: {logs:#?}");
+    // The repository cache: a worker's later tasks fetch nothing (a hit)
+    // or one thin object, never the history again; no clone per task.
+    let mut later = 0;
+    for l in &logs {
+        let ready: Vec<&str> = l
+            .lines()
+            .filter(|x| x.contains("working copy ready"))
+            .collect();
+        for line in ready.iter().skip(1) {
+            later += 1;
+            assert!(
+                line.contains("cache_hit=true") || line.contains("fetched=1 "),
+                "{line}"
+            );
+        }
+        assert!(!l.contains("rebuilt=true"), "{l}");
+    }
+    assert!(later >= 1, "no worker ran a second task: {logs:#?}");
     // The children's events are in the coordinator's log.
     let writes = events
         .iter()

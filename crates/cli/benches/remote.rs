@@ -16,7 +16,15 @@
 //!   `--concurrency 3`; tasks/s over the window from the first call's
 //!   start to the last call's end.
 //! - Latency: K children one after another (one call per root step),
-//!   local and on 1 worker; p50/p99 of the call's duration.
+//!   local and on 1 worker; p50/p99 of the call's duration; once with
+//!   the trivial child, once with a child making 10 writes (each a
+//!   write-ahead call remotely); the remote calls' phases from the
+//!   workers' logs.
+//!
+//! `TROUPE_BENCH_KEEP=1` keeps each run's directory (and names it).
+//!
+//! Over 600 lines: one bench binary (harness = false) holding its script,
+//! runs, stdout parsing, log breakdown and report together.
 //!
 //! Asserted, so a figure never stands for a broken run: every run exits 0,
 //! every call completes, and in the remote runs the workers' logs show
@@ -50,6 +58,9 @@ use troupe_testkit::{Reply, Script, ToolCallSpec};
 const PROMPT: &str = "Run the bench tasks.";
 /// `spawn_subagent` calls per root step in the throughput runs.
 const PER_STEP: usize = 3;
+/// Writes of the child of the second latency row (each a write-ahead
+/// call: acknowledged `item.started`, checkpoint, acknowledged result).
+const WRITES: usize = 10;
 /// The most one run may take before the bench gives up on it.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
@@ -110,7 +121,7 @@ fn main() {
     ];
     let mut throughput = Vec::new();
     for place in places {
-        let r = measure(place, &steps);
+        let r = measure(place, &steps, 1);
         eprintln!("throughput, {}: {:?} wall", place.label(), r.wall);
         throughput.push((place, r));
     }
@@ -120,10 +131,16 @@ fn main() {
         concurrency: 1,
     };
     let mut lat = Vec::new();
-    for place in [Place::Local, one] {
-        let r = measure(place, &chain);
-        eprintln!("latency, {}: {:?} wall", place.label(), r.wall);
-        lat.push((place, r));
+    for writes in [1, WRITES] {
+        for place in [Place::Local, one] {
+            let r = measure(place, &chain, writes);
+            eprintln!(
+                "latency, {writes} writes, {}: {:?} wall",
+                place.label(),
+                r.wall
+            );
+            lat.push((writes, place, r));
+        }
     }
     report(tasks, &throughput, latency, &lat);
     println!(
@@ -174,31 +191,34 @@ fn task(i: usize) -> String {
 }
 
 /// The root spawns `steps[s]` children in step `s` (named t1, t2, … in
-/// order), then answers; each child writes `out/t{i}.txt` and hands off
-/// in one step, then answers.
-fn script(steps: &[usize]) -> Script {
+/// order), then answers; each child writes `writes` files
+/// (`out/t{i}-{k}.txt`), one per step, hands off with the last, then
+/// answers.
+fn script(steps: &[usize], writes: usize) -> Script {
     let total: usize = steps.iter().sum();
     let mut script = Script::replies(vec![]);
     // Children first: the first route that matches wins, and a child's
     // orientation may quote its parent's task.
     for i in 1..=total {
-        let write = ToolCallSpec::new(
-            format!("w{i}"),
-            "write_file",
-            json!({"path": format!("out/t{i}.txt"), "content": format!("task {i}\n")}),
-        );
+        let write = |k: usize| {
+            ToolCallSpec::new(
+                format!("w{i}-{k}"),
+                "write_file",
+                json!({"path": format!("out/t{i}-{k}.txt"), "content": format!("task {i}, write {k}\n")}),
+            )
+        };
+        let files: Vec<String> = (1..=writes).map(|k| format!("out/t{i}-{k}.txt")).collect();
         let handoff = ToolCallSpec::new(
             format!("h{i}"),
             "handoff",
-            json!({"state_summary": format!("wrote t{i}"), "boundary_status": [{"name": format!("t{i}"), "status": "done"}], "modified_files": [format!("out/t{i}.txt")]}),
+            json!({"state_summary": format!("wrote t{i}"), "boundary_status": [{"name": format!("t{i}"), "status": "done"}], "modified_files": files}),
         );
-        script = script.with_history_route(
-            task(i),
-            vec![
-                Reply::tool_calls(vec![write, handoff]),
-                Reply::text(format!("t{i} done")),
-            ],
-        );
+        let mut replies: Vec<Reply> = (1..writes)
+            .map(|k| Reply::tool_calls(vec![write(k)]))
+            .collect();
+        replies.push(Reply::tool_calls(vec![write(writes), handoff]));
+        replies.push(Reply::text(format!("t{i} done")));
+        script = script.with_history_route(task(i), replies);
     }
     let mut next = 1;
     let mut root = Vec::new();
@@ -271,12 +291,22 @@ impl Outcome {
 /// Runs the script of `steps` with its children placed at `place`, to its
 /// end; asserts it completed, every call did, and (remote) that the
 /// workers committed one handoff per task.
-fn measure(place: Place, steps: &[usize]) -> Outcome {
+fn measure(place: Place, steps: &[usize], writes: usize) -> Outcome {
     let total: usize = steps.iter().sum();
+    // `TROUPE_BENCH_KEEP=1`: the run's directory (workers' logs, the
+    // coordinator's log and workspace) is kept and named.
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("ws");
+    let (_guard, root) = if std::env::var_os("TROUPE_BENCH_KEEP").is_some() {
+        let root = tmp.keep();
+        eprintln!("{}: kept in {}", place.label(), root.display());
+        (None, root)
+    } else {
+        let root = tmp.path().to_path_buf();
+        (Some(tmp), root)
+    };
+    let ws = root.join("ws");
     repo_at(&ws, "initial", &[("README.md", "bench\n")]);
-    let server = Server::with_script(script(steps));
+    let server = Server::with_script(script(steps, writes));
     let mut extra = vec!["--json".to_string(), "--max-turns".into(), "1000".into()];
     let (_nats, workers) = match place {
         Place::Local => (None, Vec::new()),
@@ -286,7 +316,7 @@ fn measure(place: Place, steps: &[usize]) -> Outcome {
         } => {
             let nats = NatsServer::start();
             let mut ws: Vec<Worker> = (0..workers)
-                .map(|n| worker(&nats.url(), &server.url(), tmp.path(), n, concurrency))
+                .map(|n| worker(&nats.url(), &server.url(), root.as_path(), n, concurrency))
                 .collect();
             wait_ready(&mut ws);
             extra.extend(["--nats".into(), nats.url()]);
@@ -294,7 +324,7 @@ fn measure(place: Place, steps: &[usize]) -> Outcome {
         }
     };
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let err_path = tmp.path().join("coordinator.log");
+    let err_path = root.as_path().join("coordinator.log");
     let mut child =
         troupe_test_support::e2e::exec_command(bin(), &ws, &server.url(), &extra, PROMPT)
             .stdout(Stdio::piped())
@@ -440,47 +470,63 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// The phases of a remote call, from the workers' logs (same clock).
+const PHASES: [&str; 5] = [
+    "call start → worker `running` (base object, task publish, fetch, claim, grant)",
+    "`running` → working copy ready (repository cache: fetch only on a miss; read-tree)",
+    "working copy → agent ended (session, model turns, events, write-ahead acks, checkpoints)",
+    "agent ended → call end (result, handoff, coordinator's apply, commit mark, delivery)",
+    "call end → worker ack (its slot held till then; < 0: acked before stdout showed the end)",
+];
+
 /// Where a remote call's time went, from the workers' logs (ms, sorted
-/// each): the call's start to the worker's `running` (publishing the base
-/// bundle and the task, the fetch, the claim), `running` to the call's end
-/// (clone, the agent, events, checkpoint and result bundle, the
-/// coordinator applying it), and the call's end to the worker's ack (the
-/// worker's slot is held that long after the parent has its handoff).
-fn breakdown(o: &Outcome) -> [Vec<f64>; 3] {
-    let mut running = HashMap::new();
-    let mut acked = HashMap::new();
+/// each, one list per [`PHASES`]), and how many working copies came from
+/// a cache hit.
+fn breakdown(o: &Outcome) -> ([Vec<f64>; 5], usize) {
+    // Per task: running, working copy ready, agent ended, acked.
+    let mut marks: HashMap<String, [Option<f64>; 4]> = HashMap::new();
     let mut agent_of = HashMap::new();
+    let mut hits = 0;
     for line in o.logs.iter().flat_map(|l| l.lines()) {
         let (Some(at), Some(task)) = (log_secs(line), field(line, "task")) else {
             continue;
         };
-        if line.contains(" running ") {
+        let slot = if line.contains(" running ") {
             if let Some(agent) = field(line, "agent") {
                 let name = agent.rsplit('/').next().unwrap_or(agent).to_string();
-                agent_of.insert(task.to_string(), name.clone());
-                running.insert(name, at);
+                agent_of.insert(task.to_string(), name);
             }
+            0
+        } else if line.contains("working copy ready") {
+            hits += usize::from(field(line, "cache_hit") == Some("true"));
+            1
+        } else if line.contains("agent ended") {
+            2
         } else if line.contains("handoff committed") {
-            acked.insert(task.to_string(), at);
-        }
-    }
-    let acked: HashMap<String, f64> = acked
-        .into_iter()
-        .filter_map(|(t, at)| Some((agent_of.get(&t)?.clone(), at)))
-        .collect();
-    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
-    for c in &o.calls {
-        let (Some(r), Some(a)) = (running.get(&c.name), acked.get(&c.name)) else {
+            3
+        } else {
             continue;
         };
-        parts[0].push((r - c.started_at) * 1e3);
-        parts[1].push((c.completed_at - r) * 1e3);
-        parts[2].push((a - c.completed_at) * 1e3);
+        marks.entry(task.to_string()).or_default()[slot] = Some(at);
+    }
+    let by_name: HashMap<String, [Option<f64>; 4]> = marks
+        .into_iter()
+        .filter_map(|(t, m)| Some((agent_of.get(&t)?.clone(), m)))
+        .collect();
+    let mut parts: [Vec<f64>; 5] = Default::default();
+    for c in &o.calls {
+        let Some([Some(r), Some(w), Some(e), Some(a)]) = by_name.get(&c.name) else {
+            continue;
+        };
+        let points = [c.started_at, *r, *w, *e, c.completed_at, *a];
+        for (k, p) in parts.iter_mut().enumerate() {
+            p.push((points[k + 1] - points[k]) * 1e3);
+        }
     }
     for p in &mut parts {
         p.sort_by(f64::total_cmp);
     }
-    parts
+    (parts, hits)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -489,7 +535,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, Outcome)]) {
+fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(usize, Place, Outcome)]) {
     println!(
         "\nthroughput: {tasks} trivial worktree subagents, {PER_STEP} spawn_subagent calls per root step"
     );
@@ -511,46 +557,59 @@ fn report(tasks: usize, tp: &[(Place, Outcome)], latency: usize, lat: &[(Place, 
     println!(
         "\nlatency: {latency} single subagents one after another; spawn_subagent item.started → item.completed on the coordinator's stdout"
     );
-    println!("| children on | p50 | p99 | min | max |");
-    println!("|---|---:|---:|---:|---:|");
-    let mut p = Vec::new();
-    for (place, o) in lat {
-        let d = o.durations_ms();
-        let (p50, p99) = (pct(&d, 50.0), pct(&d, 99.0));
+    println!("| child | children on | p50 | p99 | min | max |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for pair in lat.chunks(2) {
+        let [(writes, lp, lo), (_, rp, ro)] = pair else {
+            continue;
+        };
+        let child = if *writes == 1 {
+            "trivial (1 write)".to_string()
+        } else {
+            format!("{writes} writes")
+        };
+        let mut p = Vec::new();
+        for (place, o) in [(lp, lo), (rp, ro)] {
+            let d = o.durations_ms();
+            let (p50, p99) = (pct(&d, 50.0), pct(&d, 99.0));
+            println!(
+                "| {child} | {} | {p50:.0} ms | {p99:.0} ms | {:.0} ms | {:.0} ms |",
+                place.label(),
+                d[0],
+                d[d.len() - 1]
+            );
+            p.push((p50, p99));
+        }
+        let ((l50, l99), (r50, r99)) = (p[0], p[1]);
         println!(
-            "| {} | {p50:.0} ms | {p99:.0} ms | {:.0} ms | {:.0} ms |",
-            place.label(),
-            d[0],
-            d[d.len() - 1]
+            "| {child} | added by remote | +{:.0} ms ({:.2}×) | +{:.0} ms ({:.2}×) | | |",
+            r50 - l50,
+            r50 / l50,
+            r99 - l99,
+            r99 / l99
         );
-        p.push((p50, p99));
     }
-    let ((l50, l99), (r50, r99)) = (p[0], p[1]);
-    println!(
-        "| added by remote | +{:.0} ms ({:.2}×) | +{:.0} ms ({:.2}×) | | |",
-        r50 - l50,
-        r50 / l50,
-        r99 - l99,
-        r99 / l99
-    );
-    let parts = breakdown(&lat[1].1);
-    let names = [
-        "call start → worker `running` (base bundle, task publish, fetch, claim)",
-        "worker `running` → call end (clone, agent, events, bundles, apply)",
-        "call end → worker ack (its slot held till then; < 0: acked before the call's end reached stdout)",
-    ];
-    println!("\nremote call, from the worker's log (same clock):");
-    println!("| part | p50 | p99 |");
-    println!("|---|---:|---:|");
-    for (name, d) in names.iter().zip(&parts) {
-        if d.is_empty() {
-            println!("| {name} | ? | ? |");
+    for (writes, place, o) in lat {
+        if matches!(place, Place::Local) {
             continue;
         }
+        let (parts, hits) = breakdown(o);
         println!(
-            "| {name} | {:.0} ms | {:.0} ms |",
-            pct(d, 50.0),
-            pct(d, 99.0)
+            "\nremote call, {writes}-write child, from the worker's log (same clock; {hits} of {} working copies from a cache hit):",
+            o.calls.len()
         );
+        println!("| part | p50 | p99 |");
+        println!("|---|---:|---:|");
+        for (name, d) in PHASES.iter().zip(&parts) {
+            if d.is_empty() {
+                println!("| {name} | ? | ? |");
+                continue;
+            }
+            println!(
+                "| {name} | {:.0} ms | {:.0} ms |",
+                pct(d, 50.0),
+                pct(d, 99.0)
+            );
+        }
     }
 }

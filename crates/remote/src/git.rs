@@ -1,9 +1,11 @@
-//! Repositories across machines as git bundles (the `git` program): the
-//! base commit out to a worker, checkpoints and the result commit back.
+//! Repositories across machines as git bundles (the `git` program):
+//! checkpoints and the result commit back from a worker (the base out to
+//! it: [`crate::cache`]).
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use async_nats::jetstream::object_store::ObjectStore;
+use async_nats::jetstream::object_store::{ObjectMetadata, ObjectStore};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
@@ -38,42 +40,37 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, RemoteError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Bundles `rev` (with its history, or only what is not in `since`) of the
-/// repository at `dir` and stores it as object `name`; the commit id.
-pub async fn put_bundle(
+/// Stores the file at `file` as object `name` (with `metadata`), then
+/// removes the file.
+pub async fn put_file(
     store: &ObjectStore,
-    dir: &Path,
-    rev: &str,
-    since: Option<&str>,
+    file: &Path,
     name: &str,
-    scratch: &Path,
-) -> Result<String, RemoteError> {
-    let commit = git(dir, &["rev-parse", rev]).await?;
-    let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
-    let file_s = file.to_string_lossy().to_string();
-    let branch = "refs/heads/troupe-bundle";
-    git(dir, &["update-ref", branch, &commit]).await?;
-    let range = since.map(|s| format!("{s}..{branch}"));
-    let what = range.as_deref().unwrap_or(branch);
-    git(dir, &["bundle", "create", &file_s, what]).await?;
+    metadata: HashMap<String, String>,
+) -> Result<(), RemoteError> {
     // Retried as event publishes are (a NATS restart mid-upload times its
     // chunk acks out): a transient outage does not fail the incarnation.
     let mut last = String::new();
     for attempt in 0..STORE_ATTEMPTS {
-        let mut f = tokio::fs::File::open(&file)
+        let mut f = tokio::fs::File::open(file)
             .await
-            .map_err(|e| RemoteError::io(format!("open {file_s}"), e))?;
-        match store.put(name, &mut f).await {
+            .map_err(|e| RemoteError::io(format!("open {}", file.display()), e))?;
+        let meta = ObjectMetadata {
+            name: name.to_string(),
+            metadata: metadata.clone(),
+            ..Default::default()
+        };
+        match store.put(meta, &mut f).await {
             Ok(_) => {
-                let _ = tokio::fs::remove_file(&file).await;
-                return Ok(commit);
+                let _ = tokio::fs::remove_file(file).await;
+                return Ok(());
             }
             Err(e) => last = e.to_string(),
         }
         tracing::debug!(attempt, object = name, error = %last, "storing a bundle failed; retrying");
         tokio::time::sleep(STORE_RETRY).await;
     }
-    let _ = tokio::fs::remove_file(&file).await;
+    let _ = tokio::fs::remove_file(file).await;
     Err(RemoteError::Nats(format!("store {name}: {last}")))
 }
 
@@ -88,12 +85,22 @@ pub async fn get_bundle(
     name: &str,
     scratch: &Path,
 ) -> Result<std::path::PathBuf, RemoteError> {
+    Ok(get_object(store, name, scratch).await?.0)
+}
+
+/// Fetches object `name` into `scratch`: the file and the object's
+/// metadata.
+pub async fn get_object(
+    store: &ObjectStore,
+    name: &str,
+    scratch: &Path,
+) -> Result<(std::path::PathBuf, HashMap<String, String>), RemoteError> {
     let mut last = String::new();
     let mut got = None;
     for attempt in 0..STORE_ATTEMPTS {
         match fetch(store, name).await {
-            Ok(bytes) => {
-                got = Some(bytes);
+            Ok(fetched) => {
+                got = Some(fetched);
                 break;
             }
             // Not there is final; anything else may be a restarting server.
@@ -105,14 +112,14 @@ pub async fn get_bundle(
         tracing::debug!(attempt, object = name, error = %last, "fetching a bundle failed; retrying");
         tokio::time::sleep(STORE_RETRY).await;
     }
-    let Some(bytes) = got else {
+    let Some((bytes, metadata)) = got else {
         return Err(RemoteError::Nats(format!("fetch {name}: {last}")));
     };
     let file = scratch.join(format!("{}.bundle", name.replace('/', "_")));
     tokio::fs::write(&file, bytes)
         .await
         .map_err(|e| RemoteError::io(format!("write {}", file.display()), e))?;
-    Ok(file)
+    Ok((file, metadata))
 }
 
 enum FetchError {
@@ -120,8 +127,11 @@ enum FetchError {
     Transient(String),
 }
 
-/// Object `name`'s bytes, in one try.
-async fn fetch(store: &ObjectStore, name: &str) -> Result<Vec<u8>, FetchError> {
+/// Object `name`'s bytes and metadata, in one try.
+async fn fetch(
+    store: &ObjectStore,
+    name: &str,
+) -> Result<(Vec<u8>, HashMap<String, String>), FetchError> {
     use async_nats::jetstream::object_store::GetErrorKind;
     let mut obj = store.get(name).await.map_err(|e| match e.kind() {
         GetErrorKind::NotFound | GetErrorKind::BucketLink | GetErrorKind::InvalidName => {
@@ -133,25 +143,7 @@ async fn fetch(store: &ObjectStore, name: &str) -> Result<Vec<u8>, FetchError> {
     obj.read_to_end(&mut bytes)
         .await
         .map_err(|e| FetchError::Transient(e.to_string()))?;
-    Ok(bytes)
-}
-
-/// A working copy of `commit` from `bundle` at `dir` (a fresh clone,
-/// detached at the commit, troupe's own files ignored).
-pub async fn clone_at(bundle: &Path, dir: &Path, commit: &str) -> Result<(), RemoteError> {
-    let parent = dir.parent().unwrap_or(dir);
-    let b = bundle.to_string_lossy().to_string();
-    let d = dir.to_string_lossy().to_string();
-    git(parent, &["clone", "-q", "--no-checkout", &b, &d]).await?;
-    git(dir, &["checkout", "-q", "--detach", commit]).await?;
-    let exclude = dir.join(".git/info/exclude");
-    tokio::fs::create_dir_all(dir.join(".git/info"))
-        .await
-        .map_err(|e| RemoteError::io("create .git/info", e))?;
-    tokio::fs::write(&exclude, "/.vtcode/\n")
-        .await
-        .map_err(|e| RemoteError::io("write .git/info/exclude", e))?;
-    Ok(())
+    Ok((bytes, obj.info().metadata.clone()))
 }
 
 /// Puts the tree of the commit in `bundle` (a checkpoint or a result)
@@ -164,10 +156,102 @@ pub async fn apply_tree(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
     Ok(())
 }
 
-/// Commits everything in `dir` (an empty commit when nothing changed);
-/// the commit id.
-pub async fn commit_all(dir: &Path, message: &str) -> Result<String, RemoteError> {
-    git(dir, &["add", "-A"]).await?;
-    git(dir, &["commit", "-q", "--allow-empty", "-m", message]).await?;
-    git(dir, &["rev-parse", "HEAD"]).await
+/// Commits everything in the working copy at `dir` onto its branch
+/// `troupe-bundle` (`HEAD` points to it, see [`crate::cache`]) and stores
+/// the commits since `since` as bundle object `name`, in-process (git2:
+/// no `git` process on a call's path); `false`, and nothing stored, when
+/// nothing changed since `HEAD`.
+pub async fn checkpoint(
+    store: &ObjectStore,
+    dir: &Path,
+    since: &str,
+    message: &str,
+    name: &str,
+) -> Result<bool, RemoteError> {
+    let (dir2, since2, message2) = (dir.to_path_buf(), since.to_string(), message.to_string());
+    let bundle = tokio::task::spawn_blocking(move || commit_and_bundle(&dir2, &since2, &message2))
+        .await
+        .map_err(|e| RemoteError::Git {
+            what: "checkpoint".into(),
+            why: e.to_string(),
+        })?
+        .map_err(|e| RemoteError::Git {
+            what: format!("checkpoint of {}", dir.display()),
+            why: e.message().to_string(),
+        })?;
+    let Some(bytes) = bundle else {
+        return Ok(false);
+    };
+    put_bytes(store, name, &bytes).await?;
+    Ok(true)
+}
+
+/// The bundle (`since..troupe-bundle`) after committing the working copy,
+/// or `None` when it is clean.
+fn commit_and_bundle(
+    dir: &Path,
+    since: &str,
+    message: &str,
+) -> Result<Option<Vec<u8>>, git2::Error> {
+    let repo = git2::Repository::open(dir)?;
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true);
+    if repo.statuses(Some(&mut opts))?.is_empty() {
+        return Ok(None);
+    }
+    let mut index = repo.index()?;
+    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+    index.update_all(["*"], None)?;
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let parent = repo.head()?.peel_to_commit()?;
+    let sig = git2::Signature::now("troupe worker", "worker@troupe.invalid")?;
+    let commit = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent])?;
+    let base = git2::Oid::from_str(since)?;
+    let mut walk = repo.revwalk()?;
+    walk.push(commit)?;
+    walk.hide(base)?;
+    let mut pack = repo.packbuilder()?;
+    pack.insert_walk(&mut walk)?;
+    let mut buf = git2::Buf::new();
+    pack.write_buf(&mut buf)?;
+    let mut out =
+        format!("# v2 git bundle\n-{base}\n{commit} refs/heads/troupe-bundle\n\n").into_bytes();
+    out.extend_from_slice(&buf);
+    Ok(Some(out))
+}
+
+/// Stores `bytes` as object `name`, retried as [`put_file`].
+async fn put_bytes(store: &ObjectStore, name: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+    let mut last = String::new();
+    for attempt in 0..STORE_ATTEMPTS {
+        let mut reader = bytes;
+        match store.put(name, &mut reader).await {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tracing::debug!(attempt, object = name, error = %last, "storing a bundle failed; retrying");
+        tokio::time::sleep(STORE_RETRY).await;
+    }
+    Err(RemoteError::Nats(format!("store {name}: {last}")))
+}
+
+/// Whether the working copy at `dir` differs from its `HEAD` (in-process).
+pub async fn is_dirty(dir: &Path) -> Result<bool, RemoteError> {
+    let d = dir.to_path_buf();
+    let dirty = tokio::task::spawn_blocking(move || -> Result<bool, git2::Error> {
+        let repo = git2::Repository::open(&d)?;
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        Ok(!repo.statuses(Some(&mut opts))?.is_empty())
+    })
+    .await
+    .map_err(|e| RemoteError::Git {
+        what: "status".into(),
+        why: e.to_string(),
+    })?;
+    dirty.map_err(|e| RemoteError::Git {
+        what: format!("status of {}", dir.display()),
+        why: e.message().to_string(),
+    })
 }

@@ -18,6 +18,7 @@
 //! aborted when dropped) or in a `JoinSet` (a worker's deliveries, the
 //! lingering of finished proxies).
 
+pub mod cache;
 pub mod error;
 mod fence;
 pub mod git;

@@ -382,9 +382,7 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
     let a = &p.args;
     let session = &a.env.session_id;
     let repos = p.nats.repos().await?;
-    let name = format!("{}/{}/base", session, p.task_id);
-    let base =
-        crate::git::put_bundle(&repos, &a.workspace, "HEAD", None, &name, &scratch(p)?).await?;
+    let base = crate::cache::publish_base(&repos, &a.workspace, &scratch(p)?).await?;
     let task = TaskMessage {
         task_id: p.task_id.clone(),
         session_id: session.clone(),
@@ -392,8 +390,8 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
         parent_id: a.parent_id.clone().unwrap_or_default(),
         depth: a.depth,
         spec: a.spec.clone(),
-        base_commit: base,
-        base_bundle: name,
+        base_commit: base.commit,
+        base_bundle: base.object,
     };
     let body = serde_json::to_vec(&task).map_err(RemoteError::encode("the task"))?;
     // A fresh message id per publish: it dedupes this call's own retries,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
 use tokio::sync::watch;
 use troupe_actors::handoff::handoff_id;
 use troupe_protocol::ThreadEvent;
@@ -119,8 +120,21 @@ async fn run_incarnation(
         .await
         .map_err(|e| RemoteError::io(format!("create {}", home.display()), e))?;
     let repos = ctx.nats.repos().await?;
-    let base = git::get_bundle(&repos, &task.base_bundle, dir).await?;
-    git::clone_at(&base, &repo, &task.base_commit).await?;
+    let started = std::time::Instant::now();
+    let fetched = ctx
+        .cache
+        .checkout(&repos, &task.base_bundle, &task.base_commit, &repo)
+        .await?;
+    let bytes: u64 = fetched.objects.iter().map(|(_, n)| n).sum();
+    tracing::info!(
+        task = %task.task_id,
+        cache_hit = fetched.hit,
+        fetched = fetched.objects.len(),
+        bytes,
+        rebuilt = fetched.rebuilt,
+        ms = started.elapsed().as_millis() as u64,
+        "working copy ready"
+    );
     if let Some(cp) = &checkpoint {
         let file = git::get_bundle(&repos, cp, dir).await?;
         git::apply_tree(&file, &repo).await?;
@@ -133,19 +147,27 @@ async fn run_incarnation(
         repo: &repo,
         checkpoint: checkpoint.as_deref(),
     };
-    let (completed, handoff) = match run_agent(&run, journal, controls).await? {
+    let (completed, handoff, last_checkpoint) = match run_agent(&run, journal, controls).await? {
         Ran::Done(f) => *f,
         Ran::Stopped(stop) => return Ok(Some(stop)),
     };
+    tracing::info!(task = %task.task_id, incarnation, "agent ended");
+    // Nothing changed since this incarnation's last checkpoint (or since
+    // the base, when it made none): that checkpoint is the result (none:
+    // the base's tree); else a result commit and its bundle.
     let result = format!("{}/{}/result-{incarnation}", task.session_id, task.task_id);
-    git::commit_all(&repo, &format!("{}: result", task.agent_id)).await?;
-    git::put_bundle(&repos, &repo, "HEAD", Some(&task.base_commit), &result, dir).await?;
+    let message = format!("{}: result", task.agent_id);
+    let result = if git::checkpoint(&repos, &repo, &task.base_commit, &message, &result).await? {
+        Some(result)
+    } else {
+        last_checkpoint
+    };
     let message = WorkerMessage::Finished {
         incarnation,
         handoff_id: handoff_id(&task.agent_id, completed.num_turns),
         completed: Box::new(completed),
         handoff: Box::new(handoff),
-        result_bundle: Some(result),
+        result_bundle: result,
     };
     if let Some(stop) = *controls.stop.borrow() {
         return Ok(Some(stop));
@@ -184,14 +206,23 @@ pub(super) async fn publish(
 const COMMIT_WAIT: Duration = Duration::from_secs(600);
 
 /// Waits until the coordinator marks the handoff committed (`None`), or
-/// stops this incarnation.
+/// stops this incarnation: the mark's subject is watched, so the wait
+/// ends as the mark is published (the stream is asked again every
+/// [`RECHECK`], for a mark published while the connection was down).
 async fn wait_committed(
     ctx: &Ctx,
     task: &TaskMessage,
     stop: &mut watch::Receiver<Option<Stop>>,
 ) -> Result<Option<Stop>, RemoteError> {
     let key = done_key(&task.session_id, &task.task_id);
+    let mut marks = ctx
+        .nats
+        .client
+        .subscribe(format!("troupe.done.{key}"))
+        .await
+        .map_err(RemoteError::nats)?;
     let deadline = tokio::time::Instant::now() + COMMIT_WAIT;
+    let mut stop_open = true;
     loop {
         if tokio::time::Instant::now() > deadline {
             return Err(RemoteError::Coordinator(format!(
@@ -209,6 +240,14 @@ async fn wait_committed(
         if let Some(s) = *stop.borrow() {
             return Ok(Some(s));
         }
-        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+        tokio::select! {
+            Some(_) = marks.next() => return Ok(None),
+            changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
+            () = tokio::time::sleep(RECHECK) => {}
+        }
     }
 }
+
+/// How often a finished task asks whether its handoff is committed, its
+/// subscription to the mark aside.
+const RECHECK: Duration = Duration::from_secs(1);

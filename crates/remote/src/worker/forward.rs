@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
-use troupe_protocol::ThreadEvent;
+use troupe_protocol::{ItemDetails, ThreadEvent};
 use troupe_runtime::store::Exporter;
 
 use super::Ctx;
@@ -106,7 +106,7 @@ pub(super) struct Forwarding {
 pub(super) async fn forward(
     f: Forwarding,
     mut rx: mpsc::UnboundedReceiver<Exported>,
-) -> Result<(), RemoteError> {
+) -> Result<Option<String>, RemoteError> {
     let Forwarding {
         ctx,
         task,
@@ -119,7 +119,6 @@ pub(super) async fn forward(
     let mut skip = positions.skip;
     let mut position = positions.first;
     let repos = ctx.nats.repos().await?;
-    let scratch = repo.parent().unwrap_or(&repo).to_path_buf();
     let mut acks = ctx
         .nats
         .client
@@ -131,6 +130,7 @@ pub(super) async fn forward(
     let mut unacked: VecDeque<Unacked> = VecDeque::new();
     let mut acked: Option<u64> = None;
     let mut stop_open = true;
+    let mut last_checkpoint = None;
     loop {
         tokio::select! {
             got = rx.recv() => {
@@ -143,8 +143,11 @@ pub(super) async fn forward(
                 }
                 if let Some(event) = to_forward(&bytes, &task, &mut skip) {
                     entry.position = Some(position);
-                    let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, scratch: &scratch, repos: &repos, hold };
+                    let cp = Publish { ctx: &ctx, task: &task, incarnation, repo: &repo, repos: &repos, hold };
                     entry.checkpoint = cp.event(position, event).await?;
+                    if entry.checkpoint.is_some() {
+                        last_checkpoint.clone_from(&entry.checkpoint);
+                    }
                     position += 1;
                 }
                 unacked.push_back(entry);
@@ -180,7 +183,7 @@ pub(super) async fn forward(
     }
     match (ahead.lost(), *stop.borrow()) {
         (Some(why), None) => Err(RemoteError::Coordinator(why)),
-        _ => Ok(()),
+        _ => Ok(last_checkpoint),
     }
 }
 
@@ -219,7 +222,6 @@ struct Publish<'a> {
     task: &'a TaskMessage,
     incarnation: u64,
     repo: &'a PathBuf,
-    scratch: &'a PathBuf,
     repos: &'a async_nats::jetstream::object_store::ObjectStore,
     hold: Option<Duration>,
 }
@@ -237,40 +239,41 @@ impl Publish<'_> {
             task,
             incarnation,
             repo,
-            scratch,
             repos,
             hold,
         } = *self;
-        let completed_item = matches!(event, ThreadEvent::ItemCompleted(_));
+        // A completed item that may have changed the worktree: a tool's
+        // (the model's text and reasoning never do: no `git status`).
+        let completed_item = matches!(
+            &event,
+            ThreadEvent::ItemCompleted(e)
+                if !matches!(e.item.details, ItemDetails::AgentMessage(_) | ItemDetails::Reasoning(_))
+        );
         let mut checkpoint = None;
-        if completed_item && !git::git(repo, &["status", "--porcelain"]).await?.is_empty() {
-            if let Some(hold) = hold {
+        if completed_item {
+            if let Some(hold) = hold
+                && git::is_dirty(repo).await?
+            {
                 tracing::info!(
                     ms = hold.as_millis() as u64,
                     "write-ahead: holding a call's result before its checkpoint (TROUPE_WORKER_TEST_HOLD_MS)"
                 );
                 tokio::time::sleep(hold).await;
             }
-            git::commit_all(repo, "checkpoint").await?;
+            let started = std::time::Instant::now();
             let object = format!(
                 "{}/{}/ckpt-{incarnation}-{position}",
                 task.session_id, task.task_id
             );
-            git::put_bundle(
-                repos,
-                repo,
-                "HEAD",
-                Some(&task.base_commit),
-                &object,
-                scratch,
-            )
-            .await?;
-            let cp = WorkerMessage::Checkpoint {
-                incarnation,
-                object: object.clone(),
-            };
-            publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
-            checkpoint = Some(object);
+            if git::checkpoint(repos, repo, &task.base_commit, "checkpoint", &object).await? {
+                let cp = WorkerMessage::Checkpoint {
+                    incarnation,
+                    object: object.clone(),
+                };
+                publish(ctx, task, incarnation, &format!("c{position}"), &cp).await?;
+                tracing::info!(task = %task.task_id, position, ms = started.elapsed().as_millis() as u64, "checkpoint published");
+                checkpoint = Some(object);
+            }
         }
         let message = WorkerMessage::Event {
             incarnation,

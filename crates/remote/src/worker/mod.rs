@@ -21,7 +21,9 @@
 //! - `approvals.rs`: the approver of the task's agents, which waits for
 //!   the coordinator's decisions.
 //! - `delivery.rs`: one delivery: the claim's answer, the incarnation's
-//!   directory and bundles, the handoff, the ack after the committed mark.
+//!   directory (a working copy from the repository's cache,
+//!   `crate::cache`) and bundles, the handoff, the ack after the
+//!   committed mark.
 //! - `run.rs`: the agent in a session of its own, steering passed on.
 //! - `forward.rs`: its events and checkpoints published by position.
 //! - `ahead.rs`: write-ahead: write and exec calls wait until the
@@ -49,6 +51,7 @@ use tokio::task::JoinSet;
 use troupe::Session;
 use troupe_runtime::store::Exporter;
 
+use crate::cache::Cache;
 use crate::error::RemoteError;
 use crate::nats::{Nats, NatsConfig};
 use crate::task::Owned;
@@ -99,6 +102,8 @@ struct Ctx {
     hand_back: watch::Receiver<bool>,
     /// What runs here (`troupe worker status`).
     board: Arc<Board>,
+    /// The repositories' object caches (`<workdir>/cache`).
+    cache: Arc<Cache>,
 }
 
 /// Runs the worker until `drain` resolves (then it drains: takes no new
@@ -114,6 +119,8 @@ pub async fn run_worker(
     nats.repos().await?;
     let consumer = nats.worker_consumer().await?;
     let slots = cfg.concurrency.max(1);
+    let cache_root = cfg.workdir.join("cache");
+    crate::cache::prune(&cache_root, crate::cache::CACHE_MAX_AGE).await;
     let board = Board::new(cfg.name.clone(), slots);
     let _status = status::serve(&nats, Arc::clone(&board)).await?;
     tracing::info!(worker = %cfg.name, url = %nats.url, "worker ready");
@@ -125,6 +132,7 @@ pub async fn run_worker(
         cfg,
         hand_back,
         board: Arc::clone(&board),
+        cache: Arc::new(Cache::new(cache_root)),
     };
     // The signal, watched by a task of its own so a fetch in progress is
     // never cut off (a message it returns while draining goes back).

@@ -23,9 +23,12 @@ use crate::error::RemoteError;
 use crate::task::Owned;
 use crate::wire::{SteerReply, TaskMessage};
 
+/// The agent's end, its handoff, and the last checkpoint this
+/// incarnation published (its object).
 pub(super) type Finished = (
     troupe_protocol::ThreadCompletedEvent,
     troupe_protocol::HandoffRequest,
+    Option<String>,
 );
 
 /// How an incarnation's agent ended.
@@ -62,6 +65,7 @@ pub(super) async fn run_agent(
         checkpoint,
     } = *run;
     let (tx, rx) = mpsc::unbounded_channel();
+    let opening = std::time::Instant::now();
     let session = (ctx.factory)(SessionRequest {
         home: home.to_path_buf(),
         session_id: task.session_id.clone(),
@@ -69,6 +73,7 @@ pub(super) async fn run_agent(
     })
     .await
     .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
+    tracing::info!(task = %task.task_id, ms = opening.elapsed().as_millis() as u64, "session opened");
     // The journal goes into this session's log first (the agent resumes
     // from it); what the log took of it is not forwarded again.
     let mut replayed = 0;
@@ -175,7 +180,7 @@ pub(super) async fn run_agent(
         Err(Halt::Forwarder(r)) => {
             let e = match r {
                 Ok(Err(e)) => e,
-                Ok(Ok(())) => RemoteError::Task {
+                Ok(Ok(_)) => RemoteError::Task {
                     what: "event forwarder",
                     why: "ended early".into(),
                 },
@@ -189,7 +194,7 @@ pub(super) async fn run_agent(
         }
     };
     let forwarded = forwarder.await;
-    match forwarded {
+    let last_checkpoint = match forwarded {
         Ok(r) => r?,
         Err(e) => {
             return Err(RemoteError::Task {
@@ -197,10 +202,14 @@ pub(super) async fn run_agent(
                 why: format!("failed: {e}"),
             });
         }
-    }
+    };
     let outcome =
         outcome.map_err(|_| RemoteError::Session("the agent stopped without an outcome".into()))?;
-    Ok(Ran::Done(Box::new((outcome.completed, outcome.handoff))))
+    Ok(Ran::Done(Box::new((
+        outcome.completed,
+        outcome.handoff,
+        last_checkpoint,
+    ))))
 }
 
 /// Why an incarnation's agent was stopped before it ended.
@@ -208,5 +217,5 @@ enum Halt {
     /// The coordinator said so.
     Stop(Stop),
     /// The forwarder ended (failed) while the agent ran.
-    Forwarder(Result<Result<(), RemoteError>, tokio::task::JoinError>),
+    Forwarder(Result<Result<Option<String>, RemoteError>, tokio::task::JoinError>),
 }
