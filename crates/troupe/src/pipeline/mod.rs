@@ -366,6 +366,19 @@ pub(crate) async fn run_agent(
     workdir: &Path,
 ) -> Result<troupe_actors::agent::AgentOutcome, String> {
     let env = &run.env;
+    // On a worker (its `placement`): a proxy stands for it here; its
+    // result comes back into `workdir` (its own worktree), where the gates
+    // judge it.
+    let remote = troupe_actors::placement::runs_remotely(
+        p.placement,
+        troupe_actors::agent::Isolation::Worktree,
+        env.remote.is_some(),
+    )
+    .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
+    let mut spec = spec;
+    if remote {
+        spec.isolation = troupe_actors::agent::Isolation::Worktree;
+    }
     let (tx, rx) = oneshot::channel();
     let budget = troupe_runtime::state::BudgetNode::root_named(
         agent_id.to_string(),
@@ -389,14 +402,6 @@ pub(crate) async fn run_agent(
         args.as_proposer()
     };
     let address = args.address.clone();
-    // On a worker (its `placement`): a proxy stands for it here; its
-    // result comes back into `workdir`, where the gates judge it.
-    let remote = troupe_actors::placement::runs_remotely(
-        p.placement,
-        troupe_actors::agent::Isolation::Worktree,
-        env.remote.is_some(),
-    )
-    .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
     let spec = match &env.remote {
         Some(spawner) if remote => spawner.child_spec(args),
         _ => agent_child_spec(args),
