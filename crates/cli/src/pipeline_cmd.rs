@@ -85,6 +85,8 @@ pub fn run(args: RunArgs) -> Result<u8, Failure> {
         ))
     })?;
     let spec = PipelineSpec::parse(&text, &args.pipeline).map_err(Failure::bad_input)?;
+    spec.check_placement(&args.pipeline, args.nats.nats.is_some())
+        .map_err(Failure::bad_input)?;
     let workspace = canonical_workspace(&args.workspace)?;
     check_repo(&workspace)?;
     check_clean(&workspace)?;

@@ -41,6 +41,10 @@ pub struct TaskMessage {
     pub base_commit: String,
     /// The object holding the base as a git bundle.
     pub base_bundle: String,
+    /// A pipeline proposer (`troupe run`, `placement` in its table): it
+    /// does the work and hands off, and is offered none of the delegation
+    /// tools; the coordinator verifies and merges (docs/pipeline.md).
+    pub proposer: bool,
 }
 
 /// [`TaskMessage`] as JSON: the spec, and beside it the plan mode and
@@ -64,6 +68,9 @@ struct TaskMessageWire {
     handoff: Option<String>,
     base_commit: String,
     base_bundle: String,
+    /// A pipeline proposer (absent: a subagent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    proposer: bool,
 }
 
 impl From<TaskMessageWire> for TaskMessage {
@@ -82,6 +89,7 @@ impl From<TaskMessageWire> for TaskMessage {
             spec,
             base_commit: w.base_commit,
             base_bundle: w.base_bundle,
+            proposer: w.proposer,
         }
     }
 }
@@ -99,6 +107,7 @@ impl From<TaskMessage> for TaskMessageWire {
             spec: t.spec,
             base_commit: t.base_commit,
             base_bundle: t.base_bundle,
+            proposer: t.proposer,
         }
     }
 }

@@ -64,6 +64,7 @@ fn task(spec: AgentSpec) -> TaskMessage {
         spec,
         base_commit: "3f2a9c1e".into(),
         base_bundle: "0190aa11-s1/s1_root_planner-r0/base".into(),
+        proposer: false,
     }
 }
 
@@ -145,6 +146,12 @@ fn a_task_carries_the_spec_and_still_writes_the_earlier_fields() {
     let plain = round_trip(&task(AgentSpec::new("fixer", "fix it")));
     assert_eq!(plain["plan_mode"], false);
     assert!(plain["handoff"].is_null());
+    // A subagent's task says nothing of proposers (an earlier worker
+    // reads it unchanged); a pipeline proposer's says so.
+    assert!(plain.get("proposer").is_none());
+    let mut p = task(AgentSpec::new("fixer", "fix it"));
+    p.proposer = true;
+    assert_eq!(round_trip(&p)["proposer"], true);
 }
 
 #[test]
@@ -160,6 +167,7 @@ fn a_task_queued_by_an_earlier_troupe_reads_the_same() {
     assert_eq!(t.agent_id, "0190aa11-s1/root/planner");
     assert_eq!(t.depth, 1);
     assert_eq!(t.base_bundle, "0190aa11-s1/s1_root_planner-r0/base");
+    assert!(!t.proposer);
     let t: TaskMessage =
         serde_json::from_str(&golden("task-message-previous-minimal.json")).unwrap();
     assert!(!t.spec.plan_mode);

@@ -19,20 +19,21 @@
 //! | claim | otherwise | publish a grant of the next incarnation (the reply waits for it) |
 //! | grant | not newer than the current one (it lost a race) | its claimant (if ours) gets `fenced` |
 //! | grant | newer | it is current; its claimant (if ours) gets `granted` |
-//! | message of another incarnation | live | record it fenced, publish `Control::Fenced` |
+//! | message of another incarnation | live, or replaying and its record not in the log | record it fenced (with its stream sequence), publish `Control::Fenced` |
+//! | message of another incarnation | replaying, its record in the log | nothing (recorded before) |
 //! | event | at the next position | write it (unregister first if it completes the agent's thread), acknowledge it |
 //! | event | at an earlier position | acknowledge it (the log holds it) |
 //! | event | past the next position | an error (a gap) |
 //! | checkpoint | | pending: the latest checkpoint once the event after it (its call's result) is in the log |
 //! | finished | | commit the result, unregister, deliver the outcome |
-//! | message of an older incarnation | finished (lingering) | record it fenced, publish `Control::Fenced` |
+//! | message of an older incarnation | finished (lingering), its record not in the log | record it fenced, publish `Control::Fenced` |
 //! | heartbeat of the current incarnation | | heard from now |
 //! | release of the current incarnation | | not alive (a claim may take over at once) |
 //!
 //! The reply token `R` is whatever the proxy answers a claim through (a
 //! NATS reply subject); the tests use plain values.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use troupe_protocol::{HandoffRequest, ThreadCompletedEvent, ThreadEvent};
@@ -143,6 +144,11 @@ pub(crate) struct Fence<R> {
     /// Claims granted by this proxy, waiting for their grant to come
     /// through the stream: their reply tokens.
     waiting: HashMap<String, R>,
+    /// The stream sequences of stale messages whose fence record the log
+    /// holds (read from it by [`fenced_in`] when the proxy starts): a
+    /// replay records the others, so a stale message that came while no
+    /// proxy ran (a coordinator down) is recorded once, by the next one.
+    recorded: HashSet<u64>,
 }
 
 /// Where a claim stands before liveness is looked at.
@@ -182,7 +188,15 @@ impl<R> Fence<R> {
             replay_to,
             live: replay_to == 0,
             waiting: HashMap::new(),
+            recorded: HashSet::new(),
         }
+    }
+
+    /// With the stream sequences of the stale messages whose fence record
+    /// the log holds already ([`fenced_in`]).
+    pub(crate) fn with_recorded(mut self, recorded: impl IntoIterator<Item = u64>) -> Self {
+        self.recorded.extend(recorded);
+        self
     }
 
     /// What to do before any input: queue the task when there is nothing
@@ -335,9 +349,9 @@ impl<R> Fence<R> {
         now: Instant,
     ) -> Result<Vec<Effect<R>>, RemoteError> {
         if self.finished {
-            return Ok(self.linger(&wm));
+            return Ok(self.linger(&wm, seq));
         }
-        let mut effects = self.apply(wm, now)?;
+        let mut effects = self.apply(wm, seq, now)?;
         if !self.finished && !self.live && seq >= self.replay_to {
             self.live = true;
             tracing::info!(agent = %self.agent_id, incarnation = self.current, "remote task replayed; live");
@@ -347,29 +361,35 @@ impl<R> Fence<R> {
     }
 
     /// After the end: what stale incarnations still send is recorded.
-    fn linger(&self, wm: &WorkerMessage) -> Vec<Effect<R>> {
+    fn linger(&mut self, wm: &WorkerMessage, seq: u64) -> Vec<Effect<R>> {
         let inc = wm.incarnation();
         if inc < self.current && !matches!(wm, WorkerMessage::Grant { .. }) {
-            self.fence(inc)
+            self.fence(inc, seq)
         } else {
             Vec::new()
         }
     }
 
-    /// Records (never merges) what a stale incarnation sent and tells it
-    /// to stop.
-    fn fence(&self, incarnation: u64) -> Vec<Effect<R>> {
+    /// Records (never merges) what a stale incarnation sent, stream
+    /// message `seq`, and tells it to stop; nothing when the log holds
+    /// its record already.
+    fn fence(&mut self, incarnation: u64, seq: u64) -> Vec<Effect<R>> {
+        if !self.recorded.insert(seq) {
+            return Vec::new();
+        }
         let current = self.current;
         vec![
-            Effect::Record(format!(
-                "remote: fenced a message of {} from stale incarnation {incarnation} (current {current})",
-                self.agent_id
-            )),
+            Effect::Record(fence_record(&self.agent_id, incarnation, current, seq)),
             Effect::NotifyFenced { current },
         ]
     }
 
-    fn apply(&mut self, wm: WorkerMessage, now: Instant) -> Result<Vec<Effect<R>>, RemoteError> {
+    fn apply(
+        &mut self,
+        wm: WorkerMessage,
+        seq: u64,
+        now: Instant,
+    ) -> Result<Vec<Effect<R>>, RemoteError> {
         let inc = wm.incarnation();
         if let WorkerMessage::Grant {
             claim_id,
@@ -407,11 +427,10 @@ impl<R> Fence<R> {
                 .collect());
         }
         if inc != self.current {
-            return Ok(if self.live {
-                self.fence(inc)
-            } else {
-                Vec::new()
-            });
+            // Replaying too: the stream's order makes it stale for good
+            // (its grant was followed by a newer one), and a message that
+            // came while no proxy ran has no record yet.
+            return Ok(self.fence(inc, seq));
         }
         if self.live {
             self.heard = Some(now);
@@ -486,6 +505,31 @@ impl<R> Fence<R> {
         self.next += 1;
         Ok(effects)
     }
+}
+
+/// The fence record of stream message `seq` of `agent`'s task, from
+/// stale incarnation `stale` (`current` in effect): an `error` event's
+/// message in the log.
+pub(crate) fn fence_record(agent: &str, stale: u64, current: u64, seq: u64) -> String {
+    format!(
+        "remote: fenced a message of {agent} from stale incarnation {stale} (current {current}), \
+         stream message {seq}"
+    )
+}
+
+/// The stream sequences of `agent`'s stale messages whose fence record
+/// is among `messages` (the `error` events' messages of the log).
+pub(crate) fn fenced_in<'a>(
+    agent: &str,
+    messages: impl IntoIterator<Item = &'a str>,
+) -> HashSet<u64> {
+    let prefix = format!("remote: fenced a message of {agent} from stale incarnation ");
+    messages
+        .into_iter()
+        .filter_map(|m| m.strip_prefix(&prefix))
+        .filter_map(|rest| rest.rsplit_once(", stream message "))
+        .filter_map(|(_, seq)| seq.parse().ok())
+        .collect()
 }
 
 /// Whether `ev` completes `thread` (the remote agent's own, not one of

@@ -95,7 +95,9 @@ impl Runs {
         };
         let spec = match &req.pipeline {
             Some(text) => {
-                let spec = PipelineSpec::parse(text, std::path::Path::new("pipeline"))
+                let file = std::path::Path::new("pipeline");
+                let spec = PipelineSpec::parse(text, file).map_err(pipeline_error)?;
+                spec.check_placement(file, self.remote.is_some())
                     .map_err(pipeline_error)?;
                 crate::pipeline_cmd::check_repo(&self.workspace).map_err(ApiError::from_failure)?;
                 Some(spec)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use troupe_protocol::{ErrorEvent, ThreadEvent};
 
-use super::{Effect, Fence, completes};
+use super::{Effect, Fence, completes, fenced_in};
 use crate::error::RemoteError;
 use crate::wire::{Claim, ClaimReply, WorkerMessage};
 
@@ -421,7 +421,8 @@ fn write_ahead_a_checkpoint_counts_only_with_its_calls_result() {
 fn replay_of_the_stream_rebuilds_the_state_and_writes_only_what_the_log_lacks() {
     // The log holds the first event; the stream holds a grant, two events,
     // a stale incarnation's message and a second grant (seq 1..=5).
-    let mut f: Fence<&str> = Fence::new(AGENT, THREAD, "s", 1, 5);
+    // The log holds the stale message's fence record (stream message 4).
+    let mut f: Fence<&str> = Fence::new(AGENT, THREAD, "s", 1, 5).with_recorded([4]);
     let now = Instant::now();
     let g1 = WorkerMessage::Grant {
         incarnation: 1,
@@ -436,7 +437,8 @@ fn replay_of_the_stream_rebuilds_the_state_and_writes_only_what_the_log_lacks() 
         written(&f.on_message(event(1, 1), 3, now).unwrap()),
         ["event 1"]
     );
-    // Stale while replaying: neither recorded nor notified again.
+    // Stale while replaying, its record in the log: neither recorded nor
+    // notified again.
     assert!(f.on_message(event(0, 9), 4, now).unwrap().is_empty());
     let g2 = WorkerMessage::Grant {
         incarnation: 2,
@@ -508,7 +510,8 @@ fn fence_notice_for_an_older_incarnations_message() {
     match effects.as_slice() {
         [Effect::Record(message), Effect::NotifyFenced { current: 2 }] => assert_eq!(
             message,
-            "remote: fenced a message of s1/root/fixer from stale incarnation 1 (current 2)"
+            "remote: fenced a message of s1/root/fixer from stale incarnation 1 (current 2), \
+             stream message 3"
         ),
         other => panic!("{other:?}"),
     }
@@ -634,4 +637,64 @@ fn a_released_incarnation_is_taken_over_at_once() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_stale_message_that_came_while_no_proxy_ran_is_recorded_by_the_replay_once() {
+    // The stream: grant 1, grant 2, then incarnation 1's event (seq 3),
+    // which came while the coordinator was down; the log has no record of
+    // it. Then the current incarnation's event (seq 4).
+    let now = Instant::now();
+    let replay = |f: &mut Fence<&str>| {
+        let mut records = Vec::new();
+        for (seq, wm) in [
+            (1, grant_message(1, "a", 1)),
+            (2, grant_message(2, "b", 2)),
+            (3, event(1, 0)),
+            (4, event(2, 0)),
+        ] {
+            for e in f.on_message(wm, seq, now).unwrap() {
+                match e {
+                    Effect::Record(m) => records.push(m),
+                    Effect::NotifyFenced { current } => assert_eq!(current, 2),
+                    _ => {}
+                }
+            }
+        }
+        records
+    };
+    let mut f: Fence<&str> = Fence::new(AGENT, THREAD, "s", 0, 4);
+    let records = replay(&mut f);
+    assert_eq!(
+        records,
+        [
+            "remote: fenced a message of s1/root/fixer from stale incarnation 1 (current 2), \
+             stream message 3"
+        ]
+    );
+    // Read back from the log by the next proxy (a resumed coordinator):
+    // the replay does not record it again; another agent's record and
+    // other errors do not count.
+    let log = [
+        records[0].as_str(),
+        "remote: fenced a message of s1/root/fixer2 from stale incarnation 1 (current 2), stream message 9",
+        "model error: timeout",
+    ];
+    let held = fenced_in(AGENT, log);
+    assert_eq!(held, [3].into_iter().collect());
+    let mut f: Fence<&str> = Fence::new(AGENT, THREAD, "s", 1, 4).with_recorded(held);
+    assert!(replay(&mut f).is_empty());
+    // Live again, the same message redelivered by the stream (a second
+    // consumer) is not recorded twice either; a new one is.
+    assert!(f.on_message(event(1, 1), 3, now).unwrap().is_empty());
+    assert_eq!(f.on_message(event(1, 1), 5, now).unwrap().len(), 2);
+}
+
+fn grant_message(incarnation: u64, claim_id: &str, delivered: u64) -> WorkerMessage {
+    WorkerMessage::Grant {
+        incarnation,
+        claim_id: claim_id.into(),
+        delivered,
+        worker: format!("w-{claim_id}"),
+    }
 }

@@ -12,7 +12,7 @@ use async_nats::Subject;
 use async_nats::jetstream::consumer;
 use futures::StreamExt;
 use serde_json::Value;
-use troupe_actors::agent::{AgentOutcome, Isolation};
+use troupe_actors::agent::{AgentOutcome, Isolation, TreeRole};
 use troupe_actors::placement::deliver_outcome;
 use troupe_protocol::{ErrorEvent, RestartPolicy, ThreadEvent};
 use troupe_runtime::store::EventReader;
@@ -21,7 +21,7 @@ use super::ProxyArgs;
 use super::approvals::Watches;
 use super::silence::Silence;
 use crate::error::RemoteError;
-use crate::fence::{Effect, Fence};
+use crate::fence::{Effect, Fence, fenced_in};
 use crate::task::Owned;
 use crate::wire::{
     Acked, Alive, Claim, ClaimReply, Control, EVENT_STREAM, TASK_STREAM, TaskMessage,
@@ -61,7 +61,10 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
         subject,
         logged.len() as u64,
         replay_to,
-    );
+    )
+    // The stale messages recorded before (by an earlier proxy, a
+    // coordinator that died since): a replay records only the others.
+    .with_recorded(fence_records(p));
     // The agent's requests the log holds undecided are the session's to
     // decide again (a restarted proxy, a resumed coordinator).
     let mut watches = Watches::new(
@@ -392,6 +395,7 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
         spec: a.spec.clone(),
         base_commit: base.commit,
         base_bundle: base.object,
+        proposer: a.role == TreeRole::Proposer,
     };
     let body = serde_json::to_vec(&task).map_err(RemoteError::encode("the task"))?;
     // A fresh message id per publish: it dedupes this call's own retries,
@@ -473,6 +477,22 @@ fn record(p: &ProxyArgs, message: String) {
     {
         tracing::warn!(error = %e, "fence record refused");
     }
+}
+
+/// The stream sequences of the agent's stale messages whose fence record
+/// the coordinator's log holds.
+fn fence_records(p: &ProxyArgs) -> std::collections::HashSet<u64> {
+    let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
+        return std::collections::HashSet::new();
+    };
+    let messages: Vec<String> = reader
+        .filter_map(Result::ok)
+        .filter_map(|(_, ev)| match ev.event {
+            ThreadEvent::Error(e) => Some(e.message),
+            _ => None,
+        })
+        .collect();
+    fenced_in(&p.args.agent_id, messages.iter().map(String::as_str))
 }
 
 /// The agent's events in the coordinator's log (its tree's bookkeeping

@@ -32,6 +32,13 @@ pub(super) async fn run_delivery(
             subject: msg.subject.to_string(),
             why: e.to_string(),
         })?;
+    // A redelivery of a task whose handoff is committed already (its
+    // worker died between the commit and its ack): no coordinator answers
+    // for it once the task's proxy is gone, so it is dropped here rather
+    // than claimed again and again, holding a slot each time.
+    if delivered > 1 && committed(ctx, &task, &msg, delivered).await {
+        return Ok(());
+    }
     let hb = heartbeat(ctx, Arc::clone(&msg), None);
     let (incarnation, journal, checkpoint, steering) = match claim(ctx, &task, delivered).await {
         Some(ClaimReply::Granted {
@@ -55,6 +62,10 @@ pub(super) async fn run_delivery(
             return Ok(());
         }
         None => {
+            drop(hb);
+            if committed(ctx, &task, &msg, delivered).await {
+                return Ok(());
+            }
             return Err(RemoteError::Coordinator(
                 "the coordinator did not answer the claim".into(),
             ));
@@ -81,6 +92,10 @@ pub(super) async fn run_delivery(
     let _ = tokio::fs::remove_dir_all(&dir).await;
     match ran? {
         None => {
+            if let Some(hold) = test_hold_ack() {
+                tracing::info!(task = %task.task_id, incarnation, "handoff committed; holding the ack (TROUPE_WORKER_TEST_HOLD_ACK_MS)");
+                tokio::time::sleep(hold).await;
+            }
             tracing::info!(task = %task.task_id, incarnation, "handoff committed; acked");
             msg.double_ack().await.map_err(RemoteError::nats)
         }
@@ -100,6 +115,43 @@ pub(super) async fn run_delivery(
             Ok(())
         }
     }
+}
+
+/// Whether `task`'s handoff is committed (its mark in the done stream);
+/// if so, delivery `delivered` is acknowledged, so the queue drops it.
+async fn committed(
+    ctx: &Ctx,
+    task: &TaskMessage,
+    msg: &jetstream::Message,
+    delivered: u64,
+) -> bool {
+    match ctx
+        .nats
+        .is_done(&done_key(&task.session_id, &task.task_id))
+        .await
+    {
+        Ok(true) => {
+            let _ = msg.ack_with(AckKind::Term).await;
+            tracing::info!(task = %task.task_id, delivered, "handoff committed already; delivery dropped");
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::debug!(error = %e, "committed check failed");
+            false
+        }
+    }
+}
+
+/// The test-only pause between the committed mark and the delivery's ack
+/// (`TROUPE_WORKER_TEST_HOLD_ACK_MS`): the fault tests kill a worker
+/// there (tests/e2e/remote_ops.rs).
+fn test_hold_ack() -> Option<Duration> {
+    std::env::var("TROUPE_WORKER_TEST_HOLD_ACK_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
 }
 
 /// Runs one granted incarnation in `dir` to its committed handoff

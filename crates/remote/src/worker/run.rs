@@ -129,6 +129,12 @@ pub(super) async fn run_agent(
     )
     // The worker's own session span: traces do not cross the queue.
     .under_span(session.span().clone());
+    // A pipeline proposer hands off; the coordinator verifies and merges.
+    let args = if task.proposer {
+        args.as_proposer()
+    } else {
+        args
+    };
     // Steering an earlier incarnation's worker took but did not apply.
     let replayed = std::mem::take(&mut controls.replayed);
     if !replayed.is_empty() {

@@ -366,6 +366,19 @@ pub(crate) async fn run_agent(
     workdir: &Path,
 ) -> Result<troupe_actors::agent::AgentOutcome, String> {
     let env = &run.env;
+    // On a worker (its `placement`): a proxy stands for it here; its
+    // result comes back into `workdir` (its own worktree), where the gates
+    // judge it.
+    let remote = troupe_actors::placement::runs_remotely(
+        p.placement,
+        troupe_actors::agent::Isolation::Worktree,
+        env.remote.is_some(),
+    )
+    .map_err(|e| format!("proposer `{}`: {e}", p.name))?;
+    let mut spec = spec;
+    if remote {
+        spec.isolation = troupe_actors::agent::Isolation::Worktree;
+    }
     let (tx, rx) = oneshot::channel();
     let budget = troupe_runtime::state::BudgetNode::root_named(
         agent_id.to_string(),
@@ -389,8 +402,11 @@ pub(crate) async fn run_agent(
         args.as_proposer()
     };
     let address = args.address.clone();
+    let spec = match &env.remote {
+        Some(spawner) if remote => spawner.child_spec(args),
+        _ => agent_child_spec(args),
+    };
     // The previous round's incarnation may still be leaving the tree.
-    let spec = agent_child_spec(args);
     let mut tries = 0;
     loop {
         match run.tree.start_child(spec.clone()).await {
@@ -406,8 +422,14 @@ pub(crate) async fn run_agent(
     let outcome = tokio::select! {
         o = &mut rx => o.map_err(|_| format!("proposer {} stopped without a handoff", p.name))?,
         _ = run.cancel.cancelled() => {
-            // The agent ends its thread as cancelled; wait for it, bounded.
-            let _ = address.call(troupe_actors::agent::AgentMsg::Abort, env.call_timeout).await;
+            // The agent ends its thread as cancelled (a remote one: its
+            // proxy cancels the task); wait for it, bounded.
+            match env.agents.remote_for(agent_id) {
+                Some(proxy) if remote => proxy.abort(),
+                _ => {
+                    let _ = address.call(troupe_actors::agent::AgentMsg::Abort, env.call_timeout).await;
+                }
+            }
             let _ = tokio::time::timeout(env.call_timeout, rx).await;
             return Err("cancelled".into());
         }

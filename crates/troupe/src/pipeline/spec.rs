@@ -111,6 +111,13 @@ pub struct ProposerSpec {
     /// verifies and merges).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub subagents: bool,
+    /// Where its agents (its rounds, its planning step) run: `local`
+    /// (here), `remote` (on a worker, through `--nats`; an error at load
+    /// without it) or `any` (the default: on a worker when the session has
+    /// `--nats`, else here). The verification and the merge are always
+    /// the coordinator's (docs/scale-out.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<troupe_protocol::Placement>,
 }
 
 fn yes() -> bool {
@@ -145,6 +152,24 @@ pub enum PipelineError {
 }
 
 impl PipelineSpec {
+    /// Checks every proposer's `placement` against the session: `remote`
+    /// needs one placing agents on workers (`has_remote`: `--nats`).
+    pub fn check_placement(&self, path: &Path, has_remote: bool) -> Result<(), PipelineError> {
+        for p in &self.proposers {
+            if let Err(e) = troupe_actors::placement::runs_remotely(
+                p.placement,
+                troupe_actors::agent::Isolation::Worktree,
+                has_remote,
+            ) {
+                return Err(PipelineError::Invalid {
+                    path: path.display().to_string(),
+                    reason: format!("proposer `{}`: {e}", p.name),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Parses and checks a pipeline file's text.
     pub fn parse(text: &str, path: &Path) -> Result<PipelineSpec, PipelineError> {
         let invalid = |reason: String| PipelineError::Invalid {
@@ -286,6 +311,34 @@ mod tests {
             parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\napproval_policy = \"sometimes\"\n")
                 .unwrap_err();
         assert!(bad.contains("approval_policy"), "{bad}");
+    }
+
+    #[test]
+    fn placement_parses_and_remote_needs_a_remote_session() {
+        use troupe_protocol::Placement;
+        let p = Path::new("p.toml");
+        let spec = parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\n").unwrap();
+        assert_eq!(spec.proposers[0].placement, None);
+        spec.check_placement(p, false).unwrap();
+        let text = "[[proposers]]\nname = \"a\"\ntask = \"t\"\nplacement = \"remote\"\n";
+        let spec = parse(text).unwrap();
+        assert_eq!(spec.proposers[0].placement, Some(Placement::Remote));
+        spec.check_placement(p, true).unwrap();
+        let e = spec.check_placement(p, false).unwrap_err().to_string();
+        assert!(
+            e.contains("p.toml: proposer `a`: placement `remote` needs") && e.contains("--nats"),
+            "{e}"
+        );
+        for ok in ["local", "any"] {
+            let text = format!("[[proposers]]\nname = \"a\"\ntask = \"t\"\nplacement = \"{ok}\"\n");
+            parse(&text).unwrap().check_placement(p, false).unwrap();
+        }
+        let bad = parse("[[proposers]]\nname = \"a\"\ntask = \"t\"\nplacement = \"worker\"\n")
+            .unwrap_err();
+        assert!(
+            bad.contains("placement") || bad.contains("unknown variant"),
+            "{bad}"
+        );
     }
 
     #[test]
