@@ -65,10 +65,11 @@ pub struct Route {
     /// the request with N assistant messages gets reply N. A conversation
     /// resumed elsewhere (another process, a worker that took over) that
     /// lacks a turn whose reply was served but never acted on is asked
-    /// again, as a real model would be. A turn whose tool calls all came
-    /// back `interrupted:` (effect unknown) does not count: its reply is
-    /// given again, its call ids suffixed `-retryN`, as a model that checks
-    /// and retries would.
+    /// again, as a real model would be. A turn whose tool calls came back
+    /// `interrupted:` (effect unknown; all of them, or some) does not
+    /// count: its reply is given again without the calls that completed,
+    /// its call ids suffixed `-retryN`, as a model that checks and retries
+    /// would.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_history: bool,
 }

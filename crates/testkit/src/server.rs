@@ -412,7 +412,8 @@ impl Shared {
         {
             let (turn, retries) = history_turn(&request.messages);
             if let Some(reply) = r.replies.get(turn) {
-                return Decision::Reply(retried(reply.clone(), retries));
+                let done = completed_calls(&request.messages);
+                return Decision::Reply(retried(reply.clone(), retries, &done));
             }
         }
         let (replies, key) = match (route, self.script.cursor) {
@@ -468,9 +469,10 @@ impl Shared {
 }
 
 /// A `by_history` conversation's place: the assistant messages whose tool
-/// calls all came back `interrupted:` (a restart cut them off, effect
-/// unknown) are asked again, as a real model that checks and retries
-/// would; the second number is how many such turns there were.
+/// calls came back `interrupted:` (a restart cut them off, effect
+/// unknown; all of them, or some while the others completed) are asked
+/// again, as a real model that checks and retries would; the second
+/// number is how many such turns there were.
 fn history_turn(messages: &[crate::request::RecordedMessage]) -> (usize, usize) {
     use crate::request::Role;
     let mut turn = 0;
@@ -488,7 +490,7 @@ fn history_turn(messages: &[crate::request::RecordedMessage]) -> (usize, usize) 
             .collect();
         let interrupted = !ids.is_empty()
             && results.len() == ids.len()
-            && results.iter().all(|r| r.output.contains("interrupted:"));
+            && results.iter().any(|r| r.output.contains("interrupted:"));
         if interrupted {
             retries += 1;
         } else {
@@ -498,14 +500,32 @@ fn history_turn(messages: &[crate::request::RecordedMessage]) -> (usize, usize) 
     (turn, retries)
 }
 
+/// The call ids (without a `-retryN` suffix) whose result came back and
+/// was not `interrupted:`.
+fn completed_calls(messages: &[crate::request::RecordedMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .flat_map(|m| m.tool_results.iter())
+        .filter(|r| !r.output.contains("interrupted:"))
+        .map(|r| match r.call_id.find("-retry") {
+            Some(at) => r.call_id[..at].to_string(),
+            None => r.call_id.clone(),
+        })
+        .collect()
+}
+
 /// A reply asked again after `retries` interrupted turns: its tool call
-/// ids get a `-retryN` suffix (ids stay unique in the conversation).
-fn retried(reply: Reply, retries: usize) -> Reply {
+/// ids get a `-retryN` suffix (ids stay unique in the conversation), and
+/// the calls that already completed (`done`: a turn only partly
+/// interrupted) are left out.
+fn retried(reply: Reply, retries: usize, done: &[String]) -> Reply {
     if retries == 0 {
         return reply;
     }
     match reply {
         Reply::Message(mut m) => {
+            m.tool_calls
+                .retain(|c| c.id.as_ref().is_none_or(|id| !done.contains(id)));
             for c in &mut m.tool_calls {
                 if let Some(id) = &mut c.id {
                     id.push_str(&format!("-retry{retries}"));
