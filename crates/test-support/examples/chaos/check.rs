@@ -136,7 +136,7 @@ pub fn check(o: &Outcome<'_>) -> Vec<Verdict> {
     out.push((Invariant::NoHandoffTwice, handoffs_once(events, completed)));
     out.push((Invariant::NoApprovalTwice, approvals_once(events)));
     if completed {
-        out.push((Invariant::MergedTree, merged(&o.merged)));
+        out.push((Invariant::MergedTree, merged(&o.merged, &outputs)));
     }
     out
 }
@@ -309,10 +309,31 @@ pub fn interrupted_in(log: &str) -> usize {
     })
 }
 
-fn merged(files: &[(String, String, String)]) -> Result<(), String> {
+/// Whether call `id` (or a retry of it) has a result and none succeeded:
+/// a call that failed (a full disk: `cannot write`, a non-zero exit) made
+/// no change the merged tree must hold.
+fn failed_call(outputs: &[(String, String)], id: &str, ok: impl Fn(&str) -> bool) -> bool {
+    let retry = format!("{id}-retry");
+    let mine: Vec<&str> = outputs
+        .iter()
+        .filter(|(c, _)| c == id || c.starts_with(&retry))
+        .map(|(_, t)| t.as_str())
+        .collect();
+    // An interrupted call is retried (or was rolled back), and one whose
+    // effect is unknown is its own invariant's failure: neither decides.
+    let undecided = |t: &&str| t.starts_with("interrupted") || t.contains("effect is unknown");
+    mine.iter().any(|t| !undecided(t)) && !mine.iter().any(|t| ok(t))
+}
+
+fn merged(files: &[(String, String, String)], outputs: &[(String, String)]) -> Result<(), String> {
     let mut broken = Vec::new();
     for child in CHILDREN {
-        let want: String = (1..=STEPS).map(|k| step_line(child, k) + "\n").collect();
+        // Every step's line, in order, once; a step whose call failed
+        // (and only such a step) may have none.
+        let want: String = (1..=STEPS)
+            .filter(|&k| !failed_call(outputs, &call_id(child, k), |t| t.contains("exit_code: 0")))
+            .map(|k| step_line(child, k) + "\n")
+            .collect();
         let (steps, note) = files
             .iter()
             .find(|(c, _, _)| c == child)
@@ -321,7 +342,10 @@ fn merged(files: &[(String, String, String)]) -> Result<(), String> {
         if steps != want {
             broken.push(format!("{child}/steps.txt is {steps:?}, not {want:?}"));
         }
-        if note != notes(child) {
+        let write_failed = failed_call(outputs, &format!("{child}w"), |t| {
+            !t.starts_with("cannot write")
+        });
+        if note != notes(child) && !(write_failed && note.is_empty()) {
             broken.push(format!("{child}/notes.txt is {note:?}"));
         }
     }
@@ -451,6 +475,18 @@ mod tests {
         m[1].1 = format!("{}\n", step_line("c2", 1));
         let v = verdicts(&base(""), &side_all(), m);
         assert_eq!(failed(&v), vec![Invariant::MergedTree]);
+        // A write that failed (a full disk) leaves no notes, and that
+        // holds; a write that succeeded must be there.
+        let mut m = merged_all();
+        m[0].2 = String::new();
+        let v = verdicts(&base(""), &side_all(), m.clone());
+        assert_eq!(failed(&v), vec![Invariant::MergedTree]);
+        let full = output(
+            "c1w",
+            "cannot write `c1/notes.txt`: No space left on device (os error 28)",
+        );
+        let v = verdicts(&base(&full), &side_all(), m);
+        assert_eq!(failed(&v), vec![]);
         // A torn log, a log with no end, an approval resolved twice.
         let torn = base("").trim_end().to_string();
         assert!(failed(&verdicts(&torn, &side_all(), merged_all())).contains(&Invariant::Envelope));

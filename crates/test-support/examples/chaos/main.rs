@@ -74,7 +74,12 @@ fn args() -> Result<Args, String> {
                 let v = value()?;
                 a.from = v.parse().map_err(|_| bad(&v))?;
             }
-            "--troupe" => a.troupe = PathBuf::from(value()?),
+            // Absolute: sessions run in their own directories.
+            "--troupe" => {
+                let path = value()?;
+                a.troupe = std::fs::canonicalize(&path)
+                    .map_err(|e| format!("--troupe {path}: {e} (give the troupe binary's path)"))?;
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}; {USAGE}")),
         }
