@@ -6,11 +6,13 @@
 //! - this file: [`SpawnSubagentTool`] (start, continue, wait, commit a
 //!   worktree child's work);
 //! - `handoff_tool.rs`: [`HandoffTool`];
-//! - `child.rs`: a child's sandbox, actor, tools, child spec and worktree id.
+//! - `child.rs`: a child's sandbox, actor, tools, child spec, worktree id
+//!   and the worktree of a child that never started, made again.
 
 mod child;
 mod handoff_tool;
 
+use child::create_unstarted;
 pub use child::{
     agent_actor, agent_child_spec, child_approval, child_sandbox, tree_tools, worktree_id,
 };
@@ -33,7 +35,7 @@ use crate::agent::spec::{AgentOutcome, AgentSpec, Isolation};
 use crate::handoff::{delivered_in_log, handoff_id, journaled_handoff};
 use crate::supervisor::{ChildSpec, StartChildError, SupervisorMsg};
 use troupe_runtime::state::{CostBudget, LoopState, LoopStateStore};
-use troupe_worktree::{Workspace, Worktree, WorktreeError};
+use troupe_worktree::{Workspace, Worktree};
 
 /// A model's `spawn_subagent` arguments as a spec. The fields only troupe
 /// sets ([`AgentSpec::TROUPE_ONLY_FIELDS`]: plan mode, the previous
@@ -167,35 +169,6 @@ impl SpawnSubagentTool {
             ),
             worktree,
         ))
-    }
-}
-
-/// Creates the worktree `id` of a child that never started. One of that
-/// id can already be there only if this session's troupe made it and was
-/// killed before the child's `thread.started` was logged (the id names
-/// the session and the agent): nothing ever ran in it, so it is removed
-/// (or pruned, when the kill left it half-made) and made again from the
-/// parent's current HEAD. Refusing it instead lost the child's work: the
-/// resumed parent's `spawn_subagent` failed and the session went on
-/// without it (found by scripts/chaos, a coordinator SIGKILLed between
-/// the two).
-fn create_unstarted(ws: &Workspace, id: &str) -> Result<Worktree, WorktreeError> {
-    match ws.create_worktree(id) {
-        Err(WorktreeError::AlreadyExists { path, .. }) => {
-            tracing::info!(
-                id,
-                path = %path.display(),
-                "a worktree an earlier troupe made for this child before it started: made again"
-            );
-            match ws.worktree(id) {
-                Ok(wt) => ws.remove(&wt)?,
-                Err(_) => {
-                    ws.prune()?;
-                }
-            }
-            ws.create_worktree(id)
-        }
-        other => other,
     }
 }
 
@@ -562,32 +535,6 @@ impl Drop for ChildGuard {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    /// A worktree a killed troupe made for a child that never started is
-    /// made again, whole or half-made (its directory only); a new one is
-    /// simply created.
-    #[test]
-    fn an_unstarted_childs_leftover_worktree_is_made_again() {
-        let dir = tempfile::tempdir().unwrap();
-        troupe_worktree::init_repo_with_commit(dir.path(), "initial").unwrap();
-        let ws = Workspace::open(dir.path()).unwrap();
-        let first = create_unstarted(&ws, "s-root-p1").unwrap();
-        std::fs::write(first.path().join("left.txt"), "left\n").unwrap();
-        assert!(matches!(
-            ws.create_worktree("s-root-p1"),
-            Err(WorktreeError::AlreadyExists { .. })
-        ));
-        let again = create_unstarted(&ws, "s-root-p1").unwrap();
-        assert!(again.path().is_dir());
-        assert!(!again.path().join("left.txt").exists());
-        // Half-made: a directory no admin entry owns.
-        let half = ws.worktrees_dir().join("s-root-p2");
-        std::fs::create_dir_all(&half).unwrap();
-        std::fs::write(half.join("junk"), "x").unwrap();
-        let made = create_unstarted(&ws, "s-root-p2").unwrap();
-        assert!(ws.worktree("s-root-p2").is_ok());
-        assert!(!made.path().join("junk").exists());
-    }
     use troupe_runtime::tools::SandboxMode::{
         DangerFullAccess as Full, ReadOnly as Ro, WorkspaceWrite as Ww,
     };

@@ -369,8 +369,10 @@ pub(crate) async fn run_agent(
     // On a worker (its `placement`): a proxy stands for it here; its
     // result comes back into `workdir` (its own worktree), where the gates
     // judge it.
+    // A proposer stays here unless its file says otherwise (`any` or
+    // `remote`): `run --nats` has always sent only a proposer's subagents.
     let remote = troupe_actors::placement::runs_remotely(
-        p.placement,
+        Some(p.placement.unwrap_or(troupe_protocol::Placement::Local)),
         troupe_actors::agent::Isolation::Worktree,
         env.remote.is_some(),
     )

@@ -112,9 +112,9 @@ pub struct ProposerSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub subagents: bool,
     /// Where its agents (its rounds, its planning step) run: `local`
-    /// (here), `remote` (on a worker, through `--nats`; an error at load
-    /// without it) or `any` (the default: on a worker when the session has
-    /// `--nats`, else here). The verification and the merge are always
+    /// (here; the default), `remote` (on a worker, through `--nats`; an
+    /// error at load without it) or `any` (on a worker when the session
+    /// has `--nats`, else here). The verification and the merge are always
     /// the coordinator's (docs/scale-out.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<troupe_protocol::Placement>,
