@@ -11,14 +11,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_test_support::git::repo_at;
 use troupe_test_support::nats::NatsServer;
-use troupe_test_support::process::{Worker, run_within, worker_args};
+use troupe_test_support::process::{Worker, worker_args};
 use troupe_test_support::wait::wait_until_blocking;
 use troupe_testkit::{Reply, Script};
 
-use super::exec::{Server, bin, exec_cmd};
-use super::remote::{FILES, FULL};
+use super::exec::{Server, bin};
+use super::remote::FULL;
+use super::remote_ops::coordinate_prompt;
 
 /// Ack wait of the test's workers (s).
 const ACK_WAIT: u64 = 2;
@@ -68,27 +68,6 @@ fn worker(nats: &str, model: &str, dir: &Path, name: &str, env: &[(&str, &str)])
     Worker::spawn(cmd, dir, name)
 }
 
-/// `troupe exec --nats` of `prompt` in a new workspace, on a thread.
-fn coordinate(
-    nats: &str,
-    model: &str,
-    prompt: &str,
-) -> (
-    tempfile::TempDir,
-    std::thread::JoinHandle<(Option<i32>, String, String)>,
-) {
-    let ws = tempfile::tempdir().unwrap();
-    repo_at(ws.path(), "initial", &FILES);
-    let cmd = exec_cmd(
-        ws.path(),
-        model,
-        &[FULL, &["--nats", nats]].concat(),
-        prompt,
-    );
-    let handle = std::thread::spawn(move || run_within(cmd, Duration::from_secs(120)));
-    (ws, handle)
-}
-
 #[test]
 fn a_committed_delivery_of_a_killed_worker_is_dropped_and_starves_no_later_task() {
     let nats = NatsServer::start();
@@ -105,7 +84,12 @@ fn a_committed_delivery_of_a_killed_worker_is_dropped_and_starves_no_later_task(
         "w0",
         &[("TROUPE_WORKER_TEST_HOLD_ACK_MS", "60000")],
     );
-    let (ws1, first) = coordinate(&nats.url(), &model.url(), "First job (J-1).");
+    let (ws1, first) = coordinate_prompt(
+        &nats.url(),
+        &model.url(),
+        "First job (J-1).",
+        Duration::from_secs(120),
+    );
     let held = wait_until_blocking("w0 holding its ack", Duration::from_secs(60), || {
         w0.log().contains("holding the ack")
     });
@@ -124,7 +108,12 @@ fn a_committed_delivery_of_a_killed_worker_is_dropped_and_starves_no_later_task(
     assert!(dropped.is_ok(), "{}", w1.log());
     // A later task on the same server starts at once on w1 (one slot).
     let started = Instant::now();
-    let (ws2, second) = coordinate(&nats.url(), &model.url(), "Second job (J-2).");
+    let (ws2, second) = coordinate_prompt(
+        &nats.url(),
+        &model.url(),
+        "Second job (J-2).",
+        Duration::from_secs(120),
+    );
     let running = wait_until_blocking("p2 running on w1", Duration::from_secs(30), || {
         w1.log()
             .lines()

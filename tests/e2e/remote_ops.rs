@@ -79,15 +79,29 @@ fn coordinate(
     tempfile::TempDir,
     std::thread::JoinHandle<(Option<i32>, String, String)>,
 ) {
+    coordinate_prompt(nats, model, PROMPT, Duration::from_secs(240))
+}
+
+/// A workspace of [`FILES`] and its `exec --nats` coordinator of
+/// `prompt`, started on a thread (`limit` to finish).
+pub(super) fn coordinate_prompt(
+    nats: &str,
+    model: &str,
+    prompt: &str,
+    limit: Duration,
+) -> (
+    tempfile::TempDir,
+    std::thread::JoinHandle<(Option<i32>, String, String)>,
+) {
     let ws = tempfile::tempdir().unwrap();
     repo_at(ws.path(), "initial", &FILES);
     let cmd = exec_cmd(
         ws.path(),
         model,
         &[FULL, &["--nats", nats]].concat(),
-        PROMPT,
+        prompt,
     );
-    let handle = std::thread::spawn(move || run_within(cmd, Duration::from_secs(240)));
+    let handle = std::thread::spawn(move || run_within(cmd, limit));
     (ws, handle)
 }
 
