@@ -39,8 +39,13 @@ fn big_text() -> String {
         .join("")
 }
 
-#[tokio::test]
-async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_nothing() {
+/// A nats-server, a connection to it and its repository object store
+/// (keep all three alive for the test).
+async fn repos() -> (
+    NatsServer,
+    Nats,
+    async_nats::jetstream::object_store::ObjectStore,
+) {
     let server = NatsServer::start();
     let nats = Nats::connect(&NatsConfig {
         url: server.url(),
@@ -49,6 +54,12 @@ async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_noth
     .await
     .unwrap();
     let store = nats.repos().await.unwrap();
+    (server, nats, store)
+}
+
+#[tokio::test]
+async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_nothing() {
+    let (_server, _nats, store) = repos().await;
     let repo = GitRepo::with_files(&[("big.txt", &big_text()), ("a.txt", "one\n")]).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let scratch = tmp.path().join("scratch");
@@ -134,14 +145,7 @@ async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_noth
 
 #[tokio::test]
 async fn a_cache_deleted_or_corrupted_between_tasks_is_filled_again_from_the_bundles() {
-    let server = NatsServer::start();
-    let nats = Nats::connect(&NatsConfig {
-        url: server.url(),
-        ..NatsConfig::default()
-    })
-    .await
-    .unwrap();
-    let store = nats.repos().await.unwrap();
+    let (_server, _nats, store) = repos().await;
     let repo = GitRepo::with_files(&[("a.txt", "one\n")]).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let scratch = tmp.path().join("scratch");
