@@ -197,7 +197,9 @@ fn outputs(events: &[ThreadEvent]) -> Vec<(String, String)> {
 
 /// Each step ran at most once per call made for it (the first, and one
 /// retry per call of it reported interrupted), and at least once when
-/// the session completed.
+/// the session completed, unless its call failed (a full disk stops the
+/// command before it appends to the side file, and says so: a non-zero
+/// exit, the same rule the merged-tree check applies).
 fn calls_once(side: &str, outputs: &[(String, String)], completed: bool) -> Result<(), String> {
     let mut ran: BTreeMap<&str, usize> = BTreeMap::new();
     for l in side.lines() {
@@ -216,7 +218,8 @@ fn calls_once(side: &str, outputs: &[(String, String)], completed: bool) -> Resu
                 })
                 .count();
             let allowed = 1 + interrupted;
-            if n > allowed || (completed && n == 0) {
+            let failed = failed_call(outputs, &id, exec_ok);
+            if n > allowed || (completed && n == 0 && !failed) {
                 broken.push(format!(
                     "{tag} ran {n} times for {allowed} call(s) ({interrupted} reported interrupted)"
                 ));
@@ -325,13 +328,18 @@ fn failed_call(outputs: &[(String, String)], id: &str, ok: impl Fn(&str) -> bool
     mine.iter().any(|t| !undecided(t)) && !mine.iter().any(|t| ok(t))
 }
 
+/// Whether an `exec_command` output says the command succeeded.
+fn exec_ok(output: &str) -> bool {
+    output.contains("exit_code: 0")
+}
+
 fn merged(files: &[(String, String, String)], outputs: &[(String, String)]) -> Result<(), String> {
     let mut broken = Vec::new();
     for child in CHILDREN {
         // Every step's line, in order, once; a step whose call failed
         // (and only such a step) may have none.
         let want: String = (1..=STEPS)
-            .filter(|&k| !failed_call(outputs, &call_id(child, k), |t| t.contains("exit_code: 0")))
+            .filter(|&k| !failed_call(outputs, &call_id(child, k), exec_ok))
             .map(|k| step_line(child, k) + "\n")
             .collect();
         let (steps, note) = files
@@ -463,6 +471,28 @@ mod tests {
             merged_all(),
         );
         assert_eq!(failed(&v), vec![]);
+        // A completed session with a step that never ran breaks it,
+        // unless the step's call failed (a full disk: the command stopped
+        // before its side-file append), even after an interrupted try.
+        let side = side_all().replace("c1-1\n", "");
+        let v = verdicts(&base(""), &side, merged_all());
+        assert_eq!(failed(&v), vec![Invariant::NoCallTwice]);
+        let mut m = merged_all();
+        m[0].1 = (2..=STEPS).map(|k| step_line("c1", k) + "\n").collect();
+        let tries = [
+            output("c1x1", "interrupted: rolled back to checkpoint 1"),
+            output("c1x1-retry1", "exit_code: 1\nNo space left on device"),
+        ]
+        .concat();
+        let v = verdicts(&base(&tries), &side, m.clone());
+        assert_eq!(failed(&v), vec![]);
+        // ... but not when the retry says it succeeded.
+        let ok = tries.replace("exit_code: 1", "exit_code: 0");
+        let v = verdicts(&base(&ok), &side, m);
+        assert_eq!(
+            failed(&v),
+            vec![Invariant::NoCallTwice, Invariant::MergedTree]
+        );
         // An unknown effect.
         let v = verdicts(
             &base(&output("c1x1", "the effect is unknown")),
