@@ -31,7 +31,7 @@ use troupe_test_support::git::{ALLOW_UNVERIFIED, repo_at};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::process::{Worker, run_within, worker_args};
 use troupe_test_support::wait::wait_until_blocking;
-use troupe_testkit::{Reply, Script};
+use troupe_testkit::{Reply, Script, ToolCallSpec};
 
 use super::exec::{Server, bin, exec_cmd, session_events};
 use super::remote::{FULL, handoffs};
@@ -306,5 +306,115 @@ fn a_worker_killed_at_twenty_points_of_a_writing_child_leaves_no_effect_unknown(
     assert!(
         rolled_back >= 5,
         "{rolled_back} rolled back; kills: {kills:?}"
+    );
+}
+
+/// A step of two appends whose worker dies after the first result (and
+/// the checkpoint it carried, which holds both appends) and before the
+/// second: the second call had finished, so the resumed child is told its
+/// change was kept, not rolled back, and the (scripted) model does not
+/// run it again. The merged tree holds each line once; each ran once.
+#[test]
+fn a_worker_killed_between_two_results_of_one_step_keeps_the_second_calls_change() {
+    const HOLDING_AFTER: &str = "write-ahead: holding after a checkpointed result";
+    let nats = NatsServer::start();
+    let side = tempfile::tempdir().unwrap();
+    let calls = side.path().join("calls");
+    let append = |k: &str| json!({"command": format!("echo {k} >> {k}.txt && echo {k} >> {}", calls.display())});
+    let child = vec![
+        Reply::tool_calls(vec![
+            ToolCallSpec::new("a", "exec_command", append("a")),
+            ToolCallSpec::new("b", "exec_command", append("b")),
+        ]),
+        Reply::tool_call(
+            "h",
+            "handoff",
+            json!({"state_summary": "two appends", "boundary_status": [{"name": "appends", "status": "done"}], "modified_files": ["a.txt", "b.txt"]}),
+        ),
+        Reply::text("two appends done"),
+    ];
+    let script = Script::replies(vec![])
+        .with_history_route("Make the two appends", child)
+        .with_route(
+            "Run the appender",
+            vec![
+                Reply::tool_call(
+                    "s",
+                    "spawn_subagent",
+                    json!({"name": "steps", "task": "Make the two appends.", "isolation": "worktree", "sandbox": "danger-full-access"}),
+                ),
+                Reply::tool_call("m", "merge_worktree", json!({"name": "steps"})),
+                Reply::text("merged"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let ws = tempfile::tempdir().unwrap();
+    repo_at(
+        ws.path(),
+        "initial",
+        &[("README.md", "appends\n"), ALLOW_UNVERIFIED],
+    );
+    let coordinator = exec_cmd(
+        ws.path(),
+        &server.url(),
+        &[FULL, &["--nats", &nats.url()]].concat(),
+        "Run the appender.",
+    );
+    let handle = std::thread::spawn(move || run_within(coordinator, Duration::from_secs(120)));
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first = {
+        let mut cmd = Command::new(bin());
+        worker_args(
+            &mut cmd,
+            &nats.url(),
+            &server.url(),
+            "k0",
+            &tmp.path().join("k0"),
+            &["--ack-wait-secs", "1", "--sandbox", "danger-full-access"],
+        );
+        cmd.env("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS", "3000");
+        Worker::spawn(cmd, tmp.path(), "k0")
+    };
+    wait_until_blocking(HOLDING_AFTER, Duration::from_secs(60), || {
+        first.log().contains(HOLDING_AFTER)
+    })
+    .unwrap_or_else(|e| panic!("{e}\nworker: {}", first.log()));
+    // The coordinator writes the first result (it was published) while
+    // the worker holds the second back.
+    std::thread::sleep(Duration::from_millis(800));
+    first.kill();
+    let _second = worker(&nats.url(), &server.url(), tmp.path(), "k1");
+    let (code, out, err) = handle.join().unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}\nworker: {}", first.log());
+    for k in ["a", "b"] {
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join(format!("{k}.txt"))).unwrap_or_default(),
+            format!("{k}\n"),
+            "{k}.txt merged once"
+        );
+    }
+    let ran = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert_eq!(ran, "a\nb\n", "each append ran once");
+    let outputs = child_outputs(&session_events(ws.path()));
+    let of = |id: &str| -> Vec<&String> {
+        outputs
+            .iter()
+            .filter(|(c, _)| c == id)
+            .map(|(_, o)| o)
+            .collect()
+    };
+    assert_eq!(of("a").len(), 1, "{outputs:?}");
+    assert!(of("a")[0].contains("exit_code: 0"), "{outputs:?}");
+    let b = of("b");
+    assert_eq!(b.len(), 1, "{outputs:?}");
+    assert!(
+        b[0].starts_with("finished, output lost:") && b[0].contains("were kept (checkpoint "),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs
+            .iter()
+            .all(|(_, o)| !o.contains("interrupted:") && !o.contains("effect is unknown")),
+        "{outputs:?}"
     );
 }

@@ -43,6 +43,14 @@ pub trait WriteAhead: Send + Sync {
     /// Where agent `agent_id`'s worktree was rolled back to before this
     /// run resumed it (e.g. `checkpoint 12`), when it was.
     fn rolled_back_to(&self, agent_id: &str) -> Option<String>;
+
+    /// The calls of agent `agent_id` its journal holds as started but not
+    /// finished whose changes that checkpoint holds all the same (they
+    /// had finished; their results were lost): kept, not rolled back.
+    fn kept_calls(&self, agent_id: &str) -> Vec<String> {
+        let _ = agent_id;
+        Vec::new()
+    }
 }
 
 /// Whether a child with `placement` and `isolation` runs remotely (only a

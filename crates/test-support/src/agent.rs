@@ -60,6 +60,7 @@ pub struct AgentBuilder {
     sink: Option<Arc<dyn EventSink>>,
     prepare: Vec<Prepare>,
     kind: ProviderKind,
+    rollback: Option<(String, Vec<String>)>,
 }
 
 impl AgentBuilder {
@@ -95,6 +96,7 @@ impl AgentBuilder {
             sink: None,
             prepare: Vec::new(),
             kind: ProviderKind::OpenAi,
+            rollback: None,
         }
     }
 
@@ -190,6 +192,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Resumes as a worker's incarnation does: its worktree went back to
+    /// `to` (`checkpoint 12`), which holds the changes of the `kept`
+    /// calls (`AgentLoop::with_rollback`, `with_kept_calls`).
+    pub fn rollback(mut self, to: &str, kept: &[&str]) -> Self {
+        self.rollback = Some((to.into(), kept.iter().map(|k| k.to_string()).collect()));
+        self
+    }
+
     /// Sends the events to `sink` instead of the harness's [`Recorder`].
     pub fn sink(mut self, sink: Arc<dyn EventSink>) -> Self {
         self.sink = Some(sink);
@@ -269,6 +279,9 @@ impl AgentBuilder {
         }
         if let Some(g) = self.guard {
             agent = agent.with_spend_guard(g);
+        }
+        if let Some((to, kept)) = self.rollback {
+            agent = agent.with_rollback(to).with_kept_calls(kept);
         }
         agent.start(&self.task).await;
         Ok(AgentHarness {

@@ -146,12 +146,12 @@ pub(super) fn build_loop(
     if let Some(h) = &env.hooks {
         agent = agent.with_hooks(Arc::clone(h));
     }
-    if let Some(to) = env
-        .write_ahead
-        .as_ref()
-        .and_then(|w| w.rolled_back_to(&args.agent_id))
+    if let Some(w) = &env.write_ahead
+        && let Some(to) = w.rolled_back_to(&args.agent_id)
     {
-        agent = agent.with_rollback(to);
+        agent = agent
+            .with_rollback(to)
+            .with_kept_calls(w.kept_calls(&args.agent_id));
     }
     let mut context = env.context.clone();
     context.workspace = Some(args.workspace.clone());

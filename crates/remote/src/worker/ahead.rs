@@ -11,11 +11,13 @@
 //! the task is lost ([`Ahead::lose`]), the waiting call fails closed and
 //! never runs, and the forwarder stops.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use troupe_actors::placement::WriteAhead;
+use troupe_protocol::{ItemDetails, ThreadEvent};
 
 /// How long a write or exec call waits for the coordinator to hold its
 /// `item.started` before the worker gives the task back (a coordinator
@@ -39,6 +41,9 @@ pub(super) struct Ahead {
     /// The task's agent: the one whose worktree was rolled back.
     agent_id: String,
     rolled_back_to: Option<String>,
+    /// The agent's calls whose changes the checkpoint holds though their
+    /// results were lost ([`kept_calls`]).
+    kept: Vec<String>,
     timeout: Duration,
 }
 
@@ -52,8 +57,22 @@ impl Ahead {
             state: watch::Sender::new(Held::default()),
             agent_id: agent_id.to_string(),
             rolled_back_to,
+            kept: Vec::new(),
             timeout: TIMEOUT,
         }
+    }
+
+    /// Resuming from `journal` (the coordinator's events of the task, by
+    /// position) with the worktree at `checkpoint`: which started calls
+    /// that checkpoint holds the changes of ([`kept_calls`]).
+    pub(super) fn keeping(mut self, journal: &[ThreadEvent], checkpoint: Option<&str>) -> Ahead {
+        if let Some(position) = checkpoint_position(checkpoint) {
+            self.kept = kept_calls(journal, &self.agent_id, position);
+            if !self.kept.is_empty() {
+                tracing::info!(agent = %self.agent_id, calls = ?self.kept, position, "write-ahead: calls that finished before the checkpoint, their results lost: kept");
+            }
+        }
+        self
     }
 
     /// The coordinator holds every event up to `seq`.
@@ -99,6 +118,52 @@ fn rollback_label(checkpoint: Option<&str>) -> String {
     }
 }
 
+/// The position of the event a checkpoint came with (its object is
+/// `…/ckpt-<incarnation>-<position>`).
+fn checkpoint_position(checkpoint: Option<&str>) -> Option<u64> {
+    checkpoint?.rsplit('-').next()?.parse().ok()
+}
+
+/// The calls of `agent_id` that the journal holds as started, with no
+/// result anywhere in it, and that one of the agent's own results follows
+/// at or before `position` (the event the checkpoint came with). A step's
+/// results are journaled in call order only once all its calls have
+/// ended, and its first result carries the checkpoint of everything they
+/// changed: a call started before such a result had finished when that
+/// checkpoint was taken, so its changes are in the worktree the resume
+/// starts from. Only its result (the output, the exit status) was lost
+/// when the worker died between that result and its own.
+fn kept_calls(journal: &[ThreadEvent], agent_id: &str, position: u64) -> Vec<String> {
+    let mine = |a: &Option<String>| a.as_deref() == Some(agent_id);
+    let output = |e: &ThreadEvent| match e {
+        ThreadEvent::ItemCompleted(c) if mine(&c.agent_id) => match &c.item.details {
+            ItemDetails::ToolOutput(o) => Some(o.call_id.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let finished: HashSet<String> = journal.iter().filter_map(output).collect();
+    let mut open: Vec<String> = Vec::new();
+    let mut kept = Vec::new();
+    let upto = usize::try_from(position)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    for e in journal.iter().take(upto) {
+        match e {
+            ThreadEvent::ItemStarted(s) if mine(&s.agent_id) => {
+                if let ItemDetails::ToolInvocation(c) = &s.item.details
+                    && !finished.contains(&c.tool_call_id)
+                {
+                    open.push(c.tool_call_id.clone());
+                }
+            }
+            e if output(e).is_some() => kept.append(&mut open),
+            _ => {}
+        }
+    }
+    kept
+}
+
 impl WriteAhead for Ahead {
     fn held(&self, seq: u64) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
@@ -137,6 +202,14 @@ impl WriteAhead for Ahead {
         (agent_id == self.agent_id)
             .then(|| self.rolled_back_to.clone())
             .flatten()
+    }
+
+    fn kept_calls(&self, agent_id: &str) -> Vec<String> {
+        if agent_id == self.agent_id {
+            self.kept.clone()
+        } else {
+            Vec::new()
+        }
     }
 }
 
@@ -183,6 +256,54 @@ mod tests {
             base.rolled_back_to("s/root/p").as_deref(),
             Some("the task's base commit")
         );
+    }
+
+    fn started(agent: &str, call: &str) -> ThreadEvent {
+        serde_json::from_value(serde_json::json!({"type": "item.started", "agent_id": agent,
+            "item": {"id": format!("i-{call}"), "type": "tool_invocation", "tool_name": "write_file",
+                     "tool_call_id": call, "status": "in_progress"}}))
+        .unwrap()
+    }
+
+    fn result(agent: &str, call: &str) -> ThreadEvent {
+        serde_json::from_value(
+            serde_json::json!({"type": "item.completed", "agent_id": agent,
+            "item": {"id": format!("o-{call}"), "type": "tool_output", "call_id": call,
+                     "output": "wrote", "status": "completed"}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_call_of_the_checkpointed_step_whose_result_was_lost_is_kept() {
+        let me = "s/root/p";
+        // Step 1: w1 alone (done). Step 2: w2 and w3; w2's result (4)
+        // carried the checkpoint of both; the worker died before w3's.
+        let journal = vec![
+            started(me, "w1"),
+            result(me, "w1"),
+            started(me, "w2"),
+            started(me, "w3"),
+            result(me, "w2"),
+        ];
+        assert_eq!(kept_calls(&journal, me, 4), vec!["w3".to_string()]);
+        // The checkpoint came with step 1's result: step 2's calls ran
+        // after it, so they were rolled back, not kept.
+        let cut = &journal[..4];
+        assert_eq!(kept_calls(cut, me, 1), Vec::<String>::new());
+        // A subagent's result does not end the agent's step.
+        let sub = vec![
+            started(me, "w1"),
+            started("s/root/p/sub", "x1"),
+            result("s/root/p/sub", "x1"),
+        ];
+        assert_eq!(kept_calls(&sub, me, 2), Vec::<String>::new());
+        // Through the worker's path: the checkpoint object's position.
+        let a = Ahead::new(me, Some("s/t/ckpt-1-4"), true).keeping(&journal, Some("s/t/ckpt-1-4"));
+        assert_eq!(a.kept_calls(me), vec!["w3".to_string()]);
+        assert_eq!(a.kept_calls("s/root/p/sub"), Vec::<String>::new());
+        let base = Ahead::new(me, None, true).keeping(&journal, None);
+        assert_eq!(base.kept_calls(me), Vec::<String>::new());
     }
 
     #[tokio::test]

@@ -84,6 +84,19 @@ fn test_hold() -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
+/// The test-only pause after an event that came with a checkpoint, before
+/// the next is published (`TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS`):
+/// it widens the window between two results of one step, so a fault test
+/// can kill a worker after the first result's checkpoint and before the
+/// second result (tests/e2e/remote_write_ahead.rs).
+fn test_hold_after_checkpoint() -> Option<Duration> {
+    std::env::var("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
 /// One incarnation's forwarding: what it publishes from and to.
 pub(super) struct Forwarding {
     pub(super) ctx: Ctx,
@@ -281,6 +294,15 @@ impl Publish<'_> {
             event: Box::new(event),
         };
         publish(ctx, task, incarnation, &format!("e{position}"), &message).await?;
+        if checkpoint.is_some()
+            && let Some(hold) = test_hold_after_checkpoint()
+        {
+            tracing::info!(
+                ms = hold.as_millis() as u64,
+                "write-ahead: holding after a checkpointed result (TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS)"
+            );
+            tokio::time::sleep(hold).await;
+        }
         Ok(checkpoint)
     }
 }

@@ -86,7 +86,9 @@ pub(super) async fn run_agent(
     // Write-ahead: its write and exec calls wait until the coordinator
     // holds their `item.started`; resumed, its worktree went back to the
     // checkpoint, which an interrupted call's report says.
-    let ahead = Arc::new(Ahead::new(&task.agent_id, checkpoint, !journal.is_empty()));
+    let ahead = Arc::new(
+        Ahead::new(&task.agent_id, checkpoint, !journal.is_empty()).keeping(journal, checkpoint),
+    );
     let mut forwarder = Owned::spawn(forward(
         Forwarding {
             ctx: ctx.clone(),

@@ -192,6 +192,10 @@ pub struct AgentLoop {
     /// checkpoint): an interrupted write/exec call then left no change
     /// in it, and is reported so instead of "effect unknown".
     rolled_back_to: Option<String>,
+    /// Calls the journal holds as started but not finished whose changes
+    /// the checkpoint it was rolled back to holds (they had finished;
+    /// their results were lost): reported kept, not rolled back.
+    kept_calls: std::collections::HashSet<String>,
 }
 
 /// An outside account a loop charges after every model call (the actor
@@ -231,6 +235,7 @@ impl AgentLoop {
             approval: troupe_protocol::ApprovalPolicy::Never,
             approver: None,
             rolled_back_to: None,
+            kept_calls: std::collections::HashSet::new(),
         }
     }
 
@@ -240,6 +245,18 @@ impl AgentLoop {
     /// instead of "its effect is unknown" (docs/scale-out.md).
     pub fn with_rollback(mut self, to: impl Into<String>) -> Self {
         self.rolled_back_to = Some(to.into());
+        self
+    }
+
+    /// Of the calls the journal holds as started but not finished, `ids`
+    /// had finished before the checkpoint this resume was rolled back to
+    /// was taken (a step's results are journaled only after all its calls
+    /// ended), so their changes are in the worktree: the model is told
+    /// the change was kept and only the output was lost, not that the
+    /// call changed nothing (docs/scale-out.md). Only with
+    /// [`AgentLoop::with_rollback`].
+    pub fn with_kept_calls(mut self, ids: impl IntoIterator<Item = String>) -> Self {
+        self.kept_calls.extend(ids);
         self
     }
 

@@ -5,7 +5,9 @@
 //! its tool is read-only, and otherwise the model is told it was
 //! interrupted and that its effect is unknown (or, on a worker whose
 //! worktree was rolled back to a checkpoint, that it changed nothing
-//! there: `AgentLoop::with_rollback`). A call that was waiting for
+//! there: `AgentLoop::with_rollback`; or, when it had finished before
+//! that checkpoint was taken, that its changes were kept and only its
+//! output was lost: `AgentLoop::with_kept_calls`). A call that was waiting for
 //! a decision (its `troupe.approval_requested` without an `item.started`)
 //! had not started: its request is pending again with the same id (never
 //! asked twice, never approved by the crash), or, when its resolution is
@@ -41,6 +43,10 @@ pub struct ResumeReport {
     pub rerun: Vec<String>,
     /// Interrupted write/exec calls reported to the model as unknown.
     pub interrupted: Vec<String>,
+    /// Write/exec calls that had finished before the checkpoint the
+    /// worktree was rolled back to (their results were lost): reported
+    /// kept, not run again (`AgentLoop::with_kept_calls`).
+    pub kept: Vec<String>,
     /// Interrupted calls their tool settled from the journal
     /// (`Tool::settle_interrupted`), without running them again.
     pub settled: Vec<String>,
@@ -402,9 +408,22 @@ impl AgentLoop {
                 let args = serde_json::from_str(&call.arguments).ok()?;
                 t.settle_interrupted(&args)
             });
+            let kept = match &self.rolled_back_to {
+                Some(to) if !read_only && self.kept_calls.contains(&call.id) => Some(to),
+                _ => None,
+            };
             let result = if let Some(output) = settled {
                 report.settled.push(call.id.clone());
                 Ok(output)
+            } else if let Some(to) = kept {
+                report.kept.push(call.id.clone());
+                Err(ToolError::Failed(format!(
+                    "finished, output lost: the worker stopped after `{}` had run, before its \
+                     result reached the coordinator; its changes to the worktree were kept ({to} \
+                     holds them), but its output and exit status were lost. Inspect the current \
+                     state before you run it again.",
+                    call.name
+                )))
             } else if rerun {
                 report.rerun.push(call.id.clone());
                 match self.tools.validate(&call.name, &call.arguments) {

@@ -93,3 +93,48 @@ async fn a_tool_settles_an_interrupted_call_from_the_journal() {
     assert_eq!(outputs[0], ("c1".into(), "settled from the journal".into()));
     assert!(outputs[1].1.starts_with("interrupted:"), "{outputs:?}");
 }
+
+/// On a worker resumed from a checkpoint: a call that had finished before
+/// the checkpoint was taken (its result lost) is reported kept; one that
+/// had not is reported rolled back; neither runs again.
+#[tokio::test]
+async fn a_kept_call_is_reported_kept_and_an_interrupted_one_rolled_back() {
+    let turn: TurnStartedEvent = serde_json::from_value(json!({})).unwrap();
+    let events = vec![
+        ThreadEvent::TurnStarted(turn),
+        started("c1", "unknown"),
+        started("c2", "unknown"),
+    ];
+    let mut h = AgentBuilder::new(vec![Reply::text("done")])
+        .tool(Arc::new(Settles))
+        .rollback("checkpoint 7", &["c1"])
+        .build()
+        .await
+        .unwrap();
+    let report = h.agent.resume(&events).await;
+    assert_eq!(report.kept, vec!["c1".to_string()]);
+    assert_eq!(report.interrupted, vec!["c2".to_string()]);
+    let outputs: Vec<String> = h
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            ThreadEvent::ItemCompleted(i) => match i.item.details {
+                ItemDetails::ToolOutput(o) => Some(o.output),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+    assert!(
+        outputs[0].starts_with("finished, output lost:")
+            && outputs[0].contains("kept (checkpoint 7 holds them)")
+            && !outputs[0].contains("interrupted:"),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs[1].starts_with("interrupted:")
+            && outputs[1].contains("rolled back to checkpoint 7"),
+        "{outputs:?}"
+    );
+}
