@@ -135,6 +135,22 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
     );
 }
 
+/// `troupe sessions resume ID --nats URL` of the session in `dir` (of
+/// workspace `ws`), at log level info.
+fn resume(ws: &std::path::Path, dir: &std::path::Path, nats: &str) -> Command {
+    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let mut resume = Command::new(bin());
+    troupe_test_support::trust::isolated(&mut resume);
+    resume
+        .args(["sessions", "resume", &id, "--nats", nats])
+        .arg("--workspace")
+        .arg(ws)
+        .env("TROUPE_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("TROUPE_MODEL");
+    resume
+}
+
 /// The coordinator SIGKILLed while its remote child runs, then `troupe
 /// sessions resume ID --nats URL`: the resumed root asks for the child
 /// again, its proxy replays the task's stream and reattaches to the task
@@ -206,17 +222,10 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     );
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();
-    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
-    let mut resume = Command::new(bin());
-    troupe_test_support::trust::isolated(&mut resume);
-    resume
-        .args(["sessions", "resume", &id, "--nats", &nats.url()])
-        .arg("--workspace")
-        .arg(ws.path())
-        .env("TROUPE_LOG", "info")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("TROUPE_MODEL");
-    let (code, out, err) = run_within(resume, Duration::from_secs(120));
+    let (code, out, err) = run_within(
+        resume(ws.path(), &dir, &nats.url()),
+        Duration::from_secs(120),
+    );
     let log = worker.log();
     assert_eq!(code, Some(0), "{out}\n{err}\n{log}");
     assert_eq!(
@@ -240,4 +249,99 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
         "{err}"
     );
     assert!(err.contains("remote task replayed; live"), "{err}");
+}
+
+/// The coordinator SIGKILLed after the child's handoff reached its log and
+/// before the task's `finished` (with the result) did (the worker holds
+/// it: `TROUPE_WORKER_TEST_HOLD_FINISHED_MS`). The resumed root takes the
+/// journaled handoff as done and merges: the child's change must be in its
+/// worktree already (the last checkpoint, applied before the handoff was
+/// written). Before that rule, the merge said "Nothing to merge: the
+/// workspace already holds" the change, and it was lost (scripts/chaos).
+#[test]
+fn a_coordinator_killed_between_a_remote_handoff_and_its_result_keeps_the_change() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Script::replies(vec![])
+        .with_history_route(
+            "Write part P1 of six",
+            vec![
+                Reply::tool_call(
+                    "w1",
+                    "write_file",
+                    json!({"path": "parts/p1.txt", "content": "part 1\n"}),
+                ),
+                Reply::tool_call(
+                    "h1",
+                    "handoff",
+                    json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
+                ),
+                Reply::text("part 1 written"),
+            ],
+        )
+        .with_history_route(
+            "Split the work into six parts",
+            vec![
+                Reply::tool_call(
+                    "s1",
+                    "spawn_subagent",
+                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
+                ),
+                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
+                Reply::text("merged"),
+            ],
+        );
+    let server = Server::with_script(script);
+    let worker = {
+        let mut cmd = Command::new(bin());
+        troupe_test_support::process::worker_args(
+            &mut cmd,
+            &nats.url(),
+            &server.url(),
+            "w0",
+            &tmp.path().join("w0"),
+            &["--sandbox", "danger-full-access"],
+        );
+        cmd.env("TROUPE_WORKER_TEST_HOLD_FINISHED_MS", "8000");
+        Worker::spawn(cmd, tmp.path(), "w0")
+    };
+    let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
+    let mut coordinator = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let handed_off = || {
+        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
+        dirs.into_iter().find(|d| {
+            std::fs::read_to_string(d.join("events.jsonl"))
+                .is_ok_and(|l| l.contains("\"type\":\"troupe.handoff\""))
+        })
+    };
+    let dir = until_with(
+        Duration::from_secs(60),
+        "the child's handoff in the coordinator's log",
+        || worker.log(),
+        handed_off,
+    );
+    assert!(
+        worker.log().contains("holding the task's result"),
+        "the kill must land before `finished`: {}",
+        worker.log()
+    );
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let (code, out, err) = run_within(
+        resume(ws.path(), &dir, &nats.url()),
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", worker.log());
+    assert!(out.contains("had ended before troupe restarted"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("parts/p1.txt")).unwrap_or_default(),
+        "part 1\n",
+        "{out}\n{err}"
+    );
+    let events = session_events(ws.path());
+    assert_eq!(handoffs(&events), vec!["session/root/p1".to_string()]);
 }

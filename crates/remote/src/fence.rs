@@ -74,6 +74,10 @@ pub(crate) enum Effect<R> {
         /// The incarnation in effect.
         current: u64,
     },
+    /// Put the tree of checkpoint `object` into the child's worktree
+    /// (before the agent's own handoff is written: the log never says it
+    /// handed off while its change is in no worktree of the coordinator).
+    ApplyCheckpoint(String),
     /// Write the agent's next event into the log.
     Write(Box<ThreadEvent>),
     /// Tell `incarnation` the log holds the agent's events up to
@@ -500,6 +504,18 @@ impl<R> Fence<R> {
         // reader of the log sees that; its handoff follows.
         if completes(&self.thread_id, &ev) {
             effects.push(Effect::Unregister);
+        }
+        // The agent's own handoff: its worktree here gets the last
+        // checkpoint first (its final tree: every call's result that
+        // changed it came with one). The result bundle comes later, with
+        // `finished`; a coordinator killed in between would otherwise
+        // leave a journaled handoff, which a resumed parent takes as done,
+        // whose change is in no worktree (found by scripts/chaos).
+        if let ThreadEvent::Handoff(h) = &ev
+            && h.from_agent == self.agent_id
+            && let Some(object) = &self.checkpoint
+        {
+            effects.push(Effect::ApplyCheckpoint(object.clone()));
         }
         effects.push(Effect::Write(Box::new(ev)));
         self.next += 1;

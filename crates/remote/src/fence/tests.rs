@@ -698,3 +698,55 @@ fn grant_message(incarnation: u64, claim_id: &str, delivered: u64) -> WorkerMess
         worker: format!("w-{claim_id}"),
     }
 }
+
+/// The agent's own handoff is written only after its worktree got the last
+/// checkpoint: a coordinator killed before `finished` leaves no journaled
+/// handoff whose change is in no worktree. Another agent's handoff (a
+/// subagent's on the worker), or one with no checkpoint, applies nothing.
+#[test]
+fn the_agents_handoff_is_written_after_its_last_checkpoint_is_applied() {
+    let mut f = live(0);
+    let now = Instant::now();
+    grant(&mut f, "a", 1, 1, now);
+    let handoff = |from: &str, position: u64| -> WorkerMessage {
+        serde_json::from_value(json!({
+            "type": "event", "incarnation": 1, "position": position,
+            "event": {"type": "troupe.handoff", "id": format!("h-{from}"), "from_agent": from,
+                      "handoff": {"target": "s1/root", "state_summary": "done"}},
+        }))
+        .unwrap()
+    };
+    // No checkpoint yet: nothing to apply.
+    let effects = f
+        .on_message(handoff("s1/root/fixer/sub", 0), 2, now)
+        .unwrap();
+    assert!(
+        matches!(effects.as_slice(), [Effect::Write(_), Effect::Ack { .. }]),
+        "{effects:?}"
+    );
+    let _ = f
+        .on_message(
+            WorkerMessage::Checkpoint {
+                incarnation: 1,
+                object: "ckpt-1-1".into(),
+            },
+            3,
+            now,
+        )
+        .unwrap();
+    let _ = f.on_message(event(1, 1), 4, now).unwrap();
+    // A subagent's handoff: the checkpoint stays where it is.
+    let effects = f
+        .on_message(handoff("s1/root/fixer/sub", 2), 5, now)
+        .unwrap();
+    assert!(
+        matches!(effects.as_slice(), [Effect::Write(_), Effect::Ack { .. }]),
+        "{effects:?}"
+    );
+    // The agent's own: apply, then write.
+    let effects = f.on_message(handoff(AGENT, 3), 6, now).unwrap();
+    assert!(
+        matches!(effects.as_slice(), [Effect::ApplyCheckpoint(o), Effect::Write(_), Effect::Ack { .. }] if o == "ckpt-1-1"),
+        "{effects:?}"
+    );
+}

@@ -293,6 +293,7 @@ async fn execute(
             }
             Effect::Record(message) => record(p, message),
             Effect::NotifyFenced { current } => notify_fenced(p, current).await,
+            Effect::ApplyCheckpoint(object) => apply_object(p, &object).await?,
             Effect::Write(ev) => {
                 let seq = p
                     .args
@@ -408,16 +409,25 @@ async fn publish_task(p: &ProxyArgs) -> Result<(), RemoteError> {
 
 /// The task's result: its commit into the child's worktree, the log made
 /// durable, the handoff marked committed (the worker acks only then).
+/// Puts the tree of bundle object `name` (a checkpoint or the result)
+/// into a worktree child's worktree.
+async fn apply_object(p: &ProxyArgs, name: &str) -> Result<(), RemoteError> {
+    if p.args.spec.isolation == Isolation::Worktree {
+        let repos = p.nats.repos().await?;
+        let file = crate::git::get_bundle(&repos, name, &scratch(p)?).await?;
+        crate::git::apply_tree(&file, &p.args.workspace).await?;
+        let _ = std::fs::remove_file(file);
+    }
+    Ok(())
+}
+
 async fn finished(
     p: &ProxyArgs,
     incarnation: u64,
     result_bundle: Option<&str>,
 ) -> Result<(), RemoteError> {
-    if let (Some(name), Isolation::Worktree) = (result_bundle, p.args.spec.isolation) {
-        let repos = p.nats.repos().await?;
-        let file = crate::git::get_bundle(&repos, name, &scratch(p)?).await?;
-        crate::git::apply_tree(&file, &p.args.workspace).await?;
-        let _ = std::fs::remove_file(file);
+    if let Some(name) = result_bundle {
+        apply_object(p, name).await?;
     }
     p.args
         .env

@@ -147,11 +147,7 @@ async fn committed(
 /// (`TROUPE_WORKER_TEST_HOLD_ACK_MS`): the fault tests kill a worker
 /// there (tests/e2e/remote_ops.rs).
 fn test_hold_ack() -> Option<Duration> {
-    std::env::var("TROUPE_WORKER_TEST_HOLD_ACK_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map(Duration::from_millis)
+    super::test_pause("TROUPE_WORKER_TEST_HOLD_ACK_MS")
 }
 
 /// Runs one granted incarnation in `dir` to its committed handoff
@@ -204,6 +200,15 @@ async fn run_incarnation(
         Ran::Stopped(stop) => return Ok(Some(stop)),
     };
     tracing::info!(task = %task.task_id, incarnation, "agent ended");
+    // Test-only: widens the window between the agent's last event (its
+    // handoff) and `finished` (tests/e2e/remote_faults.rs).
+    if let Some(hold) = super::test_pause("TROUPE_WORKER_TEST_HOLD_FINISHED_MS") {
+        tracing::info!(
+            ms = hold.as_millis() as u64,
+            "holding the task's result (TROUPE_WORKER_TEST_HOLD_FINISHED_MS)"
+        );
+        tokio::time::sleep(hold).await;
+    }
     // Nothing changed since this incarnation's last checkpoint (or since
     // the base, when it made none): that checkpoint is the result (none:
     // the base's tree); else a result commit and its bundle.

@@ -77,11 +77,7 @@ struct Unacked {
 /// acknowledged `item.started` and its acknowledged result, so the fault
 /// tests can kill a worker there (tests/e2e/remote_write_ahead.rs).
 fn test_hold() -> Option<Duration> {
-    std::env::var("TROUPE_WORKER_TEST_HOLD_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map(Duration::from_millis)
+    super::test_pause("TROUPE_WORKER_TEST_HOLD_MS")
 }
 
 /// The test-only pause after an event that came with a checkpoint, before
@@ -90,11 +86,7 @@ fn test_hold() -> Option<Duration> {
 /// can kill a worker after the first result's checkpoint and before the
 /// second result (tests/e2e/remote_write_ahead.rs).
 fn test_hold_after_checkpoint() -> Option<Duration> {
-    std::env::var("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map(Duration::from_millis)
+    super::test_pause("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS")
 }
 
 /// One incarnation's forwarding: what it publishes from and to.

@@ -267,3 +267,17 @@ fn log_ended(ended: Result<(), tokio::task::JoinError>) {
         tracing::warn!(error = %e, "a delivery's task panicked; it will be redelivered");
     }
 }
+
+/// A test-only pause the fault tests set on a worker through `var`
+/// (milliseconds; unset, 0 or not a number: none). Each widens one window
+/// so a kill can be aimed at it: `TROUPE_WORKER_TEST_HOLD_MS`,
+/// `TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS` (forward.rs),
+/// `TROUPE_WORKER_TEST_HOLD_ACK_MS`, `TROUPE_WORKER_TEST_HOLD_FINISHED_MS`
+/// (delivery.rs).
+pub(super) fn test_pause(var: &str) -> Option<std::time::Duration> {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis)
+}
