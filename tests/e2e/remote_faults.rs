@@ -135,6 +135,47 @@ fn ctrl_c_on_the_coordinator_cancels_its_remote_task() {
     );
 }
 
+/// Part P1's child (a write, with `count` an exec 3 s later that appends
+/// to it outside the repository, then its handoff) and the root that
+/// spawns it as a worktree child and merges it.
+fn one_part(count: Option<&std::path::Path>) -> Script {
+    let mut child = vec![Reply::tool_call(
+        "w1",
+        "write_file",
+        json!({"path": "parts/p1.txt", "content": "part 1\n"}),
+    )];
+    if let Some(count) = count {
+        child.push(
+            Reply::tool_call(
+                "x1",
+                "exec_command",
+                json!({"command": format!("echo ran >> {}", count.display())}),
+            )
+            .with_delay_ms(3000),
+        );
+    }
+    child.push(Reply::tool_call(
+        "h1",
+        "handoff",
+        json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
+    ));
+    child.push(Reply::text("part 1 written"));
+    Script::replies(vec![])
+        .with_history_route("Write part P1 of six", child)
+        .with_history_route(
+            "Split the work into six parts",
+            vec![
+                Reply::tool_call(
+                    "s1",
+                    "spawn_subagent",
+                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
+                ),
+                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
+                Reply::text("merged"),
+            ],
+        )
+}
+
 /// `troupe sessions resume ID --nats URL` of the session in `dir` (of
 /// workspace `ws`), at log level info.
 fn resume(ws: &std::path::Path, dir: &std::path::Path, nats: &str) -> Command {
@@ -162,41 +203,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     let tmp = tempfile::tempdir().unwrap();
     let side = tempfile::tempdir().unwrap();
     let count = side.path().join("p1.count");
-    let script = Script::replies(vec![])
-        .with_history_route(
-            "Write part P1 of six",
-            vec![
-                Reply::tool_call(
-                    "w1",
-                    "write_file",
-                    json!({"path": "parts/p1.txt", "content": "part 1\n"}),
-                ),
-                Reply::tool_call(
-                    "x1",
-                    "exec_command",
-                    json!({"command": format!("echo ran >> {}", count.display())}),
-                )
-                .with_delay_ms(3000),
-                Reply::tool_call(
-                    "h1",
-                    "handoff",
-                    json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
-                ),
-                Reply::text("part 1 written"),
-            ],
-        )
-        .with_history_route(
-            "Split the work into six parts",
-            vec![
-                Reply::tool_call(
-                    "s1",
-                    "spawn_subagent",
-                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
-                ),
-                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
-                Reply::text("merged"),
-            ],
-        );
+    let script = one_part(Some(&count));
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
     let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
@@ -262,35 +269,7 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
 fn a_coordinator_killed_between_a_remote_handoff_and_its_result_keeps_the_change() {
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
-    let script = Script::replies(vec![])
-        .with_history_route(
-            "Write part P1 of six",
-            vec![
-                Reply::tool_call(
-                    "w1",
-                    "write_file",
-                    json!({"path": "parts/p1.txt", "content": "part 1\n"}),
-                ),
-                Reply::tool_call(
-                    "h1",
-                    "handoff",
-                    json!({"state_summary": "wrote part 1", "boundary_status": [{"name": "p1", "status": "done"}], "modified_files": ["parts/p1.txt"]}),
-                ),
-                Reply::text("part 1 written"),
-            ],
-        )
-        .with_history_route(
-            "Split the work into six parts",
-            vec![
-                Reply::tool_call(
-                    "s1",
-                    "spawn_subagent",
-                    json!({"name": "p1", "task": "Write part P1 of six.", "isolation": "worktree", "sandbox": "danger-full-access"}),
-                ),
-                Reply::tool_call("m1", "merge_worktree", json!({"name": "p1"})),
-                Reply::text("merged"),
-            ],
-        );
+    let script = one_part(None);
     let server = Server::with_script(script);
     let worker = {
         let mut cmd = Command::new(bin());
