@@ -437,7 +437,7 @@ async fn bundle_header(file: &Path) -> Result<Header, RemoteError> {
 }
 
 /// A working copy at `dir` whose objects are the cache's (alternates):
-/// `.git` written directly, then one `read-tree` for index and files.
+/// `.git` written directly, then an in-process checkout for index and files.
 async fn working_copy(cache: &Path, commit: &str, dir: &Path) -> Result<(), RemoteError> {
     let dot = dir.join(".git");
     let io = |what: &str, e| RemoteError::io(format!("{what} in {}", dot.display()), e);
