@@ -36,6 +36,32 @@ pub fn install_crypto_provider() {
     });
 }
 
+/// The process's TLS configuration for provider clients, as reqwest
+/// builds it (the platform's verifier, TLS 1.2 and 1.3, ALPN h2 and
+/// http/1.1), made once: making the verifier loads the platform's
+/// certificates (~10 ms), which a process opening a session per task (a
+/// worker) would pay each time. `None` when it cannot be made (reqwest
+/// then makes its own, and reports why).
+fn shared_tls() -> Option<rustls::ClientConfig> {
+    static TLS: std::sync::OnceLock<Option<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        install_crypto_provider();
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider)).ok()?;
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(rustls::ALL_VERSIONS)
+            .ok()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Some(tls)
+    })
+    .clone()
+}
+
 /// A streaming client for one provider: OpenAI-compatible chat
 /// completions, Anthropic messages, Gemini or the OpenAI Responses API,
 /// per [`ProviderConfig::kind`].
@@ -69,13 +95,15 @@ impl ProviderClient {
         install_crypto_provider();
         let key = config.api_key.resolve();
         let headers = build_headers(&config, key.as_ref())?;
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(config.timeouts.connect)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| ProviderError::Config {
-                message: format!("cannot build the HTTP client: {}", e.without_url()),
-            })?;
+            .tcp_nodelay(true);
+        if let Some(tls) = shared_tls() {
+            http = http.tls_backend_preconfigured(tls);
+        }
+        let http = http.build().map_err(|e| ProviderError::Config {
+            message: format!("cannot build the HTTP client: {}", e.without_url()),
+        })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -479,4 +507,22 @@ fn transport_error(err: reqwest::Error, key: Option<&SecretString>) -> ProviderE
         }
     };
     e.redacted(key)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_tls_configuration_is_made_once_as_reqwest_makes_it() {
+        let tls = shared_tls().expect("the platform verifier loads");
+        assert_eq!(tls.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert!(tls.enable_sni);
+        // reqwest takes it: a client builds.
+        let config = ProviderConfig::openai();
+        ProviderClient::new(config.clone()).unwrap();
+        ProviderClient::new(config).unwrap();
+    }
 }

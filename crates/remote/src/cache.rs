@@ -4,7 +4,8 @@
 //! repository), and a worker keeps one bare object store per repository
 //! that fetches only the bundles whose commits it lacks; a task's working
 //! copy borrows the cache's objects (git alternates), so making one is a
-//! `read-tree`, not a clone.
+//! checkout in-process (git2), not a clone; the base's commit and
+//! repository id are read in-process too (the id remembered per commit).
 //!
 //! - Object names: `repos/<repository id>/<commit>`, the repository id
 //!   being its root commit. A thin bundle is thin against an earlier base
@@ -70,12 +71,7 @@ pub async fn publish_base(
     dir: &Path,
     scratch: &Path,
 ) -> Result<Base, RemoteError> {
-    let (commit, roots) = tokio::join!(
-        git(dir, &["rev-parse", "HEAD"]),
-        git(dir, &["rev-list", "--max-parents=0", "HEAD"])
-    );
-    let (commit, roots) = (commit?, roots?);
-    let repo = repository_id(&roots);
+    let (commit, repo) = head_and_id(dir).await?;
     let object = object_name(&repo, &commit);
     if store.info(&object).await.is_ok() {
         return Ok(Base {
@@ -125,15 +121,80 @@ pub async fn publish_base(
     })
 }
 
-/// A repository's id: its (smallest) root commit.
-fn repository_id(roots: &str) -> String {
-    roots
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .min()
-        .unwrap_or("none")
-        .to_string()
+/// The coordinator's memory of each commit's repository id (see
+/// [`repository_id`]), so a base's id is found without walking history
+/// again: a commit whose parents it knows takes theirs.
+static IDS: LazyLock<Mutex<HashMap<git2::Oid, git2::Oid>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// How many commit ids [`IDS`] keeps before it starts again.
+const MAX_IDS: usize = 100_000;
+
+/// The `HEAD` commit of the repository (or worktree) at `dir` and the
+/// repository's id, in-process (git2).
+async fn head_and_id(dir: &Path) -> Result<(String, String), RemoteError> {
+    let d = dir.to_path_buf();
+    let found = tokio::task::spawn_blocking(move || -> Result<(String, String), git2::Error> {
+        let repo = git2::Repository::open(&d)?;
+        let head = repo.head()?.peel_to_commit()?;
+        let id = repository_id(&repo, head.id())?;
+        Ok((head.id().to_string(), id.to_string()))
+    })
+    .await
+    .map_err(|e| RemoteError::Git {
+        what: "read HEAD".into(),
+        why: e.to_string(),
+    })?;
+    found.map_err(|e| RemoteError::Git {
+        what: format!("read HEAD of {}", dir.display()),
+        why: e.message().to_string(),
+    })
+}
+
+/// A repository's id: its smallest root commit (`git rev-list
+/// --max-parents=0 HEAD`, the least), i.e. a root commit is its own id
+/// and any other commit has the least of its parents' ids; remembered
+/// per commit ([`IDS`]), so only the commits not seen before are read.
+fn repository_id(repo: &git2::Repository, head: git2::Oid) -> Result<git2::Oid, git2::Error> {
+    if let Some(id) = IDS.lock().get(&head) {
+        return Ok(*id);
+    }
+    // Depth-first, parents before children, iteratively (history is
+    // deep); `found` collects what this walk learns.
+    let mut found: HashMap<git2::Oid, git2::Oid> = HashMap::new();
+    let mut stack: Vec<(git2::Oid, bool)> = vec![(head, false)];
+    while let Some((c, expanded)) = stack.pop() {
+        if found.contains_key(&c) {
+            continue;
+        }
+        let parents: Vec<git2::Oid> = repo.find_commit(c)?.parent_ids().collect();
+        if expanded {
+            let known = IDS.lock();
+            let id = parents
+                .iter()
+                .filter_map(|p| found.get(p).or_else(|| known.get(p)).copied())
+                .min()
+                .unwrap_or(c);
+            drop(known);
+            found.insert(c, id);
+            continue;
+        }
+        stack.push((c, true));
+        let known = IDS.lock();
+        stack.extend(
+            parents
+                .into_iter()
+                .filter(|p| !found.contains_key(p) && !known.contains_key(p))
+                .map(|p| (p, false)),
+        );
+    }
+    let id = found.get(&head).copied().unwrap_or(head);
+    let mut known = IDS.lock();
+    if known.len() + found.len() > MAX_IDS {
+        known.clear();
+    }
+    known.extend(found);
+    Ok(id)
 }
 
 fn object_name(repo: &str, commit: &str) -> String {
@@ -265,11 +326,18 @@ async fn in_cache(cache: &Path, args: &[&str]) -> Result<String, RemoteError> {
     git(cache.parent().unwrap_or(cache), &all).await
 }
 
-/// Whether the cache at `cache` holds `commit`.
+/// Whether the cache at `cache` holds `commit` (in-process: a broken
+/// cache holds nothing).
 async fn has_commit(cache: &Path, commit: &str) -> bool {
-    in_cache(cache, &["cat-file", "-e", &format!("{commit}^{{commit}}")])
-        .await
-        .is_ok()
+    let (cache, commit) = (cache.to_path_buf(), commit.to_string());
+    tokio::task::spawn_blocking(move || {
+        let Ok(id) = git2::Oid::from_str(&commit) else {
+            return false;
+        };
+        git2::Repository::open_bare(&cache).is_ok_and(|r| r.find_commit(id).is_ok())
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// Fetches base object `object` into `cache`, the prerequisites it lacks
@@ -369,7 +437,7 @@ async fn bundle_header(file: &Path) -> Result<Header, RemoteError> {
 }
 
 /// A working copy at `dir` whose objects are the cache's (alternates):
-/// `.git` written directly, then one `read-tree` for index and files.
+/// `.git` written directly, then an in-process checkout for index and files.
 async fn working_copy(cache: &Path, commit: &str, dir: &Path) -> Result<(), RemoteError> {
     let dot = dir.join(".git");
     let io = |what: &str, e| RemoteError::io(format!("{what} in {}", dot.display()), e);
@@ -399,8 +467,31 @@ async fn working_copy(cache: &Path, commit: &str, dir: &Path) -> Result<(), Remo
             .await
             .map_err(|e| io("write the git directory", e))?;
     }
-    git(dir, &["read-tree", "-u", "--reset", "HEAD"]).await?;
-    Ok(())
+    let d = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || -> Result<(), git2::Error> {
+        // In-process, as `git read-tree -u --reset HEAD`: every file of
+        // the commit written, the index made from them.
+        let repo = git2::Repository::open(&d)?;
+        let mut co = git2::build::CheckoutBuilder::new();
+        co.force();
+        repo.checkout_head(Some(&mut co))?;
+        let tree = repo.head()?.peel_to_tree()?;
+        let mut index = repo.index()?;
+        if index.write_tree().ok() != Some(tree.id()) {
+            index.read_tree(&tree)?;
+            index.write()?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| RemoteError::Git {
+        what: "check the working copy out".into(),
+        why: e.to_string(),
+    })?
+    .map_err(|e| RemoteError::Git {
+        what: format!("check {commit} out into {}", dir.display()),
+        why: e.message().to_string(),
+    })
 }
 
 /// Removes the caches under `root` not used for `max_age`; how many.
@@ -439,6 +530,68 @@ mod tests {
         assert_eq!(repository_of("repos/ab12/cd34"), Some("ab12"));
         assert_eq!(repository_of("repos/../cd34"), None);
         assert_eq!(repository_of("s1/t/base"), None);
-        assert_eq!(repository_id("b\na\n"), "a");
+    }
+
+    fn run(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The least root commit `git rev-list --max-parents=0` lists.
+    fn least_root(dir: &Path) -> String {
+        run(dir, &["rev-list", "--max-parents=0", "HEAD"])
+            .lines()
+            .min()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn a_repository_id_is_the_least_root_commit_as_git_lists_them_also_once_remembered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        run(dir, &["init", "-q", "-b", "master"]);
+        let commit = |name: &str| {
+            std::fs::write(dir.join(name), name).unwrap();
+            run(dir, &["add", "-A"]);
+            run(dir, &["commit", "-q", "-m", name]);
+        };
+        commit("a");
+        commit("b");
+        let repo = git2::Repository::open(dir).unwrap();
+        let head = |r: &git2::Repository| r.head().unwrap().peel_to_commit().unwrap().id();
+        let first = repository_id(&repo, head(&repo)).unwrap();
+        assert_eq!(first.to_string(), least_root(dir));
+        // Commits on top: found from the remembered parent.
+        commit("c");
+        assert_eq!(repository_id(&repo, head(&repo)).unwrap(), first);
+        // Other roots merged in: the least of all, whichever it is.
+        for i in 0..4 {
+            let branch = format!("other{i}");
+            run(dir, &["checkout", "-q", "--orphan", &branch]);
+            run(dir, &["rm", "-rfq", "."]);
+            commit(&format!("root{i}"));
+            run(dir, &["checkout", "-q", "master"]);
+            run(
+                dir,
+                &[
+                    "merge",
+                    "-q",
+                    "--allow-unrelated-histories",
+                    "-m",
+                    "merge",
+                    &branch,
+                ],
+            );
+            let id = repository_id(&repo, head(&repo)).unwrap();
+            assert_eq!(id.to_string(), least_root(dir), "after merging root {i}");
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! Repositories across machines as git bundles (the `git` program):
-//! checkpoints and the result commit back from a worker (the base out to
-//! it: [`crate::cache`]).
+//! Repositories across machines as git bundles: checkpoints and the
+//! result commit back from a worker, made and applied in-process (git2;
+//! the base out to it: [`crate::cache`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -148,11 +148,187 @@ async fn fetch(
 
 /// Puts the tree of the commit in `bundle` (a checkpoint or a result)
 /// into the working copy at `dir`, index and files, leaving `HEAD` where
-/// it is.
+/// it is: what `git fetch BUNDLE` and `git read-tree -u --reset` did, in
+/// process (git2: no `git` process on a call's path). A bundle whose
+/// prerequisites or objects the repository lacks is an error naming the
+/// object.
 pub async fn apply_tree(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
-    let b = bundle.to_string_lossy().to_string();
-    git(dir, &["fetch", "-q", &b, "refs/heads/troupe-bundle"]).await?;
-    git(dir, &["read-tree", "-u", "--reset", "FETCH_HEAD"]).await?;
+    let (b, d) = (bundle.to_path_buf(), dir.to_path_buf());
+    tokio::task::spawn_blocking(move || apply_bundle(&b, &d))
+        .await
+        .map_err(|e| RemoteError::Git {
+            what: "apply a bundle".into(),
+            why: e.to_string(),
+        })?
+}
+
+/// The objects of a bundle below which they are written loose, as `git
+/// fetch` does (`fetch.unpackLimit`); a bigger one is kept as a pack.
+const UNPACK_LIMIT: usize = 100;
+
+/// [`apply_tree`], blocking.
+fn apply_bundle(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
+    let failed = |what: &str| {
+        let what = format!("{what} ({} into {})", bundle.display(), dir.display());
+        move |e: git2::Error| RemoteError::Git {
+            what: what.clone(),
+            why: e.message().to_string(),
+        }
+    };
+    let bytes = std::fs::read(bundle)
+        .map_err(|e| RemoteError::io(format!("read {}", bundle.display()), e))?;
+    let parsed = parse_bundle(&bytes).map_err(|why| RemoteError::Git {
+        what: format!("read {}", bundle.display()),
+        why,
+    })?;
+    let repo = git2::Repository::open(dir).map_err(failed("open the repository"))?;
+    let odb = repo.odb().map_err(failed("open the object database"))?;
+    if let Some(p) = parsed.prerequisites.iter().find(|p| !odb.exists(**p)) {
+        return Err(RemoteError::Git {
+            what: format!("apply {}", bundle.display()),
+            why: format!(
+                "the repository at {} lacks its prerequisite commit {p}",
+                dir.display()
+            ),
+        });
+    }
+    if !parsed.pack.is_empty() {
+        let scratch = bundle.parent().unwrap_or(dir);
+        unpack(&odb, parsed.pack, scratch)?;
+    }
+    let commit = repo
+        .find_commit(parsed.head)
+        .map_err(|e| RemoteError::Git {
+            what: format!("apply {}", bundle.display()),
+            why: format!(
+                "its commit {} is not in the repository: {}",
+                parsed.head,
+                e.message()
+            ),
+        })?;
+    let tree = commit.tree().map_err(failed("read the commit's tree"))?;
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force();
+    repo.checkout_tree(tree.as_object(), Some(&mut co))
+        .map_err(failed("check the tree out"))?;
+    // The index as `read-tree --reset` leaves it (checkout wrote the
+    // entries it touched; any other is reset to the tree).
+    let mut index = repo.index().map_err(failed("read the index"))?;
+    if index.write_tree().ok() != Some(tree.id()) {
+        index.read_tree(&tree).map_err(failed("reset the index"))?;
+        index.write().map_err(failed("write the index"))?;
+    }
+    Ok(())
+}
+
+/// A v2 bundle: its prerequisite commits, its (first) head, its pack.
+struct Bundle<'a> {
+    prerequisites: Vec<git2::Oid>,
+    head: git2::Oid,
+    pack: &'a [u8],
+}
+
+fn parse_bundle(bytes: &[u8]) -> Result<Bundle<'_>, String> {
+    let mut rest = bytes;
+    let mut line = || -> Result<&[u8], String> {
+        let end = rest
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or("its header does not end")?;
+        let (l, r) = rest.split_at(end);
+        rest = &r[1..];
+        Ok(l)
+    };
+    if line()? != b"# v2 git bundle" {
+        return Err("not a v2 git bundle".into());
+    }
+    let oid = |hex: &[u8]| {
+        std::str::from_utf8(hex)
+            .ok()
+            .and_then(|h| git2::Oid::from_str(h).ok())
+            .ok_or_else(|| {
+                format!(
+                    "a bad object id in its header: {}",
+                    String::from_utf8_lossy(hex)
+                )
+            })
+    };
+    let mut prerequisites = Vec::new();
+    let mut head = None;
+    loop {
+        let l = line()?;
+        if l.is_empty() {
+            break;
+        }
+        if let Some(p) = l.strip_prefix(b"-") {
+            let hex = p.split(|b| *b == b' ').next().unwrap_or(p);
+            prerequisites.push(oid(hex)?);
+        } else if head.is_none() {
+            let hex = l.split(|b| *b == b' ').next().unwrap_or(l);
+            head = Some(oid(hex)?);
+        }
+    }
+    let head = head.ok_or("it names no commit")?;
+    Ok(Bundle {
+        prerequisites,
+        head,
+        pack: rest,
+    })
+}
+
+/// Adds the objects of `pack` to `odb`: loose when they are few, else the
+/// pack itself (indexed in `scratch` first, its thin bases from `odb`).
+fn unpack(odb: &git2::Odb<'_>, pack: &[u8], scratch: &Path) -> Result<(), RemoteError> {
+    use std::io::Write;
+    let failed = |what: &'static str| {
+        move |e: git2::Error| RemoteError::Git {
+            what: what.into(),
+            why: e.message().to_string(),
+        }
+    };
+    let tmp = scratch.join(format!("unpack-{}", uuid::Uuid::new_v4().simple()));
+    let packs = tmp.join("pack");
+    std::fs::create_dir_all(&packs)
+        .map_err(|e| RemoteError::io(format!("create {}", packs.display()), e))?;
+    let copied = (|| {
+        let mut indexer =
+            git2::Indexer::new(Some(odb), &packs, 0o644, true).map_err(failed("index a pack"))?;
+        indexer.write_all(pack).map_err(|e| RemoteError::Git {
+            what: "index a pack".into(),
+            why: e.to_string(),
+        })?;
+        indexer.commit().map_err(failed("index a pack"))?;
+        let temp = git2::Odb::new().map_err(failed("open a pack"))?;
+        temp.add_disk_alternate(&tmp.to_string_lossy())
+            .map_err(failed("open a pack"))?;
+        let mut ids = Vec::new();
+        temp.foreach(|id| {
+            ids.push(*id);
+            true
+        })
+        .map_err(failed("list a pack"))?;
+        if ids.len() >= UNPACK_LIMIT {
+            return Ok(false);
+        }
+        for id in ids {
+            if odb.exists(id) {
+                continue;
+            }
+            let obj = temp.read(id).map_err(failed("read a pack's object"))?;
+            odb.write(obj.kind(), obj.data())
+                .map_err(failed("write an object"))?;
+        }
+        Ok(true)
+    })();
+    let _ = std::fs::remove_dir_all(&tmp);
+    if !copied? {
+        let mut writer = odb.packwriter().map_err(failed("store a pack"))?;
+        writer.write_all(pack).map_err(|e| RemoteError::Git {
+            what: "store a pack".into(),
+            why: e.to_string(),
+        })?;
+        writer.commit().map_err(failed("store a pack"))?;
+    }
     Ok(())
 }
 

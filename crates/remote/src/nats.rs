@@ -3,6 +3,7 @@
 //! uses, each failure a [`RemoteError`] naming its fix.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, object_store, stream};
@@ -39,6 +40,9 @@ pub struct Nats {
     pub url: String,
     /// The delivery ack wait.
     pub ack_wait: Duration,
+    /// The repository bundles' object store, once found ([`Nats::repos`]):
+    /// a call's path does not ask the server for it again.
+    repos: Arc<tokio::sync::OnceCell<object_store::ObjectStore>>,
 }
 
 /// The default ack wait.
@@ -93,6 +97,7 @@ impl Nats {
             js,
             url,
             ack_wait: config.ack_wait.unwrap_or(DEFAULT_ACK_WAIT),
+            repos: Arc::default(),
         };
         nats.check_jetstream().await?;
         nats.ensure_streams().await?;
@@ -240,8 +245,16 @@ impl Nats {
         info.map_or(self.ack_wait, |i| i.config.ack_wait)
     }
 
-    /// The repository bundles' object store.
+    /// The repository bundles' object store (found or created once per
+    /// connection).
     pub async fn repos(&self) -> Result<object_store::ObjectStore, RemoteError> {
+        self.repos
+            .get_or_try_init(|| self.find_repos())
+            .await
+            .cloned()
+    }
+
+    async fn find_repos(&self) -> Result<object_store::ObjectStore, RemoteError> {
         match self.js.get_object_store(REPO_BUCKET).await {
             Ok(s) => Ok(s),
             Err(_) => {
@@ -292,9 +305,11 @@ impl Nats {
     /// The stream sequence of the last message on `subject` in stream
     /// `stream`, if it holds one.
     pub async fn last_seq(&self, stream: &str, subject: &str) -> Result<Option<u64>, RemoteError> {
+        // No info request first: one round trip (a missing stream is
+        // the lookup's error).
         let stream = self
             .js
-            .get_stream(stream)
+            .get_stream_no_info(stream)
             .await
             .map_err(RemoteError::nats)?;
         match stream.get_last_raw_message_by_subject(subject).await {

@@ -42,7 +42,7 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     let stream = p
         .nats
         .js
-        .get_stream(EVENT_STREAM)
+        .get_stream_no_info(EVENT_STREAM)
         .await
         .map_err(RemoteError::nats)?;
     let consumer = stream

@@ -17,7 +17,7 @@ use super::Ctx;
 use super::claim::claim;
 use super::control::{Controls, Stop, controls};
 use super::heartbeat::heartbeat;
-use super::run::{Ran, Run, run_agent};
+use super::run::{Opened, Ran, Run, run_agent};
 use crate::error::RemoteError;
 use crate::git;
 use crate::wire::{ClaimReply, TaskMessage, WorkerMessage, done_key, events_subject};
@@ -40,7 +40,26 @@ pub(super) async fn run_delivery(
         return Ok(());
     }
     let hb = heartbeat(ctx, Arc::clone(&msg), None);
-    let (incarnation, journal, checkpoint, steering) = match claim(ctx, &task, delivered).await {
+    // The delivery's directory; its session opens while the claim is
+    // answered and the working copy made (it runs nothing before the
+    // grant: an agent starts in it only after both).
+    let dir = ctx
+        .cfg
+        .workdir
+        .join(format!("{}-d{delivered}", task.task_id));
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    let opening = tokio::spawn(Opened::open(ctx.clone(), task.clone(), dir.join("home")));
+    let claimed = claim(ctx, &task, delivered).await;
+    let refused = |opening: tokio::task::JoinHandle<Result<Opened, RemoteError>>| {
+        let dir = dir.clone();
+        async move {
+            if let Ok(Ok(opened)) = opening.await {
+                opened.close().await;
+            }
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+        }
+    };
+    let (incarnation, journal, checkpoint, steering) = match claimed {
         Some(ClaimReply::Granted {
             incarnation,
             journal,
@@ -49,12 +68,14 @@ pub(super) async fn run_delivery(
         }) => (incarnation, journal, checkpoint, steering),
         Some(ClaimReply::Busy { current }) => {
             drop(hb);
+            refused(opening).await;
             tracing::info!(task = %task.task_id, delivered, current, "held by a live incarnation; giving the delivery back");
             let _ = msg.ack_with(AckKind::Nak(Some(ctx.nats.ack_wait))).await;
             return Ok(());
         }
         Some(ClaimReply::Fenced { current, done }) => {
             drop(hb);
+            refused(opening).await;
             tracing::info!(task = %task.task_id, delivered, current, done, "fenced; dropping the delivery");
             if done {
                 let _ = msg.ack_with(AckKind::Term).await;
@@ -63,6 +84,7 @@ pub(super) async fn run_delivery(
         }
         None => {
             drop(hb);
+            refused(opening).await;
             if committed(ctx, &task, &msg, delivered).await {
                 return Ok(());
             }
@@ -73,19 +95,21 @@ pub(super) async fn run_delivery(
     };
     drop(hb);
     let hb = heartbeat(ctx, Arc::clone(&msg), Some((&task, incarnation)));
-    let mut controls = controls(ctx, &task, incarnation, steering).await?;
+    let mut controls = match controls(ctx, &task, incarnation, steering).await {
+        Ok(c) => c,
+        Err(e) => {
+            refused(opening).await;
+            return Err(e);
+        }
+    };
     tracing::info!(task = %task.task_id, agent = %task.agent_id, incarnation, "running");
-    let dir = ctx
-        .cfg
-        .workdir
-        .join(format!("{}-{incarnation}", task.task_id));
     let ran = run_incarnation(
         ctx,
         &task,
         incarnation,
         &journal,
         checkpoint,
-        &dir,
+        (&dir, opening),
         &mut controls,
     )
     .await;
@@ -158,15 +182,12 @@ async fn run_incarnation(
     incarnation: u64,
     journal: &[ThreadEvent],
     checkpoint: Option<String>,
-    dir: &Path,
+    (dir, opening): (&Path, tokio::task::JoinHandle<Result<Opened, RemoteError>>),
     controls: &mut Controls,
 ) -> Result<Option<Stop>, RemoteError> {
-    let _ = tokio::fs::remove_dir_all(dir).await;
-    let home = dir.join("home");
+    // The session is closed however this ends before its agent runs.
+    let opening = Opening(Some(opening));
     let repo = dir.join("repo");
-    tokio::fs::create_dir_all(&home)
-        .await
-        .map_err(|e| RemoteError::io(format!("create {}", home.display()), e))?;
     let repos = ctx.nats.repos().await?;
     let started = std::time::Instant::now();
     let fetched = ctx
@@ -187,18 +208,19 @@ async fn run_incarnation(
         let file = git::get_bundle(&repos, cp, dir).await?;
         git::apply_tree(&file, &repo).await?;
     }
+    let opened = opening.take().await?;
     let run = Run {
         ctx,
         task,
         incarnation,
-        home: &home,
         repo: &repo,
         checkpoint: checkpoint.as_deref(),
     };
-    let (completed, handoff, last_checkpoint) = match run_agent(&run, journal, controls).await? {
-        Ran::Done(f) => *f,
-        Ran::Stopped(stop) => return Ok(Some(stop)),
-    };
+    let (completed, handoff, last_checkpoint) =
+        match run_agent(&run, opened, journal, controls).await? {
+            Ran::Done(f) => *f,
+            Ran::Stopped(stop) => return Ok(Some(stop)),
+        };
     tracing::info!(task = %task.task_id, incarnation, "agent ended");
     // Test-only: widens the window between the agent's last event (its
     // handoff) and `finished` (tests/e2e/remote_faults.rs).
@@ -234,6 +256,34 @@ async fn run_incarnation(
     tracing::info!(task = %task.task_id, incarnation, "finished; sending the handoff");
     publish(ctx, task, incarnation, "finished", &message).await?;
     wait_committed(ctx, task, &mut controls.stop).await
+}
+
+/// A session being opened for a delivery: closed (once open) when it is
+/// dropped before its agent took it.
+struct Opening(Option<tokio::task::JoinHandle<Result<Opened, RemoteError>>>);
+
+impl Opening {
+    /// The open session.
+    async fn take(mut self) -> Result<Opened, RemoteError> {
+        let Some(handle) = self.0.take() else {
+            return Err(RemoteError::Session("opened twice".into()));
+        };
+        handle
+            .await
+            .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            tokio::spawn(async move {
+                if let Ok(Ok(opened)) = handle.await {
+                    opened.close().await;
+                }
+            });
+        }
+    }
 }
 
 pub(super) async fn publish(

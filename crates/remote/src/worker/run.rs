@@ -37,12 +37,48 @@ pub(super) enum Ran {
     Stopped(Stop),
 }
 
+/// A worker session of one delivery, opened while its claim is answered
+/// and its working copy made: the session and its log's events (to the
+/// forwarder).
+pub(super) struct Opened {
+    session: troupe::Session,
+    rx: mpsc::UnboundedReceiver<super::forward::Exported>,
+}
+
+impl Opened {
+    /// Opens a session for `task` at `home` (created).
+    pub(super) async fn open(
+        ctx: Ctx,
+        task: TaskMessage,
+        home: std::path::PathBuf,
+    ) -> Result<Opened, RemoteError> {
+        tokio::fs::create_dir_all(&home)
+            .await
+            .map_err(|e| RemoteError::io(format!("create {}", home.display()), e))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let opening = std::time::Instant::now();
+        let session = (ctx.factory)(SessionRequest {
+            home,
+            session_id: task.session_id.clone(),
+            exporter: Box::new(Forward { tx, seq: 0 }),
+        })
+        .await
+        .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
+        tracing::info!(task = %task.task_id, ms = opening.elapsed().as_millis() as u64, "session opened");
+        Ok(Opened { session, rx })
+    }
+
+    /// Closes a session no agent ran in (its claim was refused).
+    pub(super) async fn close(self) {
+        let _ = self.session.close().await;
+    }
+}
+
 /// One incarnation's run: what it runs and where.
 pub(super) struct Run<'a> {
     pub(super) ctx: &'a Ctx,
     pub(super) task: &'a TaskMessage,
     pub(super) incarnation: u64,
-    pub(super) home: &'a Path,
     pub(super) repo: &'a Path,
     /// The checkpoint its worktree starts from (`None`: the base commit).
     pub(super) checkpoint: Option<&'a str>,
@@ -53,6 +89,7 @@ pub(super) struct Run<'a> {
 /// passed on, stopped when the coordinator says so.
 pub(super) async fn run_agent(
     run: &Run<'_>,
+    opened: Opened,
     journal: &[ThreadEvent],
     controls: &mut Controls,
 ) -> Result<Ran, RemoteError> {
@@ -60,20 +97,10 @@ pub(super) async fn run_agent(
         ctx,
         task,
         incarnation,
-        home,
         repo,
         checkpoint,
     } = *run;
-    let (tx, rx) = mpsc::unbounded_channel();
-    let opening = std::time::Instant::now();
-    let session = (ctx.factory)(SessionRequest {
-        home: home.to_path_buf(),
-        session_id: task.session_id.clone(),
-        exporter: Box::new(Forward { tx, seq: 0 }),
-    })
-    .await
-    .map_err(|e| RemoteError::Session(format!("cannot open: {e}")))?;
-    tracing::info!(task = %task.task_id, ms = opening.elapsed().as_millis() as u64, "session opened");
+    let Opened { session, rx } = opened;
     // The journal goes into this session's log first (the agent resumes
     // from it); what the log took of it is not forwarded again.
     let mut replayed = 0;
