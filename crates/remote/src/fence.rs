@@ -136,6 +136,10 @@ pub(crate) struct Fence<R> {
     /// checkpoint never runs ahead of the journal (a call started but not
     /// finished in the journal left no change in the checkpoint).
     pending: Option<String>,
+    /// The checkpoint this proxy put into the child's worktree before the
+    /// agent's handoff ([`Effect::ApplyCheckpoint`]): a result that is the
+    /// same object is not applied twice.
+    applied: Option<String>,
     finished: bool,
     /// When the current incarnation was last heard from.
     heard: Option<Instant>,
@@ -186,6 +190,7 @@ impl<R> Fence<R> {
             next,
             checkpoint: None,
             pending: None,
+            applied: None,
             finished: false,
             heard: None,
             silence: None,
@@ -466,6 +471,10 @@ impl<R> Fence<R> {
                 ..
             } => {
                 self.finished = true;
+                // The handoff's checkpoint was the final tree: nothing
+                // more to apply (a worker whose tree did not change after
+                // its last checkpoint names that checkpoint as its result).
+                let result_bundle = result_bundle.filter(|r| self.applied.as_ref() != Some(r));
                 Ok(vec![
                     Effect::Commit {
                         incarnation: inc,
@@ -515,6 +524,7 @@ impl<R> Fence<R> {
             && h.from_agent == self.agent_id
             && let Some(object) = &self.checkpoint
         {
+            self.applied = Some(object.clone());
             effects.push(Effect::ApplyCheckpoint(object.clone()));
         }
         effects.push(Effect::Write(Box::new(ev)));

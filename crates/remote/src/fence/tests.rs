@@ -749,4 +749,34 @@ fn the_agents_handoff_is_written_after_its_last_checkpoint_is_applied() {
         matches!(effects.as_slice(), [Effect::ApplyCheckpoint(o), Effect::Write(_), Effect::Ack { .. }] if o == "ckpt-1-1"),
         "{effects:?}"
     );
+    // A result that is that checkpoint is not applied twice; another is.
+    let finished_with = |result: &str| -> WorkerMessage {
+        let mut m = serde_json::to_value(finished(1)).unwrap();
+        m["result_bundle"] = json!(result);
+        serde_json::from_value(m).unwrap()
+    };
+    let commit = |effects: &Effects| match effects.first() {
+        Some(Effect::Commit { result_bundle, .. }) => result_bundle.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut again = f.on_message(finished_with("ckpt-1-1"), 7, now).unwrap();
+    assert_eq!(commit(&again), None, "{again:?}");
+    let mut other = live(0);
+    grant(&mut other, "a", 1, 1, now);
+    let _ = other
+        .on_message(
+            WorkerMessage::Checkpoint {
+                incarnation: 1,
+                object: "ckpt-1-1".into(),
+            },
+            2,
+            now,
+        )
+        .unwrap();
+    let _ = other.on_message(event(1, 0), 3, now).unwrap();
+    let _ = other.on_message(handoff(AGENT, 1), 4, now).unwrap();
+    again = other
+        .on_message(finished_with("s1/t/result-1"), 5, now)
+        .unwrap();
+    assert_eq!(commit(&again).as_deref(), Some("s1/t/result-1"));
 }
