@@ -18,6 +18,10 @@
 //! The history starts from the last compaction boundary or context reset
 //! that records its continuation (the summary envelope and the kept tail,
 //! or the orientation): what the live loop discarded stays discarded.
+//!
+//! Over 600 lines: one thing, the journal rule (rebuilding the history and
+//! settling each unfinished call by its kind), whose parts share the
+//! rebuilt state.
 
 use std::collections::{HashMap, HashSet};
 
