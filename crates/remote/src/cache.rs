@@ -7,6 +7,10 @@
 //! checkout in-process (git2), not a clone; the base's commit and
 //! repository id are read in-process too (the id remembered per commit).
 //!
+//! Over 600 lines: one thing, a base's way from the coordinator's
+//! repository to a worker's working copy (publish, cache, checkout),
+//! whose parts share the object naming.
+//!
 //! - Object names: `repos/<repository id>/<commit>`, the repository id
 //!   being its root commit. A thin bundle is thin against an earlier base
 //!   `P` (its object's metadata `troupe-since`), which a worker lacking
@@ -50,6 +54,12 @@ const USED: &str = "troupe-used";
 static PUBLISHED: LazyLock<Mutex<HashMap<String, String>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// One base publish at a time in this process: children spawned in one
+/// step publish the same commit, and the later ones then find its object
+/// (two `git bundle create` of one file collided on its lock; found by
+/// scripts/chaos).
+static PUBLISHING: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
+
 /// A base commit as the coordinator published it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Base {
@@ -71,6 +81,7 @@ pub async fn publish_base(
     dir: &Path,
     scratch: &Path,
 ) -> Result<Base, RemoteError> {
+    let _one_at_a_time = PUBLISHING.lock().await;
     let (commit, repo) = head_and_id(dir).await?;
     let object = object_name(&repo, &commit);
     if store.info(&object).await.is_ok() {

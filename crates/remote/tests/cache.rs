@@ -143,6 +143,25 @@ async fn a_second_task_fetches_only_the_commits_the_cache_lacks_and_a_third_noth
     );
 }
 
+/// Children spawned in one step publish the same base at once: each
+/// gets it, and it is uploaded once.
+#[tokio::test]
+async fn two_publishes_of_one_base_at_once_upload_it_once() {
+    let (_server, _nats, store) = repos().await;
+    let repo = GitRepo::with_files(&[("a.txt", "one\n")]).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let (a, b) = tokio::join!(
+        publish_base(&store, repo.path(), &scratch),
+        publish_base(&store, repo.path(), &scratch)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.object, b.object);
+    let uploads = [&a, &b].iter().filter(|x| x.uploaded.is_some()).count();
+    assert_eq!(uploads, 1, "{a:?} {b:?}");
+}
+
 #[tokio::test]
 async fn a_cache_deleted_or_corrupted_between_tasks_is_filled_again_from_the_bundles() {
     let (_server, _nats, store) = repos().await;
