@@ -176,6 +176,32 @@ fn one_part(count: Option<&std::path::Path>) -> Script {
         )
 }
 
+/// A coordinator (`nats_coordinator`, its output discarded) started and
+/// its session's directory once the log holds `marker` (`what`, in the
+/// timeout's message, beside `worker`'s log).
+fn coordinator_until(
+    nats: &str,
+    model: &str,
+    marker: &str,
+    what: &str,
+    worker: &Worker,
+) -> (tempfile::TempDir, std::process::Child, std::path::PathBuf) {
+    let (ws, mut cmd) = nats_coordinator(nats, model);
+    let coordinator = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let logged = || {
+        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
+        dirs.into_iter().find(|d| {
+            std::fs::read_to_string(d.join("events.jsonl")).is_ok_and(|l| l.contains(marker))
+        })
+    };
+    let dir = until_with(Duration::from_secs(60), what, || worker.log(), logged);
+    (ws, coordinator, dir)
+}
+
 /// `troupe sessions resume ID --nats URL` of the session in `dir` (of
 /// workspace `ws`), at log level info.
 fn resume(ws: &std::path::Path, dir: &std::path::Path, nats: &str) -> Command {
@@ -206,26 +232,14 @@ fn a_coordinator_sigkilled_mid_task_resumes_with_nats_and_reattaches() {
     let script = one_part(Some(&count));
     let server = Server::with_script(script);
     let worker = worker(&nats.url(), &server.url(), tmp.path(), 0);
-    let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
-    let mut coordinator = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     // Kill it once the child's write is in its log (the worker is then
     // waiting 3 s for the model's next reply).
-    let logged = || {
-        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
-        dirs.into_iter().find(|d| {
-            std::fs::read_to_string(d.join("events.jsonl"))
-                .is_ok_and(|l| l.contains("\"call_id\":\"w1\""))
-        })
-    };
-    let dir = until_with(
-        Duration::from_secs(60),
+    let (ws, mut coordinator, dir) = coordinator_until(
+        &nats.url(),
+        &server.url(),
+        "\"call_id\":\"w1\"",
         "the child's write",
-        || worker.log(),
-        logged,
+        &worker,
     );
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();
@@ -284,24 +298,12 @@ fn a_coordinator_killed_between_a_remote_handoff_and_its_result_keeps_the_change
         cmd.env("TROUPE_WORKER_TEST_HOLD_FINISHED_MS", "8000");
         Worker::spawn(cmd, tmp.path(), "w0")
     };
-    let (ws, mut cmd) = nats_coordinator(&nats.url(), &server.url());
-    let mut coordinator = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let handed_off = || {
-        let dirs = troupe_test_support::e2e::session_dirs(ws.path());
-        dirs.into_iter().find(|d| {
-            std::fs::read_to_string(d.join("events.jsonl"))
-                .is_ok_and(|l| l.contains("\"type\":\"troupe.handoff\""))
-        })
-    };
-    let dir = until_with(
-        Duration::from_secs(60),
+    let (ws, mut coordinator, dir) = coordinator_until(
+        &nats.url(),
+        &server.url(),
+        "\"type\":\"troupe.handoff\"",
         "the child's handoff in the coordinator's log",
-        || worker.log(),
-        handed_off,
+        &worker,
     );
     assert!(
         worker.log().contains("holding the task's result"),

@@ -724,16 +724,11 @@ fn the_agents_handoff_is_written_after_its_last_checkpoint_is_applied() {
         matches!(effects.as_slice(), [Effect::Write(_), Effect::Ack { .. }]),
         "{effects:?}"
     );
-    let _ = f
-        .on_message(
-            WorkerMessage::Checkpoint {
-                incarnation: 1,
-                object: "ckpt-1-1".into(),
-            },
-            3,
-            now,
-        )
-        .unwrap();
+    let checkpoint = WorkerMessage::Checkpoint {
+        incarnation: 1,
+        object: "ckpt-1-1".into(),
+    };
+    let _ = f.on_message(checkpoint.clone(), 3, now).unwrap();
     let _ = f.on_message(event(1, 1), 4, now).unwrap();
     // A subagent's handoff: the checkpoint stays where it is.
     let effects = f
@@ -763,16 +758,7 @@ fn the_agents_handoff_is_written_after_its_last_checkpoint_is_applied() {
     assert_eq!(commit(&again), None, "{again:?}");
     let mut other = live(0);
     grant(&mut other, "a", 1, 1, now);
-    let _ = other
-        .on_message(
-            WorkerMessage::Checkpoint {
-                incarnation: 1,
-                object: "ckpt-1-1".into(),
-            },
-            2,
-            now,
-        )
-        .unwrap();
+    let _ = other.on_message(checkpoint, 2, now).unwrap();
     let _ = other.on_message(event(1, 0), 3, now).unwrap();
     let _ = other.on_message(handoff(AGENT, 1), 4, now).unwrap();
     again = other
