@@ -372,16 +372,28 @@ fn a_worker_killed_between_two_results_of_one_step_keeps_the_second_calls_change
             &tmp.path().join("k0"),
             &["--ack-wait-secs", "1", "--sandbox", "danger-full-access"],
         );
-        cmd.env("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS", "3000");
+        cmd.env("TROUPE_WORKER_TEST_HOLD_AFTER_CHECKPOINT_MS", "10000");
         Worker::spawn(cmd, tmp.path(), "k0")
     };
     wait_until_blocking(HOLDING_AFTER, Duration::from_secs(60), || {
         first.log().contains(HOLDING_AFTER)
     })
     .unwrap_or_else(|e| panic!("{e}\nworker: {}", first.log()));
-    // The coordinator writes the first result (it was published) while
-    // the worker holds the second back.
-    std::thread::sleep(Duration::from_millis(800));
+    // Kill once the coordinator's log holds the first result (it was
+    // published) while the worker holds the second back.
+    wait_until_blocking(
+        "the first result in the coordinator's log",
+        Duration::from_secs(60),
+        || {
+            troupe_test_support::e2e::session_dirs(ws.path())
+                .iter()
+                .any(|d| {
+                    std::fs::read_to_string(d.join("events.jsonl"))
+                        .is_ok_and(|l| l.contains("\"call_id\":\"a\""))
+                })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\nworker: {}", first.log()));
     first.kill();
     let _second = worker(&nats.url(), &server.url(), tmp.path(), "k1");
     let (code, out, err) = handle.join().unwrap();
