@@ -127,17 +127,41 @@ fn mask_volatile(text: &str) -> String {
     mask_timings(&mask_ids(text))
 }
 
-/// `text` with every word of at least 8 hexadecimal digits, letters and
-/// digits mixed (`e5da87ea8155`, a UUID's groups), masked as `#`.
+/// Whether `word` reads as a generated id: at least 8 hexadecimal
+/// digits, letters and digits mixed (`e5da87ea8155`, a UUID's groups).
+/// All-digit words are counts, all-letter ones words.
+fn is_generated_id(word: &str) -> bool {
+    word.len() >= 8
+        && word.chars().all(|c| c.is_ascii_hexdigit())
+        && word.chars().any(|c| c.is_ascii_digit())
+        && word.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// A random id of `len` (8 to 32) hexadecimal digits that
+/// [`is_generated_id`] recognizes, so a tool result naming it (a spool
+/// file, a scratch directory) still repeats an earlier one. A plain
+/// UUID prefix is all digits once in 280 draws at 12 digits, and a
+/// looping agent then went unnoticed.
+pub(crate) fn generated_id(len: usize) -> String {
+    let len = len.clamp(8, 32);
+    loop {
+        let hex = uuid::Uuid::new_v4().simple().to_string();
+        if is_generated_id(&hex[..len]) {
+            return hex[..len].to_string();
+        }
+    }
+}
+
+/// `text` with every generated id ([`is_generated_id`]) masked as `#`.
 fn mask_ids(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {
-        let hex = word.len() >= 8
-            && word.chars().all(|c| c.is_ascii_hexdigit())
-            && word.chars().any(|c| c.is_ascii_digit())
-            && word.chars().any(|c| c.is_ascii_alphabetic());
-        out.push_str(if hex { "#" } else { word.as_str() });
+        out.push_str(if is_generated_id(word) {
+            "#"
+        } else {
+            word.as_str()
+        });
         word.clear();
     };
     for c in text.chars() {
@@ -384,6 +408,25 @@ mod tests {
             );
             assert!(!t.record(&m));
         }
+    }
+
+    #[test]
+    fn generated_ids_are_always_masked() {
+        // A UUID prefix alone is all digits once in ~280 draws at 12.
+        for len in [8, 12, 16] {
+            for _ in 0..5_000 {
+                let id = generated_id(len);
+                assert_eq!(id.len(), len);
+                assert_eq!(
+                    mask_ids(&format!("spool exec-{id}.log")),
+                    "spool exec-#.log"
+                );
+            }
+        }
+        assert_eq!(
+            mask_ids("total 123456789012 bytes"),
+            "total 123456789012 bytes"
+        );
     }
 
     #[test]

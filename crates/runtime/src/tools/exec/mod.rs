@@ -240,8 +240,8 @@ impl ExecCommandTool {
             .scratch_root
             .clone()
             .unwrap_or_else(std::env::temp_dir);
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let dir = root.join(format!("troupe-scratch-{}", &id[..16]));
+        let id = crate::context::reset::generated_id(16);
+        let dir = root.join(format!("troupe-scratch-{id}"));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         dirs.insert(agent.to_string(), dir.clone());
         Ok(dir)
@@ -458,9 +458,10 @@ fn resolve_cwd(ctx: &ToolContext, cwd: Option<&str>) -> Result<PathBuf, ToolErro
     Ok(dir)
 }
 
+/// `exec-` and 12 hexadecimal digits, letters and digits mixed, so the
+/// stall detector masks it in a repeated result.
 fn new_session_id() -> String {
-    let hex = uuid::Uuid::new_v4().simple().to_string();
-    format!("exec-{}", &hex[..12])
+    format!("exec-{}", crate::context::reset::generated_id(12))
 }
 
 /// The spool file for session `id`: under the session's `derived/` when
