@@ -127,7 +127,7 @@ impl Inbox {
 /// The last `troupe.handoff` of `child` in the log at `events_path`, with
 /// its id.
 pub fn journaled_handoff(events_path: &Path, child: &str) -> Option<(String, HandoffRequest)> {
-    let reader = EventReader::open(events_path).ok()?;
+    let reader = EventReader::naming(events_path, child).ok()?;
     let mut last = None;
     for line in reader {
         let Ok((_, ev)) = line else { continue };
@@ -143,10 +143,10 @@ pub fn journaled_handoff(events_path: &Path, child: &str) -> Option<(String, Han
 /// Whether a tool result of `agent_id` in the log names handoff `id` (the
 /// `spawn_subagent` result that delivered it).
 pub fn delivered_in_log(events_path: &Path, agent_id: &str, id: &str) -> bool {
-    let Ok(reader) = EventReader::open(events_path) else {
+    let named = format!("({id})");
+    let Ok(reader) = EventReader::naming(events_path, &named) else {
         return false;
     };
-    let named = format!("({id})");
     reader
         .filter_map(Result::ok)
         .any(|(_, ev)| match &ev.event {
@@ -160,7 +160,7 @@ pub fn delivered_in_log(events_path: &Path, agent_id: &str, id: &str) -> bool {
 /// How many `troupe.handoff` events in the log carry `id` (tests and
 /// audits: each must be there once).
 pub fn journaled_count(events_path: &Path, id: &str) -> usize {
-    let Ok(reader) = EventReader::open(events_path) else {
+    let Ok(reader) = EventReader::naming(events_path, id) else {
         return 0;
     };
     reader

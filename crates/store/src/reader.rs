@@ -32,6 +32,8 @@ pub struct EventReader {
     reader: BufReader<File>,
     line_no: u64,
     buf: Vec<u8>,
+    /// Only lines holding these bytes are parsed ([`EventReader::naming`]).
+    needle: Option<memchr::memmem::Finder<'static>>,
     /// An I/O error ended the iteration (it is reported once).
     failed: bool,
 }
@@ -45,8 +47,23 @@ impl EventReader {
             reader: BufReader::with_capacity(1 << 16, file),
             line_no: 0,
             buf: Vec::with_capacity(1024),
+            needle: None,
             failed: false,
         })
+    }
+
+    /// Opens `path` for the events whose line holds `text` as JSON writes
+    /// it inside a string (an agent's id, a handoff's): a byte search
+    /// skips every other line unparsed (its line number still counted),
+    /// so a reader after one agent's events in a log of many parses only
+    /// those. A superset: the caller still checks each event it gets.
+    pub fn naming(path: &Path, text: &str) -> Result<EventReader, StoreError> {
+        let mut reader = Self::open(path)?;
+        let quoted = serde_json::to_string(text).unwrap_or_default();
+        let escaped = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or("");
+        reader.needle = (!escaped.is_empty())
+            .then(|| memchr::memmem::Finder::new(escaped.as_bytes()).into_owned());
+        Ok(reader)
     }
 
     /// Only events this reader knows, bad lines still reported.
@@ -63,30 +80,39 @@ impl Iterator for EventReader {
         if self.failed {
             return None;
         }
-        self.buf.clear();
-        match self.reader.read_until(b'\n', &mut self.buf) {
-            Ok(0) => None,
-            Ok(_) if self.buf.last() != Some(&b'\n') => None,
-            Ok(_) => {
-                self.line_no += 1;
-                Some(
-                    VersionedThreadEvent::from_line(&self.buf)
-                        .map(|ev| (self.line_no, ev))
-                        .map_err(|e| BadLine {
-                            path: self.path.clone(),
-                            line: self.line_no,
-                            reason: e.to_string(),
-                        }),
-                )
-            }
-            Err(e) => {
-                self.line_no += 1;
-                self.failed = true;
-                Some(Err(BadLine {
-                    path: self.path.clone(),
-                    line: self.line_no,
-                    reason: e.to_string(),
-                }))
+        loop {
+            self.buf.clear();
+            match self.reader.read_until(b'\n', &mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) if self.buf.last() != Some(&b'\n') => return None,
+                Ok(_) => {
+                    self.line_no += 1;
+                    let skipped = self
+                        .needle
+                        .as_ref()
+                        .is_some_and(|f| f.find(&self.buf).is_none());
+                    if skipped {
+                        continue;
+                    }
+                    return Some(
+                        VersionedThreadEvent::from_line(&self.buf)
+                            .map(|ev| (self.line_no, ev))
+                            .map_err(|e| BadLine {
+                                path: self.path.clone(),
+                                line: self.line_no,
+                                reason: e.to_string(),
+                            }),
+                    );
+                }
+                Err(e) => {
+                    self.line_no += 1;
+                    self.failed = true;
+                    return Some(Err(BadLine {
+                        path: self.path.clone(),
+                        line: self.line_no,
+                        reason: e.to_string(),
+                    }));
+                }
             }
         }
     }

@@ -317,7 +317,14 @@ fn agent_events(
     thread: &str,
 ) -> Result<Vec<ThreadEvent>, ActorProcessingErr> {
     let mut out = Vec::new();
-    for line in EventReader::open(log.events_path())? {
+    // Every event below names the agent, by its id or by a thread id that
+    // holds it (`<session>:<agent id>`): only those lines are parsed.
+    let reader = if thread.contains(agent_id) {
+        EventReader::naming(log.events_path(), agent_id)?
+    } else {
+        EventReader::open(log.events_path())?
+    };
+    for line in reader {
         let Ok((_, ev)) = line else { continue };
         let mine = match &ev.event {
             ThreadEvent::ThreadStarted(e) => e.agent_id.as_deref() == Some(agent_id),

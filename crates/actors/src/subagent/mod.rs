@@ -174,7 +174,7 @@ impl SpawnSubagentTool {
 
 /// Whether the log holds a `thread.started` of agent `agent_id`.
 fn thread_in_log(events_path: &std::path::Path, agent_id: &str) -> bool {
-    let Ok(reader) = troupe_runtime::store::EventReader::open(events_path) else {
+    let Ok(reader) = troupe_runtime::store::EventReader::naming(events_path, agent_id) else {
         return false;
     };
     reader.filter_map(Result::ok).any(|(_, ev)| {

@@ -15,7 +15,6 @@ use serde_json::Value;
 use troupe_actors::agent::{AgentOutcome, Isolation, TreeRole};
 use troupe_actors::placement::deliver_outcome;
 use troupe_protocol::{ErrorEvent, RestartPolicy, ThreadEvent};
-use troupe_runtime::store::EventReader;
 
 use super::ProxyArgs;
 use super::approvals::Watches;
@@ -33,6 +32,7 @@ use crate::wire::{
 /// lingering task in the placement's set (aborted when the placement is
 /// dropped).
 pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
+    tracing::debug!(task = %p.task_id, "proxy: started");
     let session = p.args.env.session_id.clone();
     let sub = |s: String| async { p.nats.client.subscribe(s).await.map_err(RemoteError::nats) };
     let mut claims = sub(claim_subject(&session, &p.task_id)).await?;
@@ -54,7 +54,8 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
         .await
         .map_err(RemoteError::nats)?;
     let mut events = consumer.messages().await.map_err(RemoteError::nats)?;
-    let logged = journal(p);
+    let named = super::events_naming(&p.args);
+    let logged = journal(p, &named);
     let mut m = Fence::new(
         p.args.agent_id.clone(),
         troupe_actors::agent::thread_id(&p.args),
@@ -64,7 +65,8 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     )
     // The stale messages recorded before (by an earlier proxy, a
     // coordinator that died since): a replay records only the others.
-    .with_recorded(fence_records(p));
+    .with_recorded(fence_records(p, &named));
+    drop(named);
     // The agent's requests the log holds undecided are the session's to
     // decide again (a restarted proxy, a resumed coordinator).
     let mut watches = Watches::new(
@@ -78,8 +80,10 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
     let (tx, rx) = tokio::sync::watch::channel(None);
     let _acker = Owned::spawn(acker(p.clone(), rx));
     let mut acks = Acks { tx, last_seq: None };
+    tracing::debug!(task = %p.task_id, "proxy: following the task's stream");
     let effects = m.start();
     execute_watched(p, &mut m, effects, &mut watches, &mut acks).await?;
+    tracing::debug!(task = %p.task_id, "proxy: task queued");
     let mut silence = given_up_on_silence(p).await;
     let mut tick = tokio::time::interval(CHECK_SILENCE);
     loop {
@@ -107,6 +111,7 @@ pub(super) async fn drive(p: &ProxyArgs) -> Result<(), RemoteError> {
                 if m.needs_silence(&claim) {
                     m.set_silence(p.nats.delivery_ack_wait().await);
                 }
+                tracing::debug!(task = %p.task_id, delivered = claim.delivered, "proxy: claim received");
                 let effects = m.on_claim(claim, reply, Instant::now());
                 execute(p, &mut m, effects, Some(&mut acks)).await?;
             }
@@ -276,7 +281,7 @@ async fn execute(
                 if let Err(e) = p.args.env.log.flush(p.args.env.call_timeout).await {
                     tracing::warn!(error = %e, "log flush before a grant failed");
                 }
-                let journal = journal(p);
+                let journal = journal(p, &super::events_naming(&p.args));
                 m.journal_sent(journal.len() as u64);
                 let steering = super::steering_to_replay(p, &journal);
                 let answer = ClaimReply::Granted {
@@ -286,6 +291,7 @@ async fn execute(
                     steering,
                 };
                 send_reply(p, to, &answer).await?;
+                tracing::debug!(task = %p.task_id, incarnation, "proxy: claim granted");
             }
             Effect::PublishGrant(grant) => {
                 let id = format!("g{}", grant.incarnation());
@@ -293,7 +299,10 @@ async fn execute(
             }
             Effect::Record(message) => record(p, message),
             Effect::NotifyFenced { current } => notify_fenced(p, current).await,
-            Effect::ApplyCheckpoint(object) => apply_object(p, &object).await?,
+            Effect::ApplyCheckpoint(object) => {
+                apply_object(p, &object).await?;
+                tracing::debug!(task = %p.task_id, "proxy: checkpoint applied before the handoff");
+            }
             Effect::Write(ev) => {
                 let seq = p
                     .args
@@ -428,6 +437,7 @@ async fn finished(
 ) -> Result<(), RemoteError> {
     if let Some(name) = result_bundle {
         apply_object(p, name).await?;
+        tracing::debug!(task = %p.task_id, "proxy: result applied");
     }
     p.args
         .env
@@ -490,34 +500,25 @@ fn record(p: &ProxyArgs, message: String) {
 }
 
 /// The stream sequences of the agent's stale messages whose fence record
-/// the coordinator's log holds.
-fn fence_records(p: &ProxyArgs) -> std::collections::HashSet<u64> {
-    let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
-        return std::collections::HashSet::new();
-    };
-    let messages: Vec<String> = reader
-        .filter_map(Result::ok)
-        .filter_map(|(_, ev)| match ev.event {
-            ThreadEvent::Error(e) => Some(e.message),
-            _ => None,
-        })
-        .collect();
-    fenced_in(&p.args.agent_id, messages.iter().map(String::as_str))
+/// is among `named` (the log's events naming the agent).
+fn fence_records(p: &ProxyArgs, named: &[ThreadEvent]) -> std::collections::HashSet<u64> {
+    let messages = named.iter().filter_map(|ev| match ev {
+        ThreadEvent::Error(e) => Some(e.message.as_str()),
+        _ => None,
+    });
+    fenced_in(&p.args.agent_id, messages)
 }
 
-/// The agent's events in the coordinator's log (its tree's bookkeeping
-/// left out): what a new incarnation resumes from.
-fn journal(p: &ProxyArgs) -> Vec<ThreadEvent> {
-    let Ok(reader) = EventReader::open(p.args.env.log.events_path()) else {
-        return Vec::new();
-    };
-    reader
-        .filter_map(Result::ok)
-        .map(|(_, ev)| ev.event)
+/// The agent's events among `named` (the log's events naming it), its
+/// tree's bookkeeping left out: what a new incarnation resumes from.
+fn journal(p: &ProxyArgs, named: &[ThreadEvent]) -> Vec<ThreadEvent> {
+    named
+        .iter()
         .filter(|ev| {
             serde_json::to_value(ev)
                 .is_ok_and(|v| belongs_to(&v, &p.args.agent_id) && !is_tree_event(&v))
         })
+        .cloned()
         .collect()
 }
 

@@ -201,15 +201,24 @@ fn steering_to_replay(p: &ProxyArgs, journal: &[ThreadEvent]) -> Vec<SteerIntent
 
 /// How many handoffs of the agent the log holds (its finished runs).
 fn handoffs_in_log(args: &AgentArgs) -> usize {
-    let Ok(reader) = EventReader::open(args.env.log.events_path()) else {
-        return 0;
+    events_naming(args)
+        .iter()
+        .filter(|ev| matches!(ev, ThreadEvent::Handoff(h) if h.from_agent == args.agent_id))
+        .count()
+}
+
+/// The events of the coordinator's log that name the agent
+/// ([`EventReader::naming`]: only those lines are parsed, so a proxy's
+/// reads cost little in a log of many agents). The agent's (and its
+/// subagents') events, its handoffs and its fence records all name it.
+pub(super) fn events_naming(args: &AgentArgs) -> Vec<ThreadEvent> {
+    let Ok(reader) = EventReader::naming(args.env.log.events_path(), &args.agent_id) else {
+        return Vec::new();
     };
     reader
         .filter_map(Result::ok)
-        .filter(
-            |(_, ev)| matches!(&ev.event, ThreadEvent::Handoff(h) if h.from_agent == args.agent_id),
-        )
-        .count()
+        .map(|(_, ev)| ev.event)
+        .collect()
 }
 
 #[derive(Clone)]

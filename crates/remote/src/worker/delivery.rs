@@ -39,6 +39,7 @@ pub(super) async fn run_delivery(
     if delivered > 1 && committed(ctx, &task, &msg, delivered).await {
         return Ok(());
     }
+    tracing::debug!(task = %task.task_id, delivered, "delivered");
     let hb = heartbeat(ctx, Arc::clone(&msg), None);
     // The delivery's directory; its session opens while the claim is
     // answered and the working copy made (it runs nothing before the
@@ -93,6 +94,7 @@ pub(super) async fn run_delivery(
             ));
         }
     };
+    tracing::debug!(task = %task.task_id, incarnation, "claim granted");
     drop(hb);
     let hb = heartbeat(ctx, Arc::clone(&msg), Some((&task, incarnation)));
     let mut controls = match controls(ctx, &task, incarnation, steering).await {

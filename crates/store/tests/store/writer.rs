@@ -241,3 +241,58 @@ fn shutdown_writes_thread_completed_then_drains_before_reporting() {
     assert_eq!(log.progress().borrow().committed, 1_001);
     assert_eq!(log.manifest().status, SessionStatus::Completed);
 }
+
+/// `EventReader::naming` parses only the lines that name an id (as JSON
+/// writes it: an id with a quote and a backslash too), with the line
+/// numbers of a full read; no event that names it is missed.
+#[test]
+fn a_reader_naming_an_id_yields_exactly_the_events_that_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = new_log(dir.path(), LogConfig::default());
+    let writer = log.start_writer(|_| {}).unwrap();
+    let tx = log.sender();
+    let ids = ["fixer", "fix", "odd\"id\\x"];
+    for i in 0..60 {
+        let id = ids[i % ids.len()];
+        tx.emit(&ThreadEvent::ThreadStarted(ThreadStartedEvent {
+            thread_id: format!("s1:{id}"),
+            session_id: None,
+            agent_id: Some(id.to_string()),
+        }))
+        .unwrap();
+        tx.emit(&msg(&format!("plain{i}"))).unwrap();
+    }
+    let path = log.events_path().to_path_buf();
+    log.close();
+    writer.join().unwrap();
+    let all: Vec<(u64, VersionedThreadEvent)> = EventReader::open(&path)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for id in ids {
+        let names_it = |ev: &VersionedThreadEvent| matches!(&ev.event, ThreadEvent::ThreadStarted(t) if t.thread_id.contains(id));
+        let expected: Vec<u64> = all
+            .iter()
+            .filter(|(_, ev)| names_it(ev))
+            .map(|(n, _)| *n)
+            .collect();
+        let got: Vec<(u64, VersionedThreadEvent)> = EventReader::naming(&path, id)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        // `fix` is part of `fixer`: a superset, never a miss.
+        let got_lines: Vec<u64> = got
+            .iter()
+            .filter(|(_, ev)| names_it(ev))
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(got_lines, expected, "{id}");
+        assert_eq!(expected.len(), if id == "fix" { 40 } else { 20 }, "{id}");
+        assert!(
+            got.iter()
+                .all(|(_, ev)| !matches!(ev.event, ThreadEvent::ItemCompleted(_)))
+        );
+    }
+    // An empty text filters nothing.
+    assert_eq!(EventReader::naming(&path, "").unwrap().count(), all.len());
+}
