@@ -21,7 +21,8 @@
 //!   write-ahead call remotely); the remote calls' phases from the
 //!   workers' logs.
 //!
-//! `TROUPE_BENCH_KEEP=1` keeps each run's directory (and names it).
+//! `TROUPE_BENCH_KEEP=1` keeps each run's directory (and names it);
+//! `TROUPE_BENCH_LOG=FILTER` sets the coordinator's and workers' `TROUPE_LOG`.
 //!
 //! Over 600 lines: one bench binary (harness = false) holding its script,
 //! runs, stdout parsing, log breakdown and report together.
@@ -167,7 +168,17 @@ fn worker(nats: &str, model: &str, dir: &Path, n: usize, concurrency: usize) -> 
     let workdir = dir.join(format!("worker-{n}"));
     let extra = ["--concurrency", &concurrency.to_string()];
     worker_args(&mut cmd, nats, model, &format!("w{n}"), &workdir, &extra);
+    bench_log(&mut cmd);
     Worker::spawn(cmd, dir, &format!("worker-{n}"))
+}
+
+/// `TROUPE_BENCH_LOG=FILTER` (e.g. `troupe_remote=debug,info`): the
+/// coordinator's and workers' `TROUPE_LOG`, for a timeline of each call
+/// from their logs (kept with `TROUPE_BENCH_KEEP=1`).
+fn bench_log(cmd: &mut Command) {
+    if let Ok(filter) = std::env::var("TROUPE_BENCH_LOG") {
+        cmd.env("TROUPE_LOG", filter);
+    }
 }
 
 /// Waits until every worker has its consumer (`worker ready`), so that
@@ -325,12 +336,13 @@ fn measure(place: Place, steps: &[usize], writes: usize) -> Outcome {
     };
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let err_path = root.as_path().join("coordinator.log");
-    let mut child =
-        troupe_test_support::e2e::exec_command(bin(), &ws, &server.url(), &extra, PROMPT)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&err_path).unwrap())
-            .spawn()
-            .unwrap();
+    let mut cmd = troupe_test_support::e2e::exec_command(bin(), &ws, &server.url(), &extra, PROMPT);
+    bench_log(&mut cmd);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     let calls = read_calls(&mut child, &err_path);
     let wall = t0.elapsed();

@@ -165,6 +165,7 @@ pub fn run(args: WorkerArgs) -> Result<u8, Failure> {
                 .map_err(|e| FactoryError::from(format!("{e:?}")))?
                 .quiet_stdout()
                 .session_id(req.session_id)
+                .scratch_log()
                 .exporter_for(Box::new(move |_| {
                     exporter
                         .lock()

@@ -14,7 +14,8 @@ pub enum FsyncPolicy {
     /// batch is acknowledged, one sync for many events.
     #[default]
     Batch,
-    /// Never: the OS flushes when it likes. Survives a process crash, not a
+    /// Never: the OS flushes when it likes, the new session's files and
+    /// the manifest's status changes too. Survives a process crash, not a
     /// power loss.
     Never,
 }

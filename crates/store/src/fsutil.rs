@@ -50,12 +50,13 @@ fn temp_beside(path: &Path) -> (&Path, PathBuf) {
     (dir, dir.join(format!(".{name}.tmp-{}", std::process::id())))
 }
 
-/// Writes a new file `path` (refused when it exists) and fsyncs it; the
-/// directory entry is durable once the caller syncs the directory.
-pub fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a new file `path` (refused when it exists) and, when `sync`,
+/// fsyncs it; the directory entry is durable once the caller syncs the
+/// directory.
+pub fn write_new(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
     f.write_all(bytes)?;
-    f.sync_all()
+    if sync { f.sync_all() } else { Ok(()) }
 }
 
 /// fsyncs a directory so a rename or a new file in it is durable.

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use troupe_protocol::ThreadEvent;
 
-use super::config::LogConfig;
+use super::config::{FsyncPolicy, LogConfig};
 use super::error::{EmitError, StoreError};
 use super::export::Exporter;
 use super::gate::{Gate, Record};
@@ -224,7 +224,11 @@ impl SessionLog {
         ));
         std::fs::create_dir(&staging)
             .map_err(|e| StoreError::io_in("create", parent, &staging, e))?;
-        let built = Self::stage(&staging, session_id, root_thread_id, files);
+        // `fsync = never` promises nothing durable: not the files a new
+        // session starts with either (a worker's scratch copy of a log
+        // another process keeps canonically).
+        let durable = config.fsync != FsyncPolicy::Never;
+        let built = Self::stage(&staging, session_id, root_thread_id, files, durable);
         let (mut lock, manifest) = match built {
             Ok(parts) => parts,
             Err(e) => {
@@ -241,18 +245,22 @@ impl SessionLog {
             });
         }
         lock.moved_to(dir);
-        crate::fsutil::sync_dir(parent).map_err(|e| StoreError::io("sync", parent, e))?;
+        if durable {
+            crate::fsutil::sync_dir(parent).map_err(|e| StoreError::io("sync", parent, e))?;
+        }
         Ok(Self::from_parts(dir, manifest, 0, 0, config, lock))
     }
 
     /// Claims `staging` and writes a new session's files into it. The
     /// directory is private until renamed, so its files are written in
-    /// place (no temporary copy) and synced, then the directory once.
+    /// place (no temporary copy) and (`durable`) synced, then the
+    /// directory once.
     fn stage(
         staging: &Path,
         session_id: &str,
         root_thread_id: &str,
         files: &[(&str, &[u8])],
+        durable: bool,
     ) -> Result<(SessionLock, Manifest), StoreError> {
         let lock = SessionLock::acquire(staging)?;
         std::fs::create_dir(staging.join(DERIVED_DIR))
@@ -264,13 +272,15 @@ impl SessionLog {
             .open(&events_path)
             .map_err(|e| StoreError::io("create", &events_path, e))?;
         let mut manifest = Manifest::new(session_id, root_thread_id);
-        manifest.write_new(&staging.join(MANIFEST_FILE))?;
+        manifest.write_new(&staging.join(MANIFEST_FILE), durable)?;
         for (name, bytes) in files {
             let path = staging.join(name);
-            crate::fsutil::write_new(&path, bytes)
+            crate::fsutil::write_new(&path, bytes, durable)
                 .map_err(|e| StoreError::io_in("write", staging, &path, e))?;
         }
-        crate::fsutil::sync_dir(staging).map_err(|e| StoreError::io("sync", staging, e))?;
+        if durable {
+            crate::fsutil::sync_dir(staging).map_err(|e| StoreError::io("sync", staging, e))?;
+        }
         Ok((lock, manifest))
     }
 

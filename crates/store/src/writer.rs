@@ -60,7 +60,8 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
             // The log is canonical and the manifest is rebuilt from it on
             // reopen, so a failed refresh is retried, not fatal.
             let mut m = inner.manifest.lock();
-            match m.write_with(&inner.manifest_path, status_changed) {
+            let durable = status_changed && inner.gate.config.fsync != FsyncPolicy::Never;
+            match m.write_with(&inner.manifest_path, durable) {
                 Ok(()) => {
                     last_manifest = Instant::now();
                     written = (m.counts(), status_changed);
@@ -82,7 +83,10 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
     // The final manifest, unless the last (synced) write said it all.
     let mut m = inner.manifest.lock();
     if (m.counts(), true) != written {
-        m.write(&inner.manifest_path)?;
+        m.write_with(
+            &inner.manifest_path,
+            inner.gate.config.fsync != FsyncPolicy::Never,
+        )?;
     }
     drop(m);
     inner.progress.send_modify(|p| p.finished = true);

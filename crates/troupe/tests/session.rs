@@ -296,3 +296,39 @@ async fn an_ended_agent_answers_ended_at_once() {
     assert!(!s.agents().ids().contains(&id));
     s.close().await.unwrap();
 }
+
+/// `scratch_log` (a worker's session of a remote child): the log syncs
+/// nothing, yet holds every event; the default log syncs its batches.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scratch_log_syncs_nothing_and_keeps_every_event() {
+    for scratch in [false, true] {
+        let ws = tempfile::tempdir().unwrap();
+        let server = ScriptedServer::start(Script::replies(vec![Reply::text("done")]))
+            .await
+            .unwrap();
+        let b = Session::builder(ws.path())
+            .openai_compatible(server.openai_base_url())
+            .model("scripted");
+        let s = if scratch { b.scratch_log() } else { b }
+            .build()
+            .await
+            .unwrap();
+        let a = s.spawn_agent(AgentSpec::new("a", "answer")).await.unwrap();
+        assert_eq!(
+            a.wait().await.unwrap().completed.subtype,
+            CompletionSubtype::Success
+        );
+        let log = s.log().clone();
+        let dir = s.dir().to_path_buf();
+        s.close().await.unwrap();
+        let syncs = log.stats().syncs;
+        assert_eq!(syncs == 0, scratch, "scratch {scratch}: {syncs} syncs");
+        let ev = events(&dir);
+        assert_eq!(ev.first().unwrap()["type"], "thread.started");
+        assert_eq!(
+            ev.last().unwrap()["type"],
+            "thread.completed",
+            "scratch {scratch}"
+        );
+    }
+}

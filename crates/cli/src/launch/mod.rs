@@ -78,6 +78,7 @@ pub struct Launch {
     exporters: Vec<ExporterFn>,
     /// A new session's id (a worker's session takes its coordinator's).
     session_id: Option<String>,
+    scratch_log: bool,
     /// Subagents to workers (`--nats`).
     remote: crate::coordinator::Remote,
     /// The front end's `approval_policy` when neither a flag nor the
@@ -293,6 +294,7 @@ impl Launch {
             fresh_plan: false,
             exporters: Vec::new(),
             session_id: None,
+            scratch_log: false,
             remote: None,
             approval_default: troupe_protocol::ApprovalPolicy::Never,
             approval_handlers: Vec::new(),
@@ -386,6 +388,13 @@ impl Launch {
         self
     }
 
+    /// Its log is a scratch copy (a worker's session of a remote child:
+    /// the coordinator's log is canonical; `SessionBuilder::scratch_log`).
+    pub fn scratch_log(mut self) -> Self {
+        self.scratch_log = true;
+        self
+    }
+
     /// Sends subagents to workers through `remote` (`--nats URL`).
     pub fn remote(mut self, remote: crate::coordinator::Remote) -> Self {
         self.remote = remote;
@@ -464,6 +473,9 @@ impl Launch {
         }
         if let Some(var) = key_env {
             b = b.key_env(var);
+        }
+        if self.scratch_log {
+            b = b.scratch_log();
         }
         if let Some(id) = self.session_id.take() {
             b = b.session_id(id);

@@ -77,6 +77,7 @@ pub struct SessionBuilder {
     pub(crate) fresh_plan: bool,
     pub(crate) client: Option<Arc<dyn troupe_runtime::provider::ModelClient>>,
     pub(crate) session_id: Option<String>,
+    pub(crate) scratch_log: bool,
     pub(crate) remote: Option<Arc<dyn troupe_actors::placement::RemoteSpawner>>,
     pub(crate) approval_handlers: Vec<crate::approvals::ApprovalHandler>,
     pub(crate) approval_default: Option<troupe_protocol::ApprovalPolicy>,
@@ -112,6 +113,7 @@ impl Session {
             fresh_plan: false,
             client: None,
             session_id: None,
+            scratch_log: false,
             remote: None,
             approval_handlers: Vec::new(),
             approval_default: None,
@@ -134,6 +136,17 @@ impl SessionBuilder {
     /// agent's thread and event ids are the ones of its coordinator's log.
     pub fn session_id(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
+        self
+    }
+
+    /// The session's log is a scratch copy of events another process keeps
+    /// canonically (a worker's session of a remote subagent: its events go
+    /// on to the coordinator's log, which the next incarnation resumes
+    /// from). It syncs nothing (`fsync = never`, its new files too) and
+    /// gathers no batch (`group_commit_delay = 0`), so each event reaches
+    /// the exporters as soon as it is written (docs/config.md).
+    pub fn scratch_log(mut self) -> Self {
+        self.scratch_log = true;
         self
     }
 

@@ -152,7 +152,11 @@ pub(crate) async fn build(mut b: SessionBuilder) -> Result<Session, SessionError
         .as_ref()
         .map_or_else(|| "library".to_string(), |s| s.kind.to_string());
     let store = SessionStore::for_workspace(&b.workspace);
-    let log_config = b.config.log_config();
+    let mut log_config = b.config.log_config();
+    if b.scratch_log {
+        log_config.fsync = troupe_runtime::store::FsyncPolicy::Never;
+        log_config.group_commit_delay = std::time::Duration::ZERO;
+    }
     let mut retention = None;
     let (id, log, recovery) = match b.resume.clone() {
         None => {
