@@ -151,15 +151,16 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     );
     let session = only_session(&ws);
     let id = session.file_name().unwrap().to_str().unwrap().to_string();
-    // A clean exit leaves no lock file (its writer thread is waited for).
+    // The claim is a lock on the log: no file of its own is left behind.
     assert!(!session.join("writer.pid").exists());
     // A new run of the completed thread.
     chattr(&session, "+i");
     let continued = troupe(&ws, &["exec", "resume", &id, "more"]);
     chattr(&session, "-i");
-    // A resume, as a crash leaves the session: not completed, and the dead
-    // writer's lock file still there (so claiming it succeeds, and only a
-    // later write finds the directory immutable).
+    // A resume, as a crash leaves the session: not completed, its claim
+    // released by the kernel (so claiming it succeeds: the log itself is
+    // writable, and only a later write finds the directory immutable),
+    // with the pid file an older troupe left, naming a dead process.
     let manifest_path = session.join("manifest.json");
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();

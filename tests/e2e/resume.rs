@@ -175,17 +175,17 @@ fn resume_refuses_completed_sessions_and_live_writers() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already completed"));
 
-    // An active session whose pid file names a live troupe process.
+    // An active session a live troupe process writes (its claim: a lock on
+    // the log; the directory comes into place only once complete).
     let ws = tempfile::tempdir().unwrap();
     let mut child = exec_cmd(ws.path(), &server.url(), &["--model", "scripted"], "count")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let dir = poll_for_blocking("a session with a pid file", Duration::from_secs(10), || {
+    let dir = poll_for_blocking("a session in place", Duration::from_secs(10), || {
         let dir = troupe_test_support::e2e::session_dirs(ws.path()).pop()?;
-        let ready = dir.join("writer.pid").exists() && dir.join("manifest.json").exists();
-        ready.then_some(dir)
+        dir.join("manifest.json").exists().then_some(dir)
     })
     .unwrap();
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();

@@ -101,8 +101,8 @@ impl Actor for DrainActor {
 
     /// A writer that finished (the log closed and drained) is ending:
     /// wait for its thread, so that its hold on the log, and with the last
-    /// hold the session's claim (`writer.pid`), is gone before the process
-    /// can exit. Without this a fast exit could leave the lock file behind.
+    /// hold the session's claim (a lock on its log), is gone before the
+    /// process exits, and its last batch and manifest are written.
     async fn post_stop(
         &self,
         _myself: ActorRef<DrainMsg>,

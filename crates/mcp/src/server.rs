@@ -170,7 +170,11 @@ pub(crate) fn spawn(
         }
     }
     cmd.envs(&config.env);
-    let stderr = match stderr_log.and_then(|p| std::fs::File::create(p).ok()) {
+    // The session's `derived/` is made by its first writer: perhaps this.
+    let stderr = match stderr_log.and_then(|p| {
+        p.parent().map(std::fs::create_dir_all);
+        std::fs::File::create(p).ok()
+    }) {
         Some(file) => Stdio::from(file),
         None => Stdio::null(),
     };

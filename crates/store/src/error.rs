@@ -83,7 +83,7 @@ pub enum StoreError {
     Claimed {
         /// The session directory.
         dir: PathBuf,
-        /// The holder's pid, when its lock file names one.
+        /// The holder's pid, when the kernel's lock table names one.
         holder: Option<u32>,
     },
     /// A session directory (or the sessions directory) refuses writes:

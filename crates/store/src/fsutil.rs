@@ -50,13 +50,12 @@ fn temp_beside(path: &Path) -> (&Path, PathBuf) {
     (dir, dir.join(format!(".{name}.tmp-{}", std::process::id())))
 }
 
-/// Writes a new file `path` (refused when it exists) and, when `sync`,
-/// fsyncs it; the directory entry is durable once the caller syncs the
-/// directory.
-pub fn write_new(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+/// Writes a new file `path` (refused when it exists) and returns it, not
+/// synced: it is durable once the caller syncs it and its directory.
+pub fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<File> {
     let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
     f.write_all(bytes)?;
-    if sync { f.sync_all() } else { Ok(()) }
+    Ok(f)
 }
 
 /// fsyncs a directory so a rename or a new file in it is durable.

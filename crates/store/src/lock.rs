@@ -2,11 +2,13 @@
 //! lifetime.
 //!
 //! A session has at most one writer. The claim is `flock(LOCK_EX)` on the
-//! session's `writer.pid` file, taken without waiting and held until the
+//! session's log, `events.jsonl`, taken without waiting and held until the
 //! [`SessionLock`] is dropped or the process dies (the kernel releases it
-//! then, so a crashed writer leaves no stale claim to break). The file
-//! holds the holder's pid, written only once the lock is held, so a refused
-//! claimant can name the holder.
+//! then, so a crashed writer leaves no stale claim to break). The claim
+//! costs no file of its own: a refused claimant names the holder from the
+//! kernel's lock table (`/proc/locks`). troupe once kept the claim in a
+//! `writer.pid` file of its own ([`PID_FILE`](crate::PID_FILE)); such a
+//! file left in an older session is no claim.
 //!
 //! Of any number of processes that try at once, exactly one gets the lock;
 //! the others get [`StoreError::Claimed`]. Everything that decides whether
@@ -14,11 +16,10 @@
 //! checked after the lock is held.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::StoreError;
-use super::log::PID_FILE;
+use super::log::EVENTS_FILE;
 
 /// A held claim on one session directory. Dropping it releases the claim.
 #[derive(Debug)]
@@ -28,26 +29,28 @@ pub struct SessionLock {
 }
 
 impl SessionLock {
-    /// Claims the session in `dir` for this process, without waiting.
+    /// Claims the session in `dir` (its `events.jsonl`, which must exist)
+    /// for this process, without waiting.
     ///
-    /// Fails with [`StoreError::Claimed`] (naming the holder's pid when it
-    /// could be read) when another process holds it, and with
-    /// [`StoreError::Io`] when the lock file cannot be opened or written
-    /// (a read-only or immutable session directory says so here).
+    /// Fails with [`StoreError::Claimed`] (naming the holder's pid when the
+    /// kernel's lock table names it) when another process holds it, with
+    /// [`StoreError::NotWritable`] when the log cannot be opened for
+    /// writing (an immutable session, a read-only mount), and with
+    /// [`StoreError::Io`] otherwise (no log in `dir`).
     pub fn acquire(dir: &Path) -> Result<SessionLock, StoreError> {
-        let path = dir.join(PID_FILE);
-        // A holder that ends unlinks the file before it unlocks, so a lock
-        // taken on a file opened just before that unlink is on an orphan:
-        // after locking, check that the path still names the locked file,
-        // and start again when it does not.
+        let path = dir.join(EVENTS_FILE);
+        // A session's log is only unlinked by retention, which takes no
+        // claim but skips a held session; a lock taken on a file opened
+        // just before such an unlink is on an orphan: after locking, check
+        // that the path still names the locked file.
         for _ in 0..MAX_ATTEMPTS {
-            let mut file = open_lock_file(&path)?;
+            let file = open_lock_file(&path)?;
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
                     return Err(StoreError::Claimed {
                         dir: dir.to_path_buf(),
-                        holder: holder_pid(&mut file),
+                        holder: holder_pid(&file),
                     });
                 }
                 Err(TryLockError::Error(e)) => return Err(StoreError::io("lock", &path, e)),
@@ -55,11 +58,6 @@ impl SessionLock {
             if !same_file(&file, &path) {
                 continue;
             }
-            let pid = std::process::id().to_string();
-            file.set_len(0)
-                .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
-                .and_then(|()| file.write_all(pid.as_bytes()))
-                .map_err(|e| StoreError::io_in("write the session lock", dir, &path, e))?;
             return Ok(SessionLock { file, path });
         }
         Err(StoreError::Claimed {
@@ -68,10 +66,30 @@ impl SessionLock {
         })
     }
 
+    /// Claims a new session's log, `file` at `path`, just created (with
+    /// `create_new`, for appending) in a directory private to this
+    /// process: nobody else can hold it, so no other claim is checked.
+    pub(crate) fn new_log(file: File, path: PathBuf) -> Result<SessionLock, StoreError> {
+        match file.try_lock() {
+            Ok(()) => Ok(SessionLock { file, path }),
+            Err(TryLockError::WouldBlock) => Err(StoreError::Claimed {
+                dir: path.parent().unwrap_or(&path).to_path_buf(),
+                holder: holder_pid(&file),
+            }),
+            Err(TryLockError::Error(e)) => Err(StoreError::io("lock", &path, e)),
+        }
+    }
+
+    /// Another handle on the locked log, open for appending (the writer's:
+    /// no second lookup of the path). Closing it keeps the claim.
+    pub(crate) fn log_file(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// Whether some live process holds the claim on `dir` (this one
     /// included). Probes by taking and at once releasing the lock.
     pub fn is_held(dir: &Path) -> bool {
-        let Ok(file) = File::open(dir.join(PID_FILE)) else {
+        let Ok(file) = File::open(dir.join(EVENTS_FILE)) else {
             return false;
         };
         match file.try_lock_shared() {
@@ -91,9 +109,9 @@ impl SessionLock {
         if !Self::is_held(dir) {
             return Ok(());
         }
-        let holder = File::open(dir.join(PID_FILE))
+        let holder = File::open(dir.join(EVENTS_FILE))
             .ok()
-            .and_then(|mut f| holder_pid(&mut f));
+            .and_then(|f| holder_pid(&f));
         Err(StoreError::Claimed {
             dir: dir.to_path_buf(),
             holder,
@@ -103,10 +121,10 @@ impl SessionLock {
     /// The session directory holding the lock was renamed to `dir` (the
     /// lock, on the open file, stays held).
     pub(crate) fn moved_to(&mut self, dir: &Path) {
-        self.path = dir.join(PID_FILE);
+        self.path = dir.join(EVENTS_FILE);
     }
 
-    /// The lock file's path.
+    /// The locked file's path (the session's `events.jsonl`).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -114,29 +132,24 @@ impl SessionLock {
 
 impl Drop for SessionLock {
     fn drop(&mut self) {
-        // Remove the file first, then release: a claimant that opened the
-        // old file before the unlink locks an orphan inode, which is fine
-        // because this writer is done with the session either way.
-        let _ = std::fs::remove_file(&self.path);
+        // Closing the file releases the lock too; unlock first so that a
+        // claimant never waits on a descriptor a child process inherited.
         let _ = self.file.unlock();
     }
 }
 
 /// How often [`SessionLock::acquire`] starts again after locking a file
-/// that its holder had just unlinked.
+/// that was unlinked meanwhile.
 const MAX_ATTEMPTS: usize = 8;
 
+/// The log, opened for writing (an exclusive `flock` on a network file
+/// system needs a writable descriptor, and a session that refuses writes
+/// says so here).
 fn open_lock_file(path: &Path) -> Result<File, StoreError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| {
-            let dir = path.parent().unwrap_or(path);
-            StoreError::io_in("open the session lock", dir, path, e)
-        })
+    OpenOptions::new().append(true).open(path).map_err(|e| {
+        let dir = path.parent().unwrap_or(path);
+        StoreError::io_in("open the session log to claim it", dir, path, e)
+    })
 }
 
 /// Whether `path` still names the open `file` (same device and inode).
@@ -148,29 +161,26 @@ fn same_file(file: &File, path: &Path) -> bool {
     }
 }
 
-/// The holder's pid. A holder writes it just after it takes the lock, so
-/// an empty file, or one that still names a dead earlier writer (a crash
-/// leaves its pid behind), is read again for a short while.
-fn holder_pid(file: &mut File) -> Option<u32> {
-    for _ in 0..HOLDER_PID_POLLS {
-        if let Some(pid) = read_pid(file).filter(|pid| alive(*pid)) {
-            return Some(pid);
+/// The pid of the process holding a `flock` on `file`, from the kernel's
+/// lock table: a line `N: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode>
+/// 0 EOF` (`->` lines are waiters). `None` where the table does not say
+/// (no `/proc`, a file system whose device numbers differ from the
+/// table's).
+fn holder_pid(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let key = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(meta.dev()),
+        libc::minor(meta.dev()),
+        meta.ino()
+    );
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "FLOCK", _, _, pid, dev_ino, ..] if *dev_ino == key => pid.parse().ok(),
+            _ => None,
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    None
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// How often [`holder_pid`] reads an empty lock file (2 ms apart).
-const HOLDER_PID_POLLS: usize = 50;
-
-fn read_pid(file: &mut File) -> Option<u32> {
-    let mut text = String::new();
-    file.seek(SeekFrom::Start(0)).ok()?;
-    file.read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
+    })
 }

@@ -24,7 +24,8 @@ use super::recovery::{RecoveryReport, recover};
 pub const EVENTS_FILE: &str = "events.jsonl";
 /// See [`EVENTS_FILE`].
 pub const MANIFEST_FILE: &str = "manifest.json";
-/// See [`EVENTS_FILE`].
+/// Derived files (exports, spools, archives); made by the first writer
+/// of one, not with the session.
 pub const DERIVED_DIR: &str = "derived";
 /// How the session was started (written by the cli, read by resume).
 pub const SETTINGS_FILE: &str = "settings.json";
@@ -32,7 +33,9 @@ pub const SETTINGS_FILE: &str = "settings.json";
 /// (`.creating-<id>-<pid>`), renamed to `<id>` once complete.
 pub(crate) const STAGING_PREFIX: &str = ".creating-";
 
-/// The pid of the process writing the session.
+/// Where troupe once kept a session's claim (the writer's pid); the claim
+/// is now a lock on [`EVENTS_FILE`] ([`SessionLock`]). Retention still
+/// reads and removes such a file in an older session.
 pub const PID_FILE: &str = "writer.pid";
 
 /// How the writer is doing, published after every commit.
@@ -99,7 +102,7 @@ pub(crate) struct LogInner {
     pub(crate) fault: Mutex<Option<FaultHook>>,
     pub(crate) writer_running: Mutex<bool>,
     /// This process's claim on the session, held while any handle lives.
-    _lock: SessionLock,
+    lock: SessionLock,
 }
 
 /// A session's canonical log, open for appending.
@@ -178,8 +181,8 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 impl SessionLog {
-    /// Creates a new session directory with an empty log, `derived/`, and a
-    /// `created` manifest.
+    /// Creates a new session directory with an empty log and a `created`
+    /// manifest (`derived/` is made when something is first written there).
     pub fn create(
         dir: &Path,
         session_id: &str,
@@ -207,7 +210,7 @@ impl SessionLog {
         files: &[(&str, &[u8])],
     ) -> Result<SessionLog, StoreError> {
         // The session is assembled under a dot-name beside its final place
-        // (claimed, with derived/, an empty log and its manifest) and then
+        // (an empty log, claimed, and its manifest) and then
         // renamed into place, so a session directory never exists half
         // made: a crash here leaves only the dot-directory, which
         // `SessionStore::list` skips.
@@ -262,23 +265,32 @@ impl SessionLog {
         files: &[(&str, &[u8])],
         durable: bool,
     ) -> Result<(SessionLock, Manifest), StoreError> {
-        let lock = SessionLock::acquire(staging)?;
-        std::fs::create_dir(staging.join(DERIVED_DIR))
-            .map_err(|e| StoreError::io("create", staging.join(DERIVED_DIR), e))?;
+        // The log first: the claim is a lock on it. `derived/` is made by
+        // whatever first writes into it (an export, a spool, an archive).
         let events_path = staging.join(EVENTS_FILE);
-        OpenOptions::new()
+        let log = OpenOptions::new()
             .create_new(true)
             .append(true)
             .open(&events_path)
-            .map_err(|e| StoreError::io("create", &events_path, e))?;
-        let mut manifest = Manifest::new(session_id, root_thread_id);
-        manifest.write_new(&staging.join(MANIFEST_FILE), durable)?;
+            .map_err(|e| StoreError::io_in("create", staging, &events_path, e))?;
+        let lock = SessionLock::new_log(log, events_path)?;
+        let manifest = Manifest::new(session_id, root_thread_id);
+        let manifest_path = staging.join(MANIFEST_FILE);
+        let mut written = vec![(manifest.write_new(&manifest_path)?, manifest_path)];
         for (name, bytes) in files {
             let path = staging.join(name);
-            crate::fsutil::write_new(&path, bytes, durable)
+            let file = crate::fsutil::write_new(&path, bytes)
                 .map_err(|e| StoreError::io_in("write", staging, &path, e))?;
+            written.push((file, path));
         }
         if durable {
+            // All written before any is synced: a file system that syncs a
+            // new file's directory with it (ext4 without a journal) then
+            // writes the directory once, with every entry in it.
+            for (file, path) in &written {
+                file.sync_all()
+                    .map_err(|e| StoreError::io_in("sync", staging, path, e))?;
+            }
             crate::fsutil::sync_dir(staging).map_err(|e| StoreError::io("sync", staging, e))?;
         }
         Ok((lock, manifest))
@@ -338,7 +350,7 @@ impl SessionLog {
                 #[cfg(feature = "test-hooks")]
                 fault: Mutex::new(None),
                 writer_running: Mutex::new(false),
-                _lock: lock,
+                lock,
             }),
         }
     }
@@ -517,9 +529,10 @@ impl SessionLog {
 
     fn open_for_append(&self) -> Result<File, StoreError> {
         let path = &self.inner.events_path;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
+        let file = self
+            .inner
+            .lock
+            .log_file()
             .map_err(|e| StoreError::io("open", path, e))?;
         let len = *self.inner.committed_len.lock();
         let on_disk = file

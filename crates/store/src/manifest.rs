@@ -101,12 +101,12 @@ impl Manifest {
     }
 
     /// Writes the manifest of a new session into its private staging
-    /// directory: in place and (`durable`) synced, no temporary copy (the
-    /// directory is synced once by the caller, with the session's other
-    /// files).
-    pub(crate) fn write_new(&mut self, path: &Path, durable: bool) -> Result<(), StoreError> {
+    /// directory: in place, no temporary copy; returns the file, not yet
+    /// synced (the caller syncs it with the session's other files, then
+    /// the directory once).
+    pub(crate) fn write_new(&self, path: &Path) -> Result<std::fs::File, StoreError> {
         let bytes = self.encode()?;
-        crate::fsutil::write_new(path, &bytes, durable)
+        crate::fsutil::write_new(path, &bytes)
             .map_err(|e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e))
     }
 

@@ -3,9 +3,10 @@
 //! It deletes only what it can prove is its own: session directories (not
 //! symlinks) whose manifest says troupe created them and that are closed,
 //! older than the policy allows, not the current session, and not being
-//! written by a live process (`writer.pid`). Inside such a directory it
-//! removes the files troupe writes (events.jsonl, settings.json,
-//! writer.pid, the `derived/` tree); anything else (and every symlink) is
+//! written by a live process (its lock on `events.jsonl`, or an older
+//! troupe's `writer.pid`). Inside such a directory it removes the files
+//! troupe writes (events.jsonl, settings.json, an older `writer.pid`, the
+//! `derived/` tree); anything else (and every symlink) is
 //! left, and then so are the manifest and the directory.
 //!
 //! A session whose creation was cut short (the process died before its

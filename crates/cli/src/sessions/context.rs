@@ -103,7 +103,9 @@ pub fn fork(ws: &Path, id: &str, json: bool) -> Result<u8, Failure> {
     let log = store
         .create(&new_id, config.log_config())
         .map_err(store_err)?;
-    let artifact_path = log.dir().join("derived").join("fork.json");
+    let derived = log.dir().join("derived");
+    std::fs::create_dir_all(&derived)?;
+    let artifact_path = derived.join("fork.json");
     troupe_runtime::fsutil::write_atomic(&artifact_path, &serde_json::to_vec_pretty(&artifact)?)?;
     // The forked session resumes with the settings of its source.
     let settings = source.join("settings.json");

@@ -16,9 +16,15 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("session");
     std::fs::create_dir(&dir).unwrap();
+    // The claim is a lock on the log, opened for writing: an immutable
+    // session (its log and directory, `chattr -R +i`) refuses it.
+    let log = dir.join("events.jsonl");
+    std::fs::write(&log, "").unwrap();
+    chattr(&log, "+i");
     chattr(&dir, "+i");
     let got = SessionLock::acquire(&dir);
     chattr(&dir, "-i");
+    chattr(&log, "-i");
     let err = got.unwrap_err();
     assert!(
         matches!(&err, StoreError::NotWritable { dir: d, .. } if *d == dir),
@@ -38,6 +44,7 @@ fn a_session_directory_on_a_read_only_mount_is_reported_as_not_writable() {
     let fs = Tmpfs::mount("64k");
     let dir = fs.path().join("session");
     std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("events.jsonl"), "").unwrap();
     let remount = Command::new("mount")
         .args(["-o", "remount,ro"])
         .arg(fs.path())

@@ -28,6 +28,7 @@ fn session_aged(store: &SessionStore, id: &str, closed: bool, age: chrono::Durat
     }
     log.close();
     w.join().unwrap();
+    std::fs::create_dir_all(log.dir().join("derived")).unwrap();
     std::fs::write(log.dir().join("derived").join("export.json"), "{}").unwrap();
     backdate(&log.dir().join("manifest.json"), age);
 }

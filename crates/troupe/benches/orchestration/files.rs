@@ -1,11 +1,11 @@
 //! The floor of a session's fixed cost: what its files cost on this disk,
 //! done by hand with no troupe code. Per session: a staging directory
-//! with `derived/`, a lock file, an empty log, a manifest and a settings
-//! file, each file synced, the directory synced, renamed into place and
-//! its parent synced; one line appended to the log and `fdatasync`ed; the
-//! manifest replaced (temporary copy, sync, rename, sync) once; and, as
-//! retention does once the workspace holds its 50, the oldest session's
-//! files and directories removed.
+//! with an empty log (locked: the writer's claim), a manifest and a
+//! settings file, the two files written then synced, the directory synced, renamed into
+//! place and its parent synced; one line appended to the log and
+//! `fdatasync`ed; the manifest replaced (temporary copy, sync, rename,
+//! sync) once; and, as retention does once the workspace holds its 50, the
+//! oldest session's files and directory removed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -15,14 +15,14 @@ fn sync_dir(dir: &Path) {
     File::open(dir).unwrap().sync_all().unwrap();
 }
 
-fn write_new(path: &Path, bytes: &[u8]) {
+fn write_new(path: &Path, bytes: &[u8]) -> File {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
         .unwrap();
     f.write_all(bytes).unwrap();
-    f.sync_all().unwrap();
+    f
 }
 
 const MANIFEST: &[u8] =
@@ -36,15 +36,16 @@ pub fn run(ws: &Path, m: usize) -> usize {
     for i in 0..m {
         let staging = root.join(format!(".creating-f{i}"));
         fs::create_dir(&staging).unwrap();
-        write_new(&staging.join("writer.pid"), b"1");
-        fs::create_dir(staging.join("derived")).unwrap();
-        OpenOptions::new()
+        let claim = OpenOptions::new()
             .create_new(true)
             .append(true)
             .open(staging.join("events.jsonl"))
             .unwrap();
-        write_new(&staging.join("manifest.json"), MANIFEST);
-        write_new(&staging.join("settings.json"), b"{\"kind\":\"library\"}");
+        claim.try_lock().unwrap();
+        let manifest = write_new(&staging.join("manifest.json"), MANIFEST);
+        let settings = write_new(&staging.join("settings.json"), b"{\"kind\":\"library\"}");
+        manifest.sync_all().unwrap();
+        settings.sync_all().unwrap();
         sync_dir(&staging);
         let dir = root.join(format!("f{i}"));
         fs::rename(&staging, &dir).unwrap();
@@ -56,17 +57,16 @@ pub fn run(ws: &Path, m: usize) -> usize {
         log.write_all(&[b'x'; 400]).unwrap();
         log.sync_data().unwrap();
         let tmp = dir.join(".manifest.json.tmp");
-        write_new(&tmp, MANIFEST);
+        write_new(&tmp, MANIFEST).sync_all().unwrap();
         fs::rename(&tmp, dir.join("manifest.json")).unwrap();
         sync_dir(&dir);
-        fs::remove_file(dir.join("writer.pid")).unwrap();
+        drop(claim);
         made.push(dir);
         if made.len() > 50 {
             let old = made.remove(0);
             for f in ["events.jsonl", "settings.json", "manifest.json"] {
                 fs::remove_file(old.join(f)).unwrap();
             }
-            fs::remove_dir(old.join("derived")).unwrap();
             fs::remove_dir(&old).unwrap();
         }
     }

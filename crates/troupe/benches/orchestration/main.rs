@@ -26,7 +26,12 @@
 //! while: its `.vtcode/sessions` holds 50 closed sessions (made once by the
 //! parent through the facade, copied in before the measured part), so the
 //! retention a new session applies has real work. It is a temporary
-//! directory on `TMPDIR` (a real disk here), so fsyncs cost what they cost.
+//! directory on `TMPDIR` (a real disk here), so fsyncs cost what they cost,
+//! kept until the whole run ends: removing a child's workspace before the
+//! next child starts would charge the next one for it (ext4 without a
+//! journal skips inodes freed in the last minute or more when it
+//! allocates, reading their inode table block each time, so what a
+//! process creates costs more after others deleted files nearby).
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -182,6 +187,8 @@ struct Ctx {
     variants: Vec<&'static str>,
     port: String,
     seed: tempfile::TempDir,
+    /// Where the children make their workspaces (removed at the end).
+    work: tempfile::TempDir,
     runs: usize,
 }
 
@@ -210,6 +217,7 @@ fn parent() {
         variants: VARIANTS.to_vec(),
         port,
         seed,
+        work: tempfile::tempdir().unwrap(),
         runs,
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -327,7 +335,9 @@ fn run_child(ctx: &Ctx, variant: &str, kind: Kind) -> Measure {
     let mut cmd = Command::new(&ctx.exe);
     cmd.args(["--variant", variant, "--port", &ctx.port])
         .arg("--seed")
-        .arg(ctx.seed.path());
+        .arg(ctx.seed.path())
+        .arg("--work")
+        .arg(ctx.work.path());
     match kind {
         Kind::Agents(w) => {
             cmd.args(["--n", &w.n.to_string(), "--k", &w.k.to_string()])
@@ -362,6 +372,21 @@ fn cpu_us(u: &libc::rusage) -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
+/// A child's workspace.
+enum Workspace {
+    Kept(std::path::PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl Workspace {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Workspace::Kept(p) => p,
+            Workspace::Temp(t) => t.path(),
+        }
+    }
+}
+
 /// Runs one variant and prints `calls cpu_us maxrss_kb`.
 fn child(variant: &str) {
     let num = |name: &str| arg(name).map(|v| v.parse::<usize>().unwrap());
@@ -371,7 +396,12 @@ fn child(variant: &str) {
         .enable_all()
         .build()
         .unwrap();
-    let ws = tempfile::tempdir().unwrap();
+    // Kept for the parent to remove at the end (a child run by hand
+    // without `--work` removes its own).
+    let ws = match arg("--work") {
+        Some(work) => Workspace::Kept(tempfile::tempdir_in(work).unwrap().keep()),
+        None => Workspace::Temp(tempfile::tempdir().unwrap()),
+    };
     if variant != "raw" && variant != "files" {
         // A seed directory without sessions yet (a child run by hand, for a
         // profile) is seeded first.
