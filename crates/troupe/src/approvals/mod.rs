@@ -236,7 +236,10 @@ struct Inner {
     remembered: Mutex<HashMap<RuleKey, Remembered>>,
     timeout: Option<Duration>,
     handlers: Mutex<Vec<ApprovalHandler>>,
-    requests: broadcast::Sender<ApprovalRequestedEvent>,
+    /// Made by the first subscriber: its 64 slots are allocated and
+    /// filled up front, and most sessions (a library's, a batch run's)
+    /// never have one.
+    requests: std::sync::OnceLock<broadcast::Sender<ApprovalRequestedEvent>>,
     poller: Mutex<bool>,
     /// Waiter tokens (also the order requests arrived in).
     tokens: AtomicU64,
@@ -262,7 +265,6 @@ impl Broker {
     /// A broker recording decisions under `session_dir/approvals/`;
     /// requests nobody decides in `timeout` are denied (`by: timeout`).
     pub fn new(session_dir: &Path, timeout: Option<Duration>) -> Self {
-        let (requests, _) = broadcast::channel(64);
         Broker {
             inner: Arc::new(Inner {
                 dir: approvals_dir(session_dir),
@@ -271,7 +273,7 @@ impl Broker {
                 remembered: Mutex::new(HashMap::new()),
                 timeout,
                 handlers: Mutex::new(Vec::new()),
-                requests,
+                requests: std::sync::OnceLock::new(),
                 poller: Mutex::new(false),
                 tokens: AtomicU64::new(0),
             }),
@@ -326,7 +328,10 @@ impl Broker {
     /// Every new request, as it is asked (and again when a resumed
     /// session waits on it).
     pub fn subscribe(&self) -> broadcast::Receiver<ApprovalRequestedEvent> {
-        self.inner.requests.subscribe()
+        self.inner
+            .requests
+            .get_or_init(|| broadcast::channel(64).0)
+            .subscribe()
     }
 
     /// Decides request `id` with `answer` (by `human` unless the answer
@@ -485,7 +490,11 @@ impl Approver for Broker {
                 return resolution_of(&record);
             }
             broker.ensure_poller();
-            let _ = inner.requests.send(request.clone());
+            // Nobody subscribed yet: nobody to tell (a broadcast only
+            // reaches receivers that existed when it was sent).
+            if let Some(requests) = inner.requests.get() {
+                let _ = requests.send(request.clone());
+            }
             let handlers: Vec<ApprovalHandler> = inner.handlers.lock().clone();
             let mut tasks = Tasks(Vec::new());
             for handler in handlers {
