@@ -173,7 +173,7 @@ impl SessionStore {
             if entry.file_name().to_string_lossy().starts_with('.') {
                 continue;
             }
-            match Manifest::read(&dir.join(MANIFEST_FILE)) {
+            match Manifest::read_or_rebuild(&dir) {
                 Ok(manifest) => out.push(SessionSummary { dir, manifest }),
                 Err(e) => tracing::debug!(path = %dir.display(), error = %e, "not a session"),
             }
@@ -184,7 +184,7 @@ impl SessionStore {
 
     /// The manifest of session `id`.
     pub fn manifest(&self, id: &str) -> Result<Manifest, StoreError> {
-        Manifest::read(&self.existing(id)?.join(MANIFEST_FILE))
+        Manifest::read_or_rebuild(&self.existing(id)?)
     }
 
     /// Iterates session `id`'s events in log order.

@@ -59,6 +59,10 @@ pub struct LogStats {
     pub bytes: u64,
     /// fdatasync calls on events.jsonl.
     pub syncs: u64,
+    /// Durable manifest writes (a status change but `created` → `active`,
+    /// the final one): each a sync of its temporary copy and of the
+    /// directory.
+    pub manifest_syncs: u64,
     /// Size in bytes of every committed batch, when recording was asked for.
     pub batch_sizes: Vec<usize>,
     /// Exporters that failed and were detached, with the error.
@@ -307,7 +311,7 @@ impl SessionLog {
     ) -> Result<(SessionLog, RecoveryReport), StoreError> {
         let lock = SessionLock::acquire(dir)?;
         let manifest_path = dir.join(MANIFEST_FILE);
-        let mut manifest = Manifest::read(&manifest_path)?;
+        let mut manifest = Manifest::read_or_rebuild(dir)?;
         let report = recover(&dir.join(EVENTS_FILE), &manifest.root_thread_id)?;
         manifest.event_count = report.events;
         manifest.turn_count = report.turns;

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use troupe_protocol::CompletionSubtype;
 
 use super::error::StoreError;
+use super::log::{EVENTS_FILE, MANIFEST_FILE};
+use super::recovery::inspect;
 use crate::fsutil::{write_atomic, write_replace};
 
 /// Where a session stands.
@@ -93,6 +95,53 @@ impl Manifest {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
+    }
+
+    /// Reads the manifest of session directory `dir`, or rebuilds it from
+    /// the log when it is torn or empty: a power loss can leave it so,
+    /// since its status `active` and its counters are written without
+    /// fsync. The log says all of it but the creation time (taken from
+    /// the log file's), and the root thread has the session's id (the
+    /// design's rule). Nothing is written: [`SessionLog::reopen`] writes
+    /// the rebuilt manifest under the session's claim.
+    ///
+    /// [`SessionLog::reopen`]: super::log::SessionLog::reopen
+    pub fn read_or_rebuild(dir: &Path) -> Result<Manifest, StoreError> {
+        let path = dir.join(MANIFEST_FILE);
+        let reason = match Manifest::read(&path) {
+            Err(StoreError::BadManifest { reason, .. }) => reason,
+            other => return other,
+        };
+        let events = dir.join(EVENTS_FILE);
+        let Some(id) = dir.file_name().and_then(|n| n.to_str()) else {
+            return Err(StoreError::BadManifest { path, reason });
+        };
+        let report = match inspect(&events, id) {
+            Ok(report) => report,
+            // No log either: nothing to rebuild from.
+            Err(_) => return Err(StoreError::BadManifest { path, reason }),
+        };
+        tracing::warn!(
+            path = %path.display(),
+            error = %reason,
+            events = report.events,
+            "manifest unreadable; rebuilt from the event log"
+        );
+        let created = std::fs::metadata(&events)
+            .and_then(|m| m.created().or_else(|_| m.modified()))
+            .map(DateTime::<Utc>::from)
+            .unwrap_or_else(|_| Utc::now());
+        let mut manifest = Manifest::new(id, id);
+        manifest.created_at = created;
+        manifest.event_count = report.events;
+        manifest.turn_count = report.turns;
+        if let Some(subtype) = report.completed {
+            manifest.status = SessionStatus::Completed;
+            manifest.subtype = Some(subtype);
+        } else if report.active {
+            manifest.status = SessionStatus::Active;
+        }
+        Ok(manifest)
     }
 
     /// Writes the manifest atomically (temp file, fsync, rename).

@@ -52,12 +52,43 @@ pub(crate) fn recover(path: &Path, root_thread: &str) -> Result<RecoveryReport, 
         .write(true)
         .open(path)
         .map_err(|e| StoreError::io("open", path, e))?;
+    let report = scan(&file, path, root_thread)?;
+    if report.torn_bytes > 0 {
+        tracing::warn!(
+            path = %path.display(),
+            cut_bytes = report.torn_bytes,
+            kept_events = report.events,
+            "cut a torn last line from the event log"
+        );
+        file.set_len(report.valid_len)
+            .map_err(|e| StoreError::io("truncate", path, e))?;
+        file.sync_all()
+            .map_err(|e| StoreError::io("sync", path, e))?;
+    }
+    if !report.corrupt_lines.is_empty() {
+        tracing::warn!(path = %path.display(), lines = ?report.corrupt_lines, "event log has corrupt lines; kept as they are");
+    }
+    Ok(report)
+}
+
+/// What [`recover`] would report for `path`, read only: nothing is cut
+/// (a torn last line is counted in `torn_bytes`).
+pub(crate) fn inspect(path: &Path, root_thread: &str) -> Result<RecoveryReport, StoreError> {
+    let file = std::fs::File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    scan(&file, path, root_thread)
+}
+
+fn scan(
+    file: &std::fs::File,
+    path: &Path,
+    root_thread: &str,
+) -> Result<RecoveryReport, StoreError> {
     let total = file
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?
         .len();
     let mut report = RecoveryReport::default();
-    let mut reader = BufReader::with_capacity(1 << 20, &file);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = Vec::with_capacity(1024);
     let mut offset = 0u64;
     loop {
@@ -77,21 +108,6 @@ pub(crate) fn recover(path: &Path, root_thread: &str) -> Result<RecoveryReport, 
     }
     report.valid_len = offset;
     report.torn_bytes = total.saturating_sub(offset);
-    if report.torn_bytes > 0 {
-        tracing::warn!(
-            path = %path.display(),
-            cut_bytes = report.torn_bytes,
-            kept_events = report.events,
-            "cut a torn last line from the event log"
-        );
-        file.set_len(offset)
-            .map_err(|e| StoreError::io("truncate", path, e))?;
-        file.sync_all()
-            .map_err(|e| StoreError::io("sync", path, e))?;
-    }
-    if !report.corrupt_lines.is_empty() {
-        tracing::warn!(path = %path.display(), lines = ?report.corrupt_lines, "event log has corrupt lines; kept as they are");
-    }
     Ok(report)
 }
 

@@ -51,20 +51,24 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
                 stats.batch_sizes.push(buf.len());
             }
         }
-        // A status change is on disk before anyone hears the batch is
-        // durable; counters are refreshed at most every manifest_interval.
-        // Counters alone are written without fsync: reopen recounts them
-        // from the log.
-        let status_changed = update_manifest(inner, &batch);
-        if status_changed || last_manifest.elapsed() >= inner.gate.config.manifest_interval {
+        // A status change is written before anyone hears the batch is
+        // durable, and `completed` (or a failure cleared) durably; counters
+        // are refreshed at most every manifest_interval. `active` and the
+        // counters are written without fsync: the log says them too, and
+        // reopen recounts them (rebuilding a manifest a power loss tore).
+        let change = update_manifest(inner, &batch);
+        if change != Change::None || last_manifest.elapsed() >= inner.gate.config.manifest_interval
+        {
             // The log is canonical and the manifest is rebuilt from it on
             // reopen, so a failed refresh is retried, not fatal.
             let mut m = inner.manifest.lock();
-            let durable = status_changed && inner.gate.config.fsync != FsyncPolicy::Never;
+            let durable =
+                change == Change::Durable && inner.gate.config.fsync != FsyncPolicy::Never;
             match m.write_with(&inner.manifest_path, durable) {
                 Ok(()) => {
                     last_manifest = Instant::now();
-                    written = (m.counts(), status_changed);
+                    written = (m.counts(), durable);
+                    inner.stats.lock().manifest_syncs += u64::from(durable);
                 }
                 Err(e) => tracing::warn!(error = %e, "manifest refresh failed; will retry"),
             }
@@ -83,10 +87,9 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
     // The final manifest, unless the last (synced) write said it all.
     let mut m = inner.manifest.lock();
     if (m.counts(), true) != written {
-        m.write_with(
-            &inner.manifest_path,
-            inner.gate.config.fsync != FsyncPolicy::Never,
-        )?;
+        let durable = inner.gate.config.fsync != FsyncPolicy::Never;
+        m.write_with(&inner.manifest_path, durable)?;
+        inner.stats.lock().manifest_syncs += u64::from(durable);
     }
     drop(m);
     inner.progress.send_modify(|p| p.finished = true);
@@ -170,8 +173,20 @@ fn finish_exporters(inner: &LogInner) {
     }
 }
 
-/// Applies a committed batch to the manifest; true when the status changed.
-fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
+/// What a committed batch changed in the manifest, besides its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Nothing.
+    None,
+    /// `created` became `active`: written at once, not synced.
+    Status,
+    /// Any other status change (`completed`, a completed session resumed)
+    /// or a writer failure cleared: written durably.
+    Durable,
+}
+
+/// Applies a committed batch to the manifest.
+fn update_manifest(inner: &LogInner, batch: &[Record]) -> Change {
     let mut m = inner.manifest.lock();
     let before = m.status;
     // A writer committed again: an earlier failure no longer stands.
@@ -198,5 +213,10 @@ fn update_manifest(inner: &LogInner, batch: &[Record]) -> bool {
             }
         }
     }
-    m.status != before || recovered
+    match (before, m.status) {
+        _ if recovered => Change::Durable,
+        (SessionStatus::Created, SessionStatus::Active) => Change::Status,
+        (before, now) if before != now => Change::Durable,
+        _ => Change::None,
+    }
 }

@@ -71,6 +71,83 @@ fn torn_last_line_is_cut_and_reported_and_earlier_lines_kept() {
 }
 
 #[test]
+fn a_manifest_a_power_loss_tore_is_rebuilt_from_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    // Real sessions: the root thread has the session's id.
+    for (id, completes, torn) in [
+        ("active", false, &b""[..]),
+        ("done", true, &b"{\"session_id\": \"do"[..]),
+    ] {
+        let log = store.create(id, LogConfig::default()).unwrap();
+        let w = log.start_writer(|_| {}).unwrap();
+        log.sender().emit(&started()).unwrap();
+        log.sender().emit(&turn()).unwrap();
+        log.sender().emit(&msg("m")).unwrap();
+        if completes {
+            log.sender()
+                .emit(&completed(id, CompletionSubtype::ErrorMaxTurns))
+                .unwrap();
+        }
+        log.close();
+        w.join().unwrap();
+        let created = log.manifest().created_at;
+        drop(log);
+        // What a power loss can leave of a manifest replaced without fsync.
+        std::fs::write(store.root().join(id).join("manifest.json"), torn).unwrap();
+
+        let m = store.manifest(id).unwrap();
+        let want = if completes {
+            (
+                SessionStatus::Completed,
+                Some(CompletionSubtype::ErrorMaxTurns),
+                4,
+            )
+        } else {
+            (SessionStatus::Active, None, 3)
+        };
+        assert_eq!((m.status, m.subtype, m.event_count), want, "{id}");
+        assert_eq!((m.session_id.as_str(), m.root_thread_id.as_str()), (id, id));
+        assert_eq!(m.turn_count, 1);
+        assert!(
+            (m.created_at - created).num_seconds().abs() <= 5,
+            "created_at from the log file's birth: {} vs {created}",
+            m.created_at
+        );
+        assert!(
+            store
+                .list()
+                .unwrap()
+                .iter()
+                .any(|s| s.manifest.session_id == id)
+        );
+        // Reopen writes it back, under the claim.
+        let (log, report) = store.reopen(id, LogConfig::default()).unwrap();
+        assert_eq!(report.events, want.2);
+        drop(log);
+        let on_disk = troupe_store::Manifest::read(&store.root().join(id).join("manifest.json"));
+        assert_eq!(on_disk.unwrap().status, want.0, "{id}");
+    }
+
+    // A torn manifest and no log: nothing to rebuild from, and said so.
+    let dir = store.root().join("nolog");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("manifest.json"), b"{").unwrap();
+    let err = store.manifest("nolog").unwrap_err().to_string();
+    assert!(
+        err.contains("manifest") && err.contains("unreadable"),
+        "{err}"
+    );
+    assert!(
+        !store
+            .list()
+            .unwrap()
+            .iter()
+            .any(|s| s.manifest.session_id == "nolog")
+    );
+}
+
+#[test]
 fn reader_skips_unknown_types_and_reports_bad_lines() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, log) = store_with_log(tmp.path());

@@ -197,10 +197,20 @@ fn manifest_follows_the_session_lifecycle() {
     rt().block_on(log.flush(WAIT)).unwrap();
     let m = Manifest::read(&manifest_path).unwrap();
     assert_eq!(m.status, SessionStatus::Active, "status is written at once");
+    assert_eq!(
+        log.stats().manifest_syncs,
+        0,
+        "`active` is written without fsync: the log says it too"
+    );
     tx.emit(&completed(ROOT, CompletionSubtype::ErrorMaxTurns))
         .unwrap();
     log.close();
     w.join().unwrap();
+    assert_eq!(
+        log.stats().manifest_syncs,
+        1,
+        "`completed` is written durably, once (no second write at close)"
+    );
     let m = Manifest::read(&manifest_path).unwrap();
     assert_eq!(m.status, SessionStatus::Completed);
     assert_eq!(m.subtype, Some(CompletionSubtype::ErrorMaxTurns));
