@@ -17,7 +17,7 @@ use super::error::{EmitError, StoreError};
 use super::export::Exporter;
 use super::gate::{Gate, Record};
 use super::lock::SessionLock;
-use super::manifest::{Manifest, SessionStatus};
+use super::manifest::Manifest;
 use super::recovery::{RecoveryReport, recover};
 
 /// Names of the files in a session directory.
@@ -313,14 +313,7 @@ impl SessionLog {
         let manifest_path = dir.join(MANIFEST_FILE);
         let mut manifest = Manifest::read_or_rebuild(dir)?;
         let report = recover(&dir.join(EVENTS_FILE), &manifest.root_thread_id)?;
-        manifest.event_count = report.events;
-        manifest.turn_count = report.turns;
-        if let Some(subtype) = report.completed {
-            manifest.status = SessionStatus::Completed;
-            manifest.subtype = Some(subtype);
-        } else if report.active {
-            manifest.status = SessionStatus::Active;
-        }
+        manifest.apply(&report);
         manifest.write(&manifest_path)?;
         let log = Self::from_parts(dir, manifest, report.events, report.valid_len, config, lock);
         Ok((log, report))

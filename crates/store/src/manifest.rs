@@ -10,7 +10,7 @@ use troupe_protocol::CompletionSubtype;
 
 use super::error::StoreError;
 use super::log::{EVENTS_FILE, MANIFEST_FILE};
-use super::recovery::inspect;
+use super::recovery::{RecoveryReport, inspect};
 use crate::fsutil::{write_atomic, write_replace};
 
 /// Where a session stands.
@@ -133,15 +133,20 @@ impl Manifest {
             .unwrap_or_else(|_| Utc::now());
         let mut manifest = Manifest::new(id, id);
         manifest.created_at = created;
-        manifest.event_count = report.events;
-        manifest.turn_count = report.turns;
-        if let Some(subtype) = report.completed {
-            manifest.status = SessionStatus::Completed;
-            manifest.subtype = Some(subtype);
-        } else if report.active {
-            manifest.status = SessionStatus::Active;
-        }
+        manifest.apply(&report);
         Ok(manifest)
+    }
+
+    /// Takes the counts and the status from what a scan of the log found.
+    pub(crate) fn apply(&mut self, report: &RecoveryReport) {
+        self.event_count = report.events;
+        self.turn_count = report.turns;
+        if let Some(subtype) = report.completed {
+            self.status = SessionStatus::Completed;
+            self.subtype = Some(subtype);
+        } else if report.active {
+            self.status = SessionStatus::Active;
+        }
     }
 
     /// Writes the manifest atomically (temp file, fsync, rename).
