@@ -21,9 +21,10 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 
 pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreError> {
     let path = inner.events_path.as_path();
-    // Grown as batches need (up to max_batch_bytes): a short session's
-    // batches are a few KiB, and a process may run a thousand sessions.
-    let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes.min(64 * 1024));
+    // Grown as batches need (up to max_batch_bytes, then kept): a short
+    // session's batches are a few KiB, and a process may run a thousand
+    // sessions at once (64 KiB each was a fifth of their heap).
+    let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes.min(4 * 1024));
     let mut last_manifest = Instant::now();
     // What the manifest on disk says, and whether it was synced.
     let mut written = (inner.manifest.lock().counts(), true);
