@@ -222,14 +222,16 @@ impl Actor for AgentActor {
                     && agent.turns() == 0
                     && !state.args.shared.started.swap(true, Ordering::SeqCst)
                 {
-                    agent.start(&state.args.spec.task).await;
+                    Box::pin(agent.start(&state.args.spec.task)).await;
                     myself.cast(AgentMsg::Step)?;
                 }
             }
             AgentMsg::Step => start_turn(&myself, state),
-            AgentMsg::StepDone(agent, outcome) => {
+            // The loop stays boxed, and the calls that take it are boxed
+            // futures: ractor keeps this handler's future inline in the
+            // actor's task for its whole life, sized for its largest await.
+            AgentMsg::StepDone(mut agent, outcome) => {
                 state.turn = None;
-                let mut agent = *agent;
                 if !state.applying.is_empty() {
                     let env = &state.args.env;
                     match env.log.flush(env.call_timeout).await {
@@ -247,15 +249,17 @@ impl Actor for AgentActor {
                 }
                 match outcome {
                     Some(StepOutcome::Continue) => {
-                        state.agent = Some(agent);
+                        state.agent = Some(*agent);
                         myself.cast(AgentMsg::Step)?;
                     }
                     Some(StepOutcome::Done(done)) => {
-                        finish(&myself, &state.args, state.completed_before, agent, done).await
+                        let args = &state.args;
+                        Box::pin(finish(&myself, args, state.completed_before, *agent, done)).await
                     }
                     None => {
                         let done = agent.abort();
-                        finish(&myself, &state.args, state.completed_before, agent, done).await;
+                        let args = &state.args;
+                        Box::pin(finish(&myself, args, state.completed_before, *agent, done)).await;
                     }
                 }
             }
@@ -277,7 +281,8 @@ impl Actor for AgentActor {
                     && let Some(mut agent) = state.agent.take()
                 {
                     let done = agent.abort();
-                    finish(&myself, &state.args, state.completed_before, agent, done).await;
+                    let args = &state.args;
+                    Box::pin(finish(&myself, args, state.completed_before, agent, done)).await;
                 }
                 let _ = reply.send(());
             }

@@ -42,7 +42,7 @@ impl AgentLoop {
         // call, no turn, until it is decided.
         if let Some(unsettled) = self.state.unsettled.take() {
             let mut report = super::ResumeReport::default();
-            self.settle_pending(unsettled, &mut report).await;
+            Box::pin(self.settle_pending(unsettled, &mut report)).await;
             if self.ctx.cancel.is_cancelled() {
                 return self.done(CompletionSubtype::Cancelled, "cancelled");
             }
@@ -62,14 +62,17 @@ impl AgentLoop {
         self.run_turn(turn, span.clone()).instrument(span).await
     }
 
-    /// The body of turn `turn`, in its span.
+    /// The body of turn `turn`, in its span. Every await but the model
+    /// call's is a boxed future: a turn's future is sized for its largest
+    /// await, and it lives, with the agent, for the whole turn (a thousand
+    /// agents waiting on their models held a thousand of the largest).
     async fn run_turn(&mut self, turn: u32, span: Span) -> StepOutcome {
         let agent_id = self.config.agent_id.clone();
         self.emit(ThreadEvent::TurnStarted(TurnStartedEvent {
             turn: Some(turn),
             agent_id: agent_id.clone(),
         }));
-        self.prepare_context().await;
+        Box::pin(self.prepare_context()).await;
         let mut request = self.request();
         request.reasoning_effort = self.effort_for_call();
         let provider = self.provider_label();
@@ -100,7 +103,7 @@ impl AgentLoop {
             Some(Err(e)) => {
                 telemetry::record_model_call(&call_span, None, None, Some(error_type(&e)));
                 drop(call_span);
-                return self.call_failed(e).await;
+                return Box::pin(self.call_failed(e)).await;
             }
         };
         drop(call_span);
@@ -151,11 +154,11 @@ impl AgentLoop {
             tool_calls: bounded.calls.clone(),
             reasoning: response.reasoning_blocks.clone(),
         });
-        let outcome = self.run_tools(bounded.calls, bounded.refused).await;
+        let outcome = Box::pin(self.run_tools(bounded.calls, bounded.refused)).await;
         self.context.after_tools(&self.state.messages);
         self.write_progress();
         if outcome == StepOutcome::Continue
-            && let Some(done) = self.on_stall().await
+            && let Some(done) = Box::pin(self.on_stall()).await
         {
             return done;
         }
