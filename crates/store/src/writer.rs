@@ -26,7 +26,8 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
     // sessions at once (64 KiB each was a fifth of their heap).
     let mut buf: Vec<u8> = Vec::with_capacity(inner.gate.config.max_batch_bytes.min(4 * 1024));
     let mut last_manifest = Instant::now();
-    // What the manifest on disk says, and whether it was synced.
+    // What the manifest on disk says, and whether it was written as the
+    // final one would be (synced, unless the policy is `never`).
     let mut written = (inner.manifest.lock().counts(), true);
     while let Some(batch) = inner.gate.next_batch() {
         buf.clear();
@@ -68,7 +69,9 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
             match m.write_with(&inner.manifest_path, durable) {
                 Ok(()) => {
                     last_manifest = Instant::now();
-                    written = (m.counts(), durable);
+                    // A lazy write (`active`, counters) is redone durably
+                    // at close; under `never` nothing is synced anyway.
+                    written = (m.counts(), change == Change::Durable);
                     inner.stats.lock().manifest_syncs += u64::from(durable);
                 }
                 Err(e) => tracing::warn!(error = %e, "manifest refresh failed; will retry"),
