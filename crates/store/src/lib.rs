@@ -13,7 +13,9 @@
 //! bytes; when the queue is full the hand-off fails closed (the producer
 //! gets [`EmitError::Saturated`], the session must end as
 //! `error_during_execution`). One writer thread (started by
-//! [`SessionLog::start_writer`], supervised by `troupe-actors`) takes
+//! [`SessionLog::start_writer`] on a thread of the writers' pool, which a
+//! closed session's writer hands back for the next session's; supervised
+//! by `troupe-actors`) takes
 //! batches, appends them, fsyncs per [`FsyncPolicy`], then feeds the
 //! exporters in the same order and keeps the manifest current. A batch
 //! stays in the gate until it is committed, so a failed writer's
@@ -34,6 +36,7 @@ mod gate;
 mod lock;
 mod log;
 mod manifest;
+mod pool;
 mod reader;
 mod recovery;
 mod retention;

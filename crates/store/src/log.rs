@@ -5,7 +5,6 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -156,20 +155,20 @@ impl std::fmt::Debug for SessionLog {
     }
 }
 
-/// The running writer thread.
+/// The running writer (on a thread of the writers' pool: a thread is
+/// kept for the next session for a while after its session closed).
 #[derive(Debug)]
 pub struct WriterHandle {
-    join: Option<JoinHandle<Result<(), StoreError>>>,
+    running: super::pool::Running<Result<(), StoreError>>,
 }
 
 impl WriterHandle {
-    /// Waits for the writer thread to end and returns how it ended (a panic
+    /// Waits for the writer to end and returns how it ended (a panic
     /// becomes [`StoreError::Writer`]).
-    pub fn join(mut self) -> Result<(), StoreError> {
-        match self.join.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result,
-            Some(Err(panic)) => Err(StoreError::Writer(panic_message(&panic))),
-            None => Ok(()),
+    pub fn join(self) -> Result<(), StoreError> {
+        match self.running.join() {
+            Ok(result) => result,
+            Err(panic) => Err(StoreError::Writer(panic_message(&panic))),
         }
     }
 }
@@ -466,7 +465,7 @@ impl SessionLog {
         }
     }
 
-    /// Starts the writer thread. It reopens events.jsonl, cuts anything
+    /// Starts the writer (on a thread of the writers' pool). It reopens events.jsonl, cuts anything
     /// past the last commit (a failed writer's partial write), and writes
     /// first the batch a failed writer left in flight, then the queue.
     /// `on_exit` runs on the writer thread when it ends, with how it ended.
@@ -489,8 +488,7 @@ impl SessionLog {
             }
         };
         let inner = Arc::clone(&self.inner);
-        let spawned = std::thread::Builder::new()
-            .name("troupe-log-writer".into())
+        let spawned = super::pool::WRITERS
             .spawn(move || {
                 let guard = RunningGuard(Arc::clone(&inner));
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -516,7 +514,7 @@ impl SessionLog {
             })
             .map_err(|e| StoreError::io("spawn writer for", &self.inner.events_path, e));
         match spawned {
-            Ok(join) => Ok(WriterHandle { join: Some(join) }),
+            Ok(running) => Ok(WriterHandle { running }),
             Err(e) => {
                 *self.inner.writer_running.lock() = false;
                 Err(e)
