@@ -465,9 +465,10 @@ impl SessionLog {
         }
     }
 
-    /// Starts the writer (on a thread of the writers' pool). It reopens events.jsonl, cuts anything
-    /// past the last commit (a failed writer's partial write), and writes
-    /// first the batch a failed writer left in flight, then the queue.
+    /// Starts the writer (on a thread of the writers' pool). It reopens
+    /// events.jsonl, cuts anything past the last commit (a failed writer's
+    /// partial write), and writes first the batch a failed writer left in
+    /// flight, then the queue.
     /// `on_exit` runs on the writer thread when it ends, with how it ended.
     pub fn start_writer(
         &self,
