@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 pub enum FsyncPolicy {
     /// After every event: each event is durable before the next is written.
     Always,
-    /// Once per group-committed batch (the default): durable before the
-    /// batch is acknowledged, one sync for many events.
+    /// For the batches written so far, together (the default): before
+    /// anyone waiting for one of their events hears it is durable, at the
+    /// session's end and close, and at most `sync_interval` after a batch
+    /// is written; one sync for many events.
     #[default]
     Batch,
     /// Never: the OS flushes when it likes, the new session's files and
@@ -54,11 +56,16 @@ pub struct LogConfig {
     pub terminal_wait: Duration,
     /// How long the writer lets a batch gather more events while nobody
     /// waits for them to be durable (a flush, a write tool's journal
-    /// entry, the root `thread.completed` commit at once): one write and
-    /// one fsync for the events of a turn instead of one per event.
-    /// Zero commits every event as soon as it is taken; ignored with
-    /// [`FsyncPolicy::Always`].
+    /// entry, the root `thread.completed` commit at once): one write for
+    /// the events of a turn instead of one per event. Zero writes every
+    /// event as soon as it is taken; ignored with [`FsyncPolicy::Always`].
     pub group_commit_delay: Duration,
+    /// With [`FsyncPolicy::Batch`], how long written events nobody waits
+    /// for may stay unsynced: the most of them a power loss can take. A
+    /// wait for durability (a flush, a write tool's journal entry), the
+    /// session's end, a durable manifest change, a close or
+    /// `max_batch_bytes` of them syncs them at once.
+    pub sync_interval: Duration,
 }
 
 impl Default for LogConfig {
@@ -71,6 +78,7 @@ impl Default for LogConfig {
             manifest_interval: Duration::from_secs(1),
             terminal_wait: Duration::from_secs(30),
             group_commit_delay: Duration::from_millis(2),
+            sync_interval: Duration::from_secs(1),
         }
     }
 }

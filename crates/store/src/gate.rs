@@ -111,10 +111,18 @@ impl Record {
 #[derive(Default)]
 pub(crate) struct GateState {
     pub(crate) queue: VecDeque<Record>,
-    /// The batch the writer took and has not committed yet. Kept here, not
+    /// The batch the writer took and has not written yet. Kept here, not
     /// in the writer, so a restarted writer writes it again.
     pub(crate) inflight: Option<Arc<Vec<Record>>>,
-    /// Events and bytes in `queue` plus `inflight`.
+    /// Batches written but not yet synced (`fsync = batch`), oldest first:
+    /// held until a sync makes them durable, so a restarted writer (after
+    /// a failed write or sync) writes them again.
+    pub(crate) unsynced: Vec<Arc<Vec<Record>>>,
+    /// Bytes in `unsynced`.
+    pub(crate) unsynced_bytes: usize,
+    /// When the oldest batch of `unsynced` was written.
+    pub(crate) unsynced_since: Option<Instant>,
+    /// Events and bytes in `queue`, `inflight` and `unsynced`.
     pub(crate) held_events: usize,
     pub(crate) held_bytes: usize,
     /// Events accepted since the log was opened (sequence of the last one).
@@ -132,6 +140,14 @@ pub(crate) struct GateState {
     /// Callers waiting for an event to be durable: the writer does not
     /// let a batch gather while there are any.
     pub(crate) durability_waiters: usize,
+}
+
+/// What the writer does next.
+pub(crate) enum Work {
+    /// Write this batch.
+    Write(Arc<Vec<Record>>),
+    /// Sync the batches written so far (nothing new to write).
+    Sync,
 }
 
 /// The gate shared by producers and the writer.
@@ -242,15 +258,16 @@ impl Gate {
         self.room.notify_all();
     }
 
-    /// Takes the next batch for the writer: the uncommitted in-flight batch
-    /// if a previous writer left one, else up to `max_batch_bytes` of queued
-    /// records. Blocks while there is nothing to do; `None` once closed and
-    /// empty.
-    pub(crate) fn next_batch(&self) -> Option<Arc<Vec<Record>>> {
+    /// Takes the writer's next work: the uncommitted in-flight batch if a
+    /// previous writer left one, else up to `max_batch_bytes` of queued
+    /// records, else a sync of the written batches once one is due
+    /// ([`Gate::sync_due`]). Blocks while there is nothing to do; `None`
+    /// once closed, written and synced.
+    pub(crate) fn next_work(&self) -> Option<Work> {
         let mut st = self.state.lock();
         loop {
             if let Some(batch) = st.inflight.as_ref() {
-                return Some(Arc::clone(batch));
+                return Some(Work::Write(Arc::clone(batch)));
             }
             if !st.queue.is_empty() {
                 if let Some(deadline) = self.gather_until(&st) {
@@ -273,15 +290,39 @@ impl Gate {
                 let batch: Vec<Record> = st.queue.drain(..take).collect();
                 let batch = Arc::new(batch);
                 st.inflight = Some(Arc::clone(&batch));
-                return Some(batch);
+                return Some(Work::Write(batch));
+            }
+            if !st.unsynced.is_empty() && self.sync_due(&st) {
+                return Some(Work::Sync);
             }
             if st.closed {
                 return None;
             }
             st.writer_waiting = true;
-            self.work.wait_for(&mut st, Duration::from_millis(500));
+            match st.unsynced_since {
+                Some(since) => {
+                    let due = since + self.config.sync_interval;
+                    self.work.wait_until(&mut st, due);
+                }
+                None => {
+                    self.work.wait_for(&mut st, Duration::from_millis(500));
+                }
+            }
             st.writer_waiting = false;
         }
+    }
+
+    /// Whether the written batches must be synced now: someone waits for
+    /// durability, the log is closing, the session has ended, they hold
+    /// `max_batch_bytes`, or the oldest was written `sync_interval` ago.
+    fn sync_due(&self, st: &GateState) -> bool {
+        st.durability_waiters > 0
+            || st.closed
+            || st.terminal_seen
+            || st.unsynced_bytes >= self.config.max_batch_bytes
+            || st
+                .unsynced_since
+                .is_some_and(|since| since.elapsed() >= self.config.sync_interval)
     }
 
     /// When a batch may gather more events before it is taken: not with
@@ -312,13 +353,52 @@ impl Gate {
         }
     }
 
-    /// Marks the in-flight batch committed and frees its room.
-    pub(crate) fn commit(&self, events: usize, bytes: usize) {
+    /// Records the in-flight batch (`bytes` long) as written, not yet
+    /// synced; returns whether a sync is due now ([`Gate::sync_due`]).
+    pub(crate) fn written(&self, bytes: usize) -> bool {
         let mut st = self.state.lock();
-        st.inflight = None;
+        if let Some(batch) = st.inflight.take() {
+            st.unsynced.push(batch);
+            st.unsynced_bytes += bytes;
+            st.unsynced_since.get_or_insert_with(Instant::now);
+        }
+        self.sync_due(&st)
+    }
+
+    /// Marks every written batch durable and frees its room; returns the
+    /// events and bytes that became durable.
+    pub(crate) fn synced(&self) -> (usize, usize) {
+        let mut st = self.state.lock();
+        let events: usize = st.unsynced.iter().map(|b| b.len()).sum();
+        let bytes = st.unsynced_bytes;
+        st.unsynced.clear();
+        st.unsynced_bytes = 0;
+        st.unsynced_since = None;
         st.held_events = st.held_events.saturating_sub(events);
         st.held_bytes = st.held_bytes.saturating_sub(bytes);
         self.room.notify_all();
+        (events, bytes)
+    }
+
+    /// For a writer starting after a failed one: the batches it wrote but
+    /// did not sync, and the one it took, become one in-flight batch, to
+    /// be written again after the log is cut back to its synced length.
+    pub(crate) fn take_back_unsynced(&self) {
+        let mut st = self.state.lock();
+        if st.unsynced.is_empty() {
+            return;
+        }
+        let mut again: Vec<Record> = st
+            .unsynced
+            .drain(..)
+            .flat_map(|b| b.iter().cloned().collect::<Vec<_>>())
+            .collect();
+        if let Some(batch) = st.inflight.take() {
+            again.extend(batch.iter().cloned());
+        }
+        st.unsynced_bytes = 0;
+        st.unsynced_since = None;
+        st.inflight = Some(Arc::new(again));
     }
 
     /// Fails the session closed for a reason other than saturation.

@@ -18,9 +18,9 @@
 //! by `troupe-actors`) takes
 //! batches, appends them, fsyncs per [`FsyncPolicy`], then feeds the
 //! exporters in the same order and keeps the manifest current. A batch
-//! stays in the gate until it is committed, so a failed writer's
-//! replacement writes it again after cutting any partial write: accepted
-//! events are never dropped.
+//! stays in the gate until it is synced, so a failed writer's replacement
+//! writes it again after cutting the log back to its synced length:
+//! accepted events are never dropped.
 
 /// troupe's directory under a workspace (sessions, state, tasks,
 /// worktrees). Every path built from it uses this constant; the design

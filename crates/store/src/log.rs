@@ -481,6 +481,9 @@ impl SessionLog {
             }
             *running = true;
         }
+        // A failed writer's written but unsynced batches are written again
+        // after the log is cut back to its synced length.
+        self.inner.gate.take_back_unsynced();
         let file = match self.open_for_append() {
             Ok(f) => f,
             Err(e) => {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::config::FsyncPolicy;
 use super::error::StoreError;
-use super::gate::{Meta, Record};
+use super::gate::{Meta, Record, Work};
 #[cfg(feature = "test-hooks")]
 use super::log::Fault;
 use super::log::LogInner;
@@ -29,7 +29,17 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
     // What the manifest on disk says, and whether it was written as the
     // final one would be (synced, unless the policy is `never`).
     let mut written = (inner.manifest.lock().counts(), true);
-    while let Some(batch) = inner.gate.next_batch() {
+    while let Some(work) = inner.gate.next_work() {
+        let batch = match work {
+            Work::Write(batch) => batch,
+            Work::Sync => {
+                file.sync_data().map_err(io_err("sync", path))?;
+                inner.stats.lock().syncs += 1;
+                let durable = commit_synced(inner);
+                inner.progress.send_modify(|p| p.committed += durable);
+                continue;
+            }
+        };
         buf.clear();
         for r in batch.iter() {
             buf.extend_from_slice(&r.line);
@@ -40,10 +50,9 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
             let fault = inner.fault.lock().as_ref().and_then(|h| h(batch_no));
             apply_fault(fault, &mut file, &buf).map_err(io_err("write", path))?;
         }
-        let syncs = write_batch(&mut file, &batch, &buf, inner.gate.config.fsync)
-            .map_err(io_err("write", path))?;
-        *inner.committed_len.lock() += buf.len() as u64;
-        inner.gate.commit(batch.len(), buf.len());
+        let policy = inner.gate.config.fsync;
+        let syncs = write_batch(&mut file, &batch, &buf, policy).map_err(io_err("write", path))?;
+        let sync_due = inner.gate.written(buf.len());
         {
             let mut stats = inner.stats.lock();
             stats.batches += 1;
@@ -54,18 +63,30 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
             }
         }
         // A status change is written before anyone hears the batch is
-        // durable, and `completed` (or a failure cleared) durably; counters
-        // are refreshed at most every manifest_interval. `active` and the
-        // counters are written without fsync: the log says them too, and
-        // reopen recounts them (rebuilding a manifest a power loss tore).
+        // durable, and `completed` (or a failure cleared) durably, after
+        // the log itself is synced; counters are refreshed at most every
+        // manifest_interval. `active` and the counters are written without
+        // fsync: the log says them too, and reopen recounts them
+        // (rebuilding a manifest a power loss tore).
         let change = update_manifest(inner, &batch);
+        // `batch` syncs the written batches when someone waits for them,
+        // at the session's end, for a durable status change, or once the
+        // oldest is `sync_interval` old; `always` synced each event and
+        // `never` syncs nothing: both are durable (as promised) at once.
+        let mut durable = 0;
+        if policy != FsyncPolicy::Batch {
+            durable = commit_synced(inner);
+        } else if sync_due || change == Change::Durable {
+            file.sync_data().map_err(io_err("sync", path))?;
+            inner.stats.lock().syncs += 1;
+            durable = commit_synced(inner);
+        }
         if change != Change::None || last_manifest.elapsed() >= inner.gate.config.manifest_interval
         {
             // The log is canonical and the manifest is rebuilt from it on
             // reopen, so a failed refresh is retried, not fatal.
             let mut m = inner.manifest.lock();
-            let durable =
-                change == Change::Durable && inner.gate.config.fsync != FsyncPolicy::Never;
+            let durable = change == Change::Durable && policy != FsyncPolicy::Never;
             match m.write_with(&inner.manifest_path, durable) {
                 Ok(()) => {
                     last_manifest = Instant::now();
@@ -78,14 +99,15 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
             }
         }
         inner.progress.send_modify(|p| {
-            p.committed += batch.len() as u64;
+            p.committed += durable;
             p.writer_error = None;
         });
+        // Exporters see each batch once written, durable or not yet.
         export(inner, &batch);
     }
-    // Closed and drained. No sync here: with `batch` and `always` every
-    // batch was synced as it was written (`sync_data` covers the file's
-    // size), and `never` promises none.
+    // Closed, drained and synced. No sync here: with `batch` the close made
+    // the last written batches due (`sync_data` covers the file's size),
+    // `always` synced each event, and `never` promises none.
     drop(file);
     finish_exporters(inner);
     // The final manifest, unless the last (synced) write said it all.
@@ -128,16 +150,22 @@ fn write_batch(
             }
             Ok(batch.len() as u64)
         }
-        FsyncPolicy::Batch => {
-            file.write_all(buf)?;
-            file.sync_data()?;
-            Ok(1)
-        }
-        FsyncPolicy::Never => {
+        // `batch` syncs when due, in the caller.
+        FsyncPolicy::Batch | FsyncPolicy::Never => {
             file.write_all(buf)?;
             Ok(0)
         }
     }
+}
+
+/// The written batches are durable (synced, or as durable as the policy
+/// makes them): their room is freed and the length a restarted writer
+/// cuts back to moves past them. Returns how many events became durable,
+/// for the caller to publish once the manifest says what it must.
+fn commit_synced(inner: &LogInner) -> u64 {
+    let (events, bytes) = inner.gate.synced();
+    *inner.committed_len.lock() += bytes as u64;
+    events as u64
 }
 
 fn export(inner: &LogInner, batch: &[Record]) {

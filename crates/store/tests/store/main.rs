@@ -21,7 +21,12 @@ use troupe_protocol::{
 };
 use troupe_store::{EventReader, LogConfig, SessionLog, SessionStore};
 
+pub use troupe_test_support::wait::until;
+
 pub const ROOT: &str = "thread-root";
+
+/// How long a test waits for the writer before it fails.
+pub const LIMIT: Duration = Duration::from_secs(10);
 
 /// An agent_message event whose text is `text`, padded to ~300 bytes.
 pub fn msg(text: &str) -> ThreadEvent {

@@ -41,13 +41,24 @@ fn fsync_policies_sync_as_documented() {
         log.close();
         w.join().unwrap();
         let stats = log.stats();
-        let want = match policy {
-            FsyncPolicy::Always => 250,
-            FsyncPolicy::Batch => stats.batches,
-            FsyncPolicy::Never => 0,
-        };
-        assert_eq!(stats.syncs, want, "{expect}");
+        match policy {
+            FsyncPolicy::Always => assert_eq!(stats.syncs, 250, "{expect}"),
+            // Nobody waits and no second passes: the batches written are
+            // synced together when the close makes them due.
+            FsyncPolicy::Batch => assert!(
+                (1..=stats.batches).contains(&stats.syncs),
+                "{expect}: {} syncs for {} batches",
+                stats.syncs,
+                stats.batches
+            ),
+            FsyncPolicy::Never => assert_eq!(stats.syncs, 0, "{expect}"),
+        }
         assert_eq!(read_all(log.events_path()).len(), 250);
+        assert_eq!(
+            log.progress().borrow().committed,
+            250,
+            "all durable at close"
+        );
     }
 }
 
@@ -95,6 +106,50 @@ fn failed_writer_is_restarted_without_losing_or_duplicating_events() {
         );
         assert!(log.progress().borrow().finished);
     }
+}
+
+#[test]
+fn a_restarted_writer_writes_again_the_batches_its_predecessor_wrote_but_never_synced() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Each event its own batch, none synced until a waiter or the close.
+    let log = new_log(
+        tmp.path(),
+        LogConfig {
+            group_commit_delay: std::time::Duration::ZERO,
+            sync_interval: std::time::Duration::from_secs(3600),
+            ..LogConfig::default()
+        },
+    );
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    log.set_fault_hook(Some(Arc::new(move |n| {
+        (n == 3 && !fired.swap(true, std::sync::atomic::Ordering::SeqCst))
+            .then_some(Fault::PartialWrite(40))
+    })));
+    let first = log.start_writer(|_| {}).unwrap();
+    let tx = log.sender();
+    for i in 0..3 {
+        tx.emit(&msg(&format!("a{i}"))).unwrap();
+        until(LIMIT, "the event written", || {
+            (read_all(log.events_path()).len() == i + 1).then_some(())
+        });
+    }
+    assert_eq!(log.stats().syncs, 0, "written, not synced");
+    assert_eq!(log.progress().borrow().committed, 0);
+    // The fourth batch fails halfway: the three before it were never
+    // synced, so the failure leaves the log cut back to none of them.
+    tx.emit(&msg("a3")).unwrap();
+    let err = first.join().unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    let second = log.start_writer(|_| {}).unwrap();
+    rt().block_on(log.flush(LIMIT)).unwrap();
+    assert_eq!(log.progress().borrow().committed, 4);
+    log.close();
+    second.join().unwrap();
+    let ids: Vec<String> = read_all(log.events_path())
+        .iter()
+        .filter_map(msg_id)
+        .collect();
+    assert_eq!(ids, ["a0", "a1", "a2", "a3"], "each once, in order");
 }
 
 #[test]
