@@ -28,6 +28,41 @@ pub const ROOT: &str = "thread-root";
 /// How long a test waits for the writer before it fails.
 pub const LIMIT: Duration = Duration::from_secs(10);
 
+/// An exporter's output kept in memory.
+#[derive(Clone, Default)]
+pub struct Shared(pub std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Emits `n` messages `<prefix><i>` one at a time, each once it is
+/// written to the log (no one waits for it to be durable).
+pub fn emit_each_written(log: &SessionLog, prefix: &str, n: usize) {
+    let tx = log.sender();
+    let before = read_all(log.events_path()).len();
+    for i in 0..n {
+        tx.emit(&msg(&format!("{prefix}{i}"))).unwrap();
+        until(LIMIT, "the event written", || {
+            (read_all(log.events_path()).len() == before + i + 1).then_some(())
+        });
+    }
+}
+
+/// The ids of the messages in the log, in order.
+pub fn msg_ids(log: &SessionLog) -> Vec<String> {
+    read_all(log.events_path())
+        .iter()
+        .filter_map(msg_id)
+        .collect()
+}
+
 /// An agent_message event whose text is `text`, padded to ~300 bytes.
 pub fn msg(text: &str) -> ThreadEvent {
     ThreadEvent::ItemCompleted(ItemEvent {

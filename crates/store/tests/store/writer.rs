@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use troupe_protocol::CompletionSubtype;
 use troupe_store::{
     ExportFormat, Fault, FsyncPolicy, JsonlFileExporter, LogConfig, Manifest, SessionStatus,
@@ -92,10 +91,7 @@ fn failed_writer_is_restarted_without_losing_or_duplicating_events() {
         let second = log.start_writer(|_| {}).unwrap();
         log.close();
         second.join().unwrap();
-        let ids: Vec<String> = read_all(log.events_path())
-            .iter()
-            .filter_map(msg_id)
-            .collect();
+        let ids = msg_ids(&log);
         let want: Vec<String> = (0..100)
             .map(|i| format!("a{i}"))
             .chain((0..100).map(|i| format!("b{i}")))
@@ -126,18 +122,12 @@ fn a_restarted_writer_writes_again_the_batches_its_predecessor_wrote_but_never_s
             .then_some(Fault::PartialWrite(40))
     })));
     let first = log.start_writer(|_| {}).unwrap();
-    let tx = log.sender();
-    for i in 0..3 {
-        tx.emit(&msg(&format!("a{i}"))).unwrap();
-        until(LIMIT, "the event written", || {
-            (read_all(log.events_path()).len() == i + 1).then_some(())
-        });
-    }
+    emit_each_written(&log, "a", 3);
     assert_eq!(log.stats().syncs, 0, "written, not synced");
     assert_eq!(log.progress().borrow().committed, 0);
     // The fourth batch fails halfway: the three before it were never
     // synced, so the failure leaves the log cut back to none of them.
-    tx.emit(&msg("a3")).unwrap();
+    log.sender().emit(&msg("a3")).unwrap();
     let err = first.join().unwrap_err();
     assert!(err.to_string().contains("injected"), "{err}");
     let second = log.start_writer(|_| {}).unwrap();
@@ -145,11 +135,11 @@ fn a_restarted_writer_writes_again_the_batches_its_predecessor_wrote_but_never_s
     assert_eq!(log.progress().borrow().committed, 4);
     log.close();
     second.join().unwrap();
-    let ids: Vec<String> = read_all(log.events_path())
-        .iter()
-        .filter_map(msg_id)
-        .collect();
-    assert_eq!(ids, ["a0", "a1", "a2", "a3"], "each once, in order");
+    assert_eq!(
+        msg_ids(&log),
+        ["a0", "a1", "a2", "a3"],
+        "each once, in order"
+    );
 }
 
 #[test]
@@ -160,19 +150,6 @@ fn only_one_writer_at_a_time() {
     assert!(log.start_writer(|_| {}).is_err());
     log.close();
     w.join().unwrap();
-}
-
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 struct Broken;
