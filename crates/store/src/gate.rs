@@ -388,12 +388,9 @@ impl Gate {
         if st.unsynced.is_empty() {
             return;
         }
-        let mut again: Vec<Record> = st
-            .unsynced
-            .drain(..)
-            .flat_map(|b| b.iter().cloned().collect::<Vec<_>>())
-            .collect();
-        if let Some(batch) = st.inflight.take() {
+        let inflight = st.inflight.take();
+        let mut again: Vec<Record> = Vec::new();
+        for batch in st.unsynced.drain(..).chain(inflight) {
             again.extend(batch.iter().cloned());
         }
         st.unsynced_bytes = 0;

@@ -33,9 +33,7 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
         let batch = match work {
             Work::Write(batch) => batch,
             Work::Sync => {
-                file.sync_data().map_err(io_err("sync", path))?;
-                inner.stats.lock().syncs += 1;
-                let durable = commit_synced(inner);
+                let durable = sync_written(inner, &file)?;
                 inner.progress.send_modify(|p| p.committed += durable);
                 continue;
             }
@@ -77,9 +75,7 @@ pub(crate) fn writer_loop(inner: &LogInner, mut file: File) -> Result<(), StoreE
         if policy != FsyncPolicy::Batch {
             durable = commit_synced(inner);
         } else if sync_due || change == Change::Durable {
-            file.sync_data().map_err(io_err("sync", path))?;
-            inner.stats.lock().syncs += 1;
-            durable = commit_synced(inner);
+            durable = sync_written(inner, &file)?;
         }
         if change != Change::None || last_manifest.elapsed() >= inner.gate.config.manifest_interval
         {
@@ -156,6 +152,15 @@ fn write_batch(
             Ok(0)
         }
     }
+}
+
+/// Syncs the written batches (`batch`) and commits them; returns how many
+/// events became durable.
+fn sync_written(inner: &LogInner, file: &File) -> Result<u64, StoreError> {
+    file.sync_data()
+        .map_err(io_err("sync", &inner.events_path))?;
+    inner.stats.lock().syncs += 1;
+    Ok(commit_synced(inner))
 }
 
 /// The written batches are durable (synced, or as durable as the policy
