@@ -207,6 +207,13 @@ fn apply_bundle(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
             ),
         })?;
     let tree = commit.tree().map_err(failed("read the commit's tree"))?;
+    // A checkout killed half-way is simply done again (it is forced): only
+    // the locks it left need clearing.
+    let (_write, _) = troupe_worktree::GitWrite::begin(&repo, &format!("apply {}", parsed.head))
+        .map_err(|e| RemoteError::Git {
+            what: format!("apply {}", bundle.display()),
+            why: e.to_string(),
+        })?;
     let mut co = git2::build::CheckoutBuilder::new();
     co.force();
     repo.checkout_tree(tree.as_object(), Some(&mut co))
@@ -375,6 +382,9 @@ fn commit_and_bundle(
     if repo.statuses(Some(&mut opts))?.is_empty() {
         return Ok(None);
     }
+    // A worker killed mid-commit leaves no lock for the next commit here.
+    let (_write, _) = troupe_worktree::GitWrite::begin(&repo, "commit")
+        .map_err(|e| git2::Error::from_str(&e.to_string()))?;
     let mut index = repo.index()?;
     index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
     index.update_all(["*"], None)?;

@@ -130,6 +130,19 @@ pub enum WorktreeError {
         #[source]
         source: git2::Error,
     },
+    /// A lock file of the repository is held: another git process is
+    /// writing, or one killed mid-write left it (troupe clears those its
+    /// own killed processes leave).
+    #[error(
+        "git failed while {action}: {source}: another git process holds its lock; if none is running in this repository, remove the stale `index.lock` (or `<ref>.lock`) under its git directory and retry"
+    )]
+    Locked {
+        /// What was being done.
+        action: &'static str,
+        /// The libgit2 error.
+        #[source]
+        source: git2::Error,
+    },
     /// A file-system call failed.
     #[error("I/O error while {action} {}: {source}", path.display())]
     Io {
@@ -163,7 +176,10 @@ pub(crate) trait GitContext<T> {
 
 impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
     fn git(self, action: &'static str) -> Result<T> {
-        self.map_err(|source| WorktreeError::Git { action, source })
+        self.map_err(|source| match source.code() {
+            git2::ErrorCode::Locked => WorktreeError::Locked { action, source },
+            _ => WorktreeError::Git { action, source },
+        })
     }
 }
 

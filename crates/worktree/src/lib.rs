@@ -10,6 +10,8 @@
 //!   .git/worktrees/<id>/             libgit2's admin entry + `troupe-base`
 //!                                    (+ `troupe-owner` while being created)
 //!   .vtcode/worktrees/<id>/          the worktree, on branch `troupe/<id>`
+//!   <git dir>/troupe-write.flock     held while troupe writes that git dir
+//!   <git dir>/troupe-writing         ... and this marker with it (guard.rs)
 //! ```
 //!
 //! # Layout
@@ -19,6 +21,9 @@
 //!   `fastadd.rs` writes a new worktree's files from several threads when
 //!   the tree is plain (no attributes, submodules or filters).
 //! - [`Worktree`] (`worktree.rs`): path, branch, base, status, diff, commit.
+//! - [`GitWrite`] (`guard.rs`): a write of a git dir (index, HEAD, branch)
+//!   that a process killed mid-write cannot leave locked; commits and
+//!   merges run as one.
 //! - [`resolve_in_worktree`] (`paths.rs`): confine a caller's path.
 //! - [`WorktreeError`] (`error.rs`): every refusal, with how to fix it.
 //! - [`init_repo_with_commit`], [`recent_commits`], [`changed_paths`],
@@ -46,6 +51,7 @@
 mod admin;
 mod error;
 mod fastadd;
+mod guard;
 mod id;
 mod merge;
 mod owner;
@@ -56,6 +62,7 @@ mod workspace;
 mod worktree;
 
 pub use error::{Result, WorktreeError};
+pub use guard::{GitWrite, Interrupted};
 pub use id::{BRANCH_PREFIX, validate_id};
 pub use merge::MergeOutcome;
 pub use paths::resolve_in_worktree;

@@ -5,6 +5,7 @@
 use git2::{Commit, Oid, Repository, Status, StatusOptions, build::CheckoutBuilder};
 
 use crate::error::{GitContext, Result, WorktreeError};
+use crate::guard::GitWrite;
 use crate::workspace::Workspace;
 use crate::worktree::{Worktree, signature};
 
@@ -72,6 +73,7 @@ impl Workspace {
     pub fn merge(&self, wt: &Worktree) -> Result<MergeOutcome> {
         let _guard = crate::workspace::write_lock();
         let repo = self.repo()?;
+        let write = begin_write(&repo)?;
         let theirs = repo
             .refname_to_id(&format!("refs/heads/{}", wt.branch()))
             .git("reading the worktree branch")?;
@@ -100,6 +102,7 @@ impl Workspace {
         };
         let new_c = repo.find_commit(new).git("reading the merged commit")?;
         self.refuse_untracked_in_the_way(&new_c, &ours_c, untracked)?;
+        write.note(&format!("{MERGE_NOTE} {ours} {new}"))?;
         write_result(&repo, &target, &ours_c, &new_c, &message)?;
         tracing::info!(branch = wt.branch(), into = target.describe(), commit = %new, fast_forward, "worktree merged");
         Ok(if fast_forward {
@@ -172,6 +175,79 @@ impl Workspace {
             files: in_the_way,
         })
     }
+}
+
+/// The note a merge's [`GitWrite`] carries once it writes the parent:
+/// `merge <old HEAD> <new HEAD>`.
+const MERGE_NOTE: &str = "merge";
+
+/// Begins a write of the parent's git dir. A merge a killed troupe left
+/// half-written (its files partly checked out, the index perhaps updated,
+/// HEAD not yet moved) is put back first: the paths it changes are checked
+/// out as they are at the old HEAD (files it added removed), so the merge
+/// can be done again; one whose HEAD had moved is finished and is left.
+pub(crate) fn begin_write(repo: &Repository) -> Result<GitWrite> {
+    let (write, interrupted) = GitWrite::begin(repo, "write")?;
+    if let Some(found) = interrupted {
+        put_back(repo, &found.note)?;
+    }
+    Ok(write)
+}
+
+/// Puts back the parent's files a merge noted as `merge <old> <new>`
+/// changed, when HEAD is still at `old`.
+fn put_back(repo: &Repository, note: &str) -> Result<()> {
+    let mut words = note.split_whitespace();
+    let (Some(MERGE_NOTE), Some(old), Some(new)) = (words.next(), words.next(), words.next())
+    else {
+        return Ok(());
+    };
+    let (Ok(old), Ok(new)) = (Oid::from_str(old), Oid::from_str(new)) else {
+        tracing::warn!(
+            note,
+            "an unreadable merge note: the parent's files are left as they are"
+        );
+        return Ok(());
+    };
+    let head = repo.head().ok().and_then(|h| h.target());
+    if head != Some(old) {
+        if head != Some(new) {
+            tracing::warn!(%old, %new, ?head, "HEAD moved since a merge was killed: the parent's files are left as they are");
+        }
+        return Ok(());
+    }
+    let old_c = repo.find_commit(old).git("reading a killed merge's HEAD")?;
+    let new_c = repo
+        .find_commit(new)
+        .git("reading a killed merge's result")?;
+    let diff = repo
+        .diff_tree_to_tree(
+            Some(&old_c.tree().git("reading a killed merge's HEAD")?),
+            Some(&new_c.tree().git("reading a killed merge's result")?),
+            None,
+        )
+        .git("comparing a killed merge's trees")?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout
+        .force()
+        .remove_untracked(true)
+        .disable_pathspec_match(true);
+    let mut any = false;
+    for delta in diff.deltas() {
+        for path in [delta.old_file().path(), delta.new_file().path()]
+            .into_iter()
+            .flatten()
+        {
+            checkout.path(path);
+            any = true;
+        }
+    }
+    if any {
+        repo.checkout_tree(old_c.as_object(), Some(&mut checkout))
+            .git("putting back the files of a merge a killed troupe left half-done")?;
+    }
+    tracing::info!(%old, %new, "put back the parent's files of a merge a killed troupe left half-done");
+    Ok(())
 }
 
 /// Merges in memory. `Ok(Ok(commit))`: the merge commit, written to the

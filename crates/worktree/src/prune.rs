@@ -58,9 +58,13 @@ impl Workspace {
     /// - directories under `.vtcode/worktrees/` that no worktree owns;
     /// - `troupe/*` branches no worktree has checked out, when HEAD already
     ///   contains them (others are reported in
-    ///   [`PruneReport::kept_branches`]).
+    ///   [`PruneReport::kept_branches`]);
+    /// - the locks and half-checked-out files of a merge into the parent
+    ///   that a killed troupe left ([`GitWrite`](crate::GitWrite)).
     pub fn prune(&self) -> Result<PruneReport> {
         let repo = self.repo()?;
+        // A merge a killed troupe left half-written is put back.
+        drop(crate::merge::begin_write(&repo)?);
         let mut report = PruneReport::default();
         let live = self.prune_entries(&repo, &mut report)?;
         self.prune_directories(&live, &mut report)?;

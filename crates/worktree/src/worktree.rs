@@ -8,6 +8,7 @@ use git2::{
 };
 
 use crate::error::{GitContext, Result, WorktreeError};
+use crate::guard::GitWrite;
 
 /// A troupe worktree: a linked git worktree at `.vtcode/worktrees/<id>` on
 /// branch `troupe/<id>`. Holds only names and paths; every call opens the
@@ -201,8 +202,11 @@ impl Worktree {
     /// Stages everything (new, changed and deleted files; ignored files and
     /// `.vtcode/` excepted) and commits it on the worktree branch. Returns
     /// the new commit's id, or `None` when there was nothing to commit.
+    /// Runs as a [`GitWrite`]: the locks a troupe killed while committing
+    /// here left are cleared first.
     pub fn commit(&self, message: &str) -> Result<Option<String>> {
         let repo = self.repo()?;
+        let (_write, _) = GitWrite::begin(&repo, &format!("commit {}", self.id))?;
         let mut index = repo.index().git("opening the worktree index")?;
         index
             .add_all(["*"], IndexAddOption::DEFAULT, None)

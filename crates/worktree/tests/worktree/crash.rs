@@ -49,17 +49,32 @@ fn big_fixture(n: usize) -> (tempfile::TempDir, Repository) {
     (dir, repo)
 }
 
-/// Runs the child until it has finished `min_done` worktrees, waits `extra`,
-/// kills it with SIGKILL and returns the ids it reported finished.
+/// Runs the creator child until it has finished `min_done` worktrees,
+/// waits `extra`, kills it with SIGKILL and returns the ids it reported
+/// finished.
 fn run_and_kill(dir: &Path, min_done: usize, extra: Duration) -> Vec<String> {
+    run_and_kill_child(dir, "crash::crash_child_creator", min_done, extra)
+}
+
+/// Runs the child test `name` until it has reported `min_done` rounds in
+/// `done.txt`, waits `extra`, kills it with SIGKILL and returns the rounds
+/// it reported.
+fn run_and_kill_child(dir: &Path, name: &str, min_done: usize, extra: Duration) -> Vec<String> {
+    run_and_kill_after(dir, name, min_done, |_| extra)
+}
+
+/// [`run_and_kill_child`], the wait after `min_done` rounds given by
+/// `extra` from the last round's duration (the time between the last two
+/// reports; zero when `min_done` < 2).
+fn run_and_kill_after(
+    dir: &Path,
+    name: &str,
+    min_done: usize,
+    extra: impl FnOnce(Duration) -> Duration,
+) -> Vec<String> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "crash::crash_child_creator",
-            "--nocapture",
-        ])
+        .args(["--ignored", "--exact", name, "--nocapture"])
         .env(CHILD_ENV, dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -72,12 +87,21 @@ fn run_and_kill(dir: &Path, min_done: usize, extra: Duration) -> Vec<String> {
             .unwrap_or_default()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while read().len() < min_done {
-        assert!(Instant::now() < deadline, "child never finished a worktree");
+    let mut seen = (0, Instant::now());
+    let mut last_round = Duration::ZERO;
+    while seen.0 < min_done {
+        assert!(Instant::now() < deadline, "child never finished a round");
         assert!(child.try_wait().unwrap().is_none(), "child exited early");
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
+        let now = read().len();
+        if now > seen.0 {
+            if seen.0 > 0 {
+                last_round = seen.1.elapsed();
+            }
+            seen = (now, Instant::now());
+        }
     }
-    std::thread::sleep(extra);
+    std::thread::sleep(extra(last_round));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     read()
@@ -221,4 +245,200 @@ fn a_running_creators_lock_is_kept() {
             .is_ok()
     );
     assert!(user.join("locked").is_file());
+}
+
+/// Not a test by itself: the child process of
+/// [`sigkill_while_committing_and_merging_then_merge_again`]. It makes
+/// worktree `m`; round `n` rewrites its files, commits them and merges
+/// them into the parent, then appends `n` to `done.txt`, until killed.
+#[test]
+#[ignore = "child process of the crash tests"]
+fn crash_child_merger() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let ws = Workspace::open(dir.join("repo")).unwrap();
+    let wt = ws.create_worktree("m").unwrap();
+    let mut done = String::new();
+    for n in 0.. {
+        for i in 0..200 {
+            write(
+                wt.path(),
+                &format!("d{}/f{i}.txt", i % 20),
+                &format!("round {n} file {i}\n").repeat(20),
+            );
+        }
+        wt.commit(&format!("round {n}")).unwrap();
+        assert!(!matches!(
+            ws.merge(&wt).unwrap(),
+            troupe_worktree::MergeOutcome::Conflict { .. }
+        ));
+        done.push_str(&format!("{n}\n"));
+        std::fs::write(dir.join("done.tmp"), &done).unwrap();
+        std::fs::rename(dir.join("done.tmp"), dir.join("done.txt")).unwrap();
+    }
+}
+
+/// A troupe killed while committing a worktree or merging it into the
+/// parent (the scripts/chaos failure: a coordinator SIGKILLed mid-merge
+/// left `index.lock`, and the resumed session could never merge that
+/// child) leaves nothing that stops the next commit and merge: the
+/// worktree it was on is committed and merged again, and the parent ends
+/// clean with that round's files.
+#[test]
+fn sigkill_while_committing_and_merging_then_merge_again() {
+    // Kills spread over a round: most of it is the commit (hashing the
+    // files), the end the merge.
+    for (round, share) in [0.3, 0.7, 0.85, 0.95].into_iter().enumerate() {
+        let (dir, repo) = big_fixture(20);
+        let done = run_and_kill_after(dir.path(), "crash::crash_child_merger", 2, |r| {
+            r.mul_f64(share)
+        });
+        let extra = format!("{share} of a round");
+        let ws = Workspace::open(dir.path().join("repo")).unwrap();
+        let writing: Vec<_> = [repo.path().to_path_buf()]
+            .into_iter()
+            .chain(
+                ws.list()
+                    .unwrap()
+                    .iter()
+                    .map(|w| repo.path().join("worktrees").join(&w.id)),
+            )
+            .filter(|d| d.join("troupe-writing").exists())
+            .collect();
+        let report = ws.prune().unwrap();
+        let left = ws.list().unwrap();
+        eprintln!(
+            "round {round}: killed after {} done, {extra:?}, writing {writing:?}: {report:?}, left {:?}",
+            done.len(),
+            left.iter().map(|w| &w.id).collect::<Vec<_>>()
+        );
+        assert_eq!(left.len(), 1, "round {round}: {left:?}");
+        for info in &left {
+            let wt = ws.worktree(&info.id).unwrap();
+            wt.commit("after the kill").unwrap();
+            let outcome = ws.merge(&wt).unwrap();
+            assert!(
+                !matches!(outcome, troupe_worktree::MergeOutcome::Conflict { .. }),
+                "round {round}: {outcome:?}"
+            );
+            assert_eq!(
+                snapshot(&dir.path().join("repo")),
+                snapshot(wt.path()),
+                "round {round}: the parent's files are not the merged worktree's"
+            );
+            ws.remove(&wt).unwrap();
+        }
+        assert!(dirty_paths(&repo).is_empty(), "round {round}");
+        assert!(!repo.path().join("index.lock").exists(), "round {round}");
+    }
+}
+
+/// What a merge killed mid-write leaves, made by hand so that each
+/// instant is covered: the marker noting the merge, `.git/index.lock`, and
+/// the parent's files either partly written (index untouched) or all
+/// written with the index updated (killed before HEAD moved). The next
+/// merge puts the files back and merges again.
+#[test]
+fn a_merge_killed_mid_write_is_put_back_and_done_again() {
+    for staged in [false, true] {
+        let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("keep.txt", "keep\n")]);
+        let ws = fx.workspace();
+        let wt = ws.create_worktree("w").unwrap();
+        write(wt.path(), "a.txt", "a changed\n");
+        write(wt.path(), "b.txt", "b\n");
+        write(wt.path(), "sub/c.txt", "c\n");
+        wt.commit("change").unwrap();
+        let (old, new) = (
+            fx.head(),
+            Oid::from_str(&wt.status().unwrap().head).unwrap(),
+        );
+        let git = fx.dir.path().join(".git");
+        std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+        if staged {
+            let mut co = git2::build::CheckoutBuilder::new();
+            co.safe();
+            let new_c = fx.repo.find_commit(new).unwrap();
+            fx.repo
+                .checkout_tree(new_c.as_object(), Some(&mut co))
+                .unwrap();
+        } else {
+            fx.write("a.txt", "a changed\n");
+            fx.write("b.txt", "b\n");
+        }
+        std::fs::write(git.join("index.lock"), "").unwrap();
+        assert!(!fx.dirty_paths().is_empty());
+
+        let outcome = ws.merge(&wt).unwrap();
+        assert_eq!(
+            outcome,
+            troupe_worktree::MergeOutcome::FastForward {
+                head: new.to_string()
+            },
+            "staged: {staged}"
+        );
+        assert_eq!(fx.head(), new);
+        assert_eq!(
+            snapshot(fx.dir.path()),
+            snapshot(wt.path()),
+            "staged: {staged}"
+        );
+        assert!(fx.dirty_paths().is_empty(), "staged: {staged}");
+        assert!(!git.join("index.lock").exists() && !git.join("troupe-writing").exists());
+    }
+}
+
+/// A merge killed after HEAD moved finished: the next merge finds it done
+/// and touches no file.
+#[test]
+fn a_merge_killed_after_head_moved_is_left_as_it_is() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = fx.workspace();
+    let wt = ws.create_worktree("w").unwrap();
+    write(wt.path(), "b.txt", "b\n");
+    wt.commit("change").unwrap();
+    let old = fx.head();
+    ws.merge(&wt).unwrap();
+    let git = fx.dir.path().join(".git");
+    std::fs::write(
+        git.join("troupe-writing"),
+        format!("merge {old} {}\n", fx.head()),
+    )
+    .unwrap();
+    // A user's edit since: not the merge's to put back.
+    fx.write("b.txt", "b edited by hand\n");
+    assert_eq!(
+        ws.merge(&wt).unwrap(),
+        troupe_worktree::MergeOutcome::UpToDate
+    );
+    assert_eq!(fx.read("b.txt"), "b edited by hand\n");
+    assert!(!git.join("troupe-writing").exists());
+}
+
+/// A worktree commit killed mid-write left its index locked: the next
+/// commit clears the lock. A lock with no marker is another git's: the
+/// commit fails and says how to clear it.
+#[test]
+fn a_killed_commits_index_lock_is_cleared_and_a_foreign_one_is_reported() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = fx.workspace();
+    let wt = ws.create_worktree("w").unwrap();
+    let admin = fx.dir.path().join(".git/worktrees/w");
+    write(wt.path(), "b.txt", "b\n");
+    std::fs::write(admin.join("index.lock"), "").unwrap();
+    let e = wt.commit("change").unwrap_err();
+    assert!(
+        matches!(e, troupe_worktree::WorktreeError::Locked { .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("remove the stale `index.lock`"),
+        "{e}"
+    );
+
+    std::fs::write(admin.join("troupe-writing"), "commit w\n").unwrap();
+    assert!(wt.commit("change").unwrap().is_some());
+    assert!(!admin.join("index.lock").exists() && !admin.join("troupe-writing").exists());
+    assert!(wt.status().unwrap().is_clean());
 }
