@@ -134,7 +134,7 @@ pub enum WorktreeError {
     /// writing, or one killed mid-write left it (troupe clears those its
     /// own killed processes leave).
     #[error(
-        "git failed while {action}: {source}: another git process holds its lock; if none is running in this repository, remove the stale `index.lock` (or `<ref>.lock`) under its git directory and retry"
+        "git failed while {action}: {source}: another git process holds its lock; if none is running in this repository, remove the stale `index.lock` (in its git directory) or `<ref>.lock` (under its refs) and retry"
     )]
     Locked {
         /// What was being done.
@@ -176,10 +176,16 @@ pub(crate) trait GitContext<T> {
 
 impl<T> GitContext<T> for std::result::Result<T, git2::Error> {
     fn git(self, action: &'static str) -> Result<T> {
-        self.map_err(|source| match source.code() {
-            git2::ErrorCode::Locked => WorktreeError::Locked { action, source },
-            _ => WorktreeError::Git { action, source },
-        })
+        self.map_err(|source| git_error(action, source))
+    }
+}
+
+/// A libgit2 failure while `action`: [`WorktreeError::Locked`] for a held
+/// lock, else [`WorktreeError::Git`].
+pub(crate) fn git_error(action: &'static str, source: git2::Error) -> WorktreeError {
+    match source.code() {
+        git2::ErrorCode::Locked => WorktreeError::Locked { action, source },
+        _ => WorktreeError::Git { action, source },
     }
 }
 

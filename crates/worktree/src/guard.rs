@@ -11,13 +11,16 @@
 //! - a marker, `<git dir>/troupe-writing`, written once the `flock` is
 //!   held and removed when the write ends, whether it succeeded or failed.
 //!
-//! The next writer that finds the marker knows its writer died mid-write
-//! (a live one would still hold the `flock`): the lock files that writer
-//! could have left (`index.lock`, `HEAD.lock`, the lock of the branch HEAD
-//! names) are removed, and the marker's note (what the write was, such as
-//! a merge's two commits) is handed to the caller to put the files back.
-//! A lock file with no marker belongs to some other git process and is
-//! left alone.
+//! The next writer of that git dir, whatever it writes, that finds the
+//! marker knows its writer died mid-write (a live one would still hold
+//! the `flock`). It removes the lock files that writer could have left
+//! (`index.lock`, `HEAD.lock`, the lock of the branch HEAD names) that are
+//! no older than the marker (an older one was there before the write
+//! began: some other git's), and puts back the files of a merge the marker
+//! names ([`crate::merge`]). Only then is the marker replaced: a writer
+//! killed or failing while it recovers leaves the marker for the next. A
+//! lock file with no marker belongs to some other git process and is left
+//! alone.
 //!
 //! The marker is not synced: a process kill keeps it (the page cache
 //! survives), a power loss may not, and then the lock stays for a person
@@ -25,6 +28,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use git2::Repository;
 
@@ -58,9 +62,10 @@ pub struct Interrupted {
 impl GitWrite {
     /// Begins a write of `repo`'s git dir (its index, HEAD and the branch
     /// HEAD names): waits for any other troupe process writing it, clears
-    /// what a killed writer left (returned, for the caller to put its
-    /// files back), and records `note` (one line: what this write is) for
-    /// the next writer should this process be killed before the end.
+    /// what a killed writer left (returned: its note and the locks
+    /// removed), and records `note` (one line: what this write is) for the
+    /// next writer should this process be killed before the end. A failed
+    /// recovery is an error and leaves the killed writer's marker.
     pub fn begin(repo: &Repository, note: &str) -> Result<(GitWrite, Option<Interrupted>)> {
         let dir = repo.path();
         let flock_path = dir.join(FLOCK_FILE);
@@ -73,21 +78,10 @@ impl GitWrite {
         flock.lock().map_err(io_err("locking", &flock_path))?;
         let marker = dir.join(MARKER_FILE);
         let interrupted = match std::fs::read_to_string(&marker) {
-            Ok(note) => Some(Interrupted {
-                note: note.trim_end().to_string(),
-                removed: remove_left_locks(repo)?,
-            }),
+            Ok(left) => Some(recover(repo, &marker, left.trim_end())?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("reading", &marker)(e)),
         };
-        if let Some(found) = &interrupted {
-            tracing::warn!(
-                git_dir = %dir.display(),
-                note = %found.note,
-                removed = ?found.removed,
-                "a troupe killed while writing this git dir left it locked: its locks are cleared"
-            );
-        }
         write_marker(&marker, note)?;
         Ok((
             GitWrite {
@@ -97,9 +91,7 @@ impl GitWrite {
             interrupted,
         ))
     }
-}
 
-impl GitWrite {
     /// Replaces the note (one line): what a killed write of this git dir
     /// would leave for the next writer to put back.
     pub fn note(&self, note: &str) -> Result<()> {
@@ -123,10 +115,31 @@ impl Drop for GitWrite {
     }
 }
 
+/// Clears what the writer that left `marker` (noting `note`) could not:
+/// its locks, then a merge's half-written files.
+fn recover(repo: &Repository, marker: &Path, note: &str) -> Result<Interrupted> {
+    let since = std::fs::metadata(marker)
+        .and_then(|m| m.modified())
+        .map_err(io_err("reading", marker))?;
+    let removed = remove_left_locks(repo, since)?;
+    tracing::warn!(
+        git_dir = %repo.path().display(),
+        note,
+        ?removed,
+        "a troupe was killed while writing this git dir: clearing what it left"
+    );
+    crate::merge::put_back(repo, note)?;
+    Ok(Interrupted {
+        note: note.to_string(),
+        removed,
+    })
+}
+
 /// Removes the lock files a write of `repo`'s git dir holds while it runs
-/// and that exist: `index.lock`, `HEAD.lock` and the lock of the branch
-/// HEAD names (in the common dir).
-fn remove_left_locks(repo: &Repository) -> Result<Vec<PathBuf>> {
+/// (`index.lock`, `HEAD.lock` and the lock of the branch HEAD names, in
+/// the common dir) that exist and were made no earlier than `since` (the
+/// killed write's marker); an older one is some other git's and is left.
+fn remove_left_locks(repo: &Repository, since: SystemTime) -> Result<Vec<PathBuf>> {
     let dir = repo.path();
     let mut locks = vec![dir.join("index.lock"), dir.join("HEAD.lock")];
     if let Some(branch) = head_branch(dir) {
@@ -134,6 +147,15 @@ fn remove_left_locks(repo: &Repository) -> Result<Vec<PathBuf>> {
     }
     let mut removed = Vec::new();
     for lock in locks {
+        let made = match std::fs::symlink_metadata(&lock).and_then(|m| m.modified()) {
+            Ok(made) => made,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("reading", &lock)(e)),
+        };
+        if made < since {
+            tracing::warn!(lock = %lock.display(), "a lock older than the killed write is left: another git process holds it");
+            continue;
+        }
         match std::fs::remove_file(&lock) {
             Ok(()) => removed.push(lock),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -203,5 +225,25 @@ mod tests {
         );
         drop(write);
         assert!(!repo.path().join(MARKER_FILE).exists());
+    }
+
+    /// A lock older than the killed write's marker was there before it
+    /// began: another git's, left.
+    #[test]
+    fn a_lock_older_than_the_marker_is_left() {
+        let (_dir, repo) = repo();
+        let lock = repo.path().join("index.lock");
+        std::fs::write(&lock, "").unwrap();
+        let past = SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        std::fs::write(repo.path().join(MARKER_FILE), "commit w\n").unwrap();
+        let (_write, found) = GitWrite::begin(&repo, "next").unwrap();
+        assert_eq!(found.unwrap().removed, Vec::<PathBuf>::new());
+        assert!(lock.exists());
     }
 }

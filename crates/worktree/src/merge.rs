@@ -4,7 +4,7 @@
 
 use git2::{Commit, Oid, Repository, Status, StatusOptions, build::CheckoutBuilder};
 
-use crate::error::{GitContext, Result, WorktreeError};
+use crate::error::{GitContext, Result, WorktreeError, git_error};
 use crate::guard::GitWrite;
 use crate::workspace::Workspace;
 use crate::worktree::{Worktree, signature};
@@ -73,7 +73,7 @@ impl Workspace {
     pub fn merge(&self, wt: &Worktree) -> Result<MergeOutcome> {
         let _guard = crate::workspace::write_lock();
         let repo = self.repo()?;
-        let write = begin_write(&repo)?;
+        let (write, _) = GitWrite::begin(&repo, "merging")?;
         let theirs = repo
             .refname_to_id(&format!("refs/heads/{}", wt.branch()))
             .git("reading the worktree branch")?;
@@ -102,6 +102,8 @@ impl Workspace {
         };
         let new_c = repo.find_commit(new).git("reading the merged commit")?;
         self.refuse_untracked_in_the_way(&new_c, &ours_c, untracked)?;
+        // From here a kill leaves the parent half-written: the next writer
+        // of this git dir puts it back by this note.
         write.note(&format!("{MERGE_NOTE} {ours} {new}"))?;
         write_result(&repo, &target, &ours_c, &new_c, &message)?;
         tracing::info!(branch = wt.branch(), into = target.describe(), commit = %new, fast_forward, "worktree merged");
@@ -181,22 +183,17 @@ impl Workspace {
 /// `merge <old HEAD> <new HEAD>`.
 const MERGE_NOTE: &str = "merge";
 
-/// Begins a write of the parent's git dir. A merge a killed troupe left
-/// half-written (its files partly checked out, the index perhaps updated,
-/// HEAD not yet moved) is put back first: the paths it changes are checked
-/// out as they are at the old HEAD (files it added removed), so the merge
-/// can be done again; one whose HEAD had moved is finished and is left.
-pub(crate) fn begin_write(repo: &Repository) -> Result<GitWrite> {
-    let (write, interrupted) = GitWrite::begin(repo, "write")?;
-    if let Some(found) = interrupted {
-        put_back(repo, &found.note)?;
-    }
-    Ok(write)
-}
-
-/// Puts back the parent's files a merge noted as `merge <old> <new>`
-/// changed, when HEAD is still at `old`.
-fn put_back(repo: &Repository, note: &str) -> Result<()> {
+/// Puts back the files of a merge that a killed troupe left half-written
+/// (its note `merge <old> <new>`), for the next writer of that git dir
+/// ([`GitWrite::begin`]). If HEAD has moved, the merge finished (or someone
+/// committed since), and nothing is touched. If HEAD is still at `old`,
+/// each path the merge changes whose file is absent, or holds the old or
+/// the new content or the start of the new one (a write cut short), is
+/// checked out as it is at `old`, index and file; a file the merge adds is
+/// removed. A file holding anything else was edited since and is left,
+/// and the retried merge names it (`DirtyParent`). Any other note: nothing
+/// to put back.
+pub(crate) fn put_back(repo: &Repository, note: &str) -> Result<()> {
     let mut words = note.split_whitespace();
     let (Some(MERGE_NOTE), Some(old), Some(new)) = (words.next(), words.next(), words.next())
     else {
@@ -207,6 +204,9 @@ fn put_back(repo: &Repository, note: &str) -> Result<()> {
             note,
             "an unreadable merge note: the parent's files are left as they are"
         );
+        return Ok(());
+    };
+    let Some(workdir) = repo.workdir() else {
         return Ok(());
     };
     let head = repo.head().ok().and_then(|h| h.target());
@@ -227,26 +227,55 @@ fn put_back(repo: &Repository, note: &str) -> Result<()> {
             None,
         )
         .git("comparing a killed merge's trees")?;
+    let blob = |id: Oid| -> Result<Option<Vec<u8>>> {
+        if id.is_zero() {
+            return Ok(None);
+        }
+        let blob = repo.find_blob(id).git("reading a killed merge's file")?;
+        Ok(Some(blob.content().to_vec()))
+    };
     let mut checkout = CheckoutBuilder::new();
     checkout
         .force()
         .remove_untracked(true)
         .disable_pathspec_match(true);
-    let mut any = false;
+    let (mut restored, mut edited) = (0usize, Vec::new());
     for delta in diff.deltas() {
-        for path in [delta.old_file().path(), delta.new_file().path()]
-            .into_iter()
-            .flatten()
-        {
+        let Some(path) = delta.new_file().path().or(delta.old_file().path()) else {
+            continue;
+        };
+        let before = blob(delta.old_file().id())?;
+        let after = blob(delta.new_file().id())?;
+        let file = workdir.join(path);
+        let untouched = match std::fs::symlink_metadata(&file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Ok(meta) if meta.is_file() => match std::fs::read(&file) {
+                Ok(bytes) => {
+                    before.as_deref() == Some(&bytes[..])
+                        || after.as_deref().is_some_and(|a| a.starts_with(&bytes))
+                }
+                Err(_) => false,
+            },
+            _ => false,
+        };
+        if untouched {
             checkout.path(path);
-            any = true;
+            restored += 1;
+        } else {
+            edited.push(path.display().to_string());
         }
     }
-    if any {
+    if restored > 0 {
         repo.checkout_tree(old_c.as_object(), Some(&mut checkout))
             .git("putting back the files of a merge a killed troupe left half-done")?;
     }
-    tracing::info!(%old, %new, "put back the parent's files of a merge a killed troupe left half-done");
+    if !edited.is_empty() {
+        tracing::warn!(
+            ?edited,
+            "files edited since a merge was killed are left as they are"
+        );
+    }
+    tracing::info!(%old, %new, restored, "put back the parent's files of a merge a killed troupe left half-done");
     Ok(())
 }
 
@@ -313,10 +342,7 @@ fn write_result(
             (Target::Branch(name), git2::ErrorCode::Modified) => WorktreeError::Raced {
                 reference: name.clone(),
             },
-            _ => WorktreeError::Git {
-                action: "moving the parent's HEAD",
-                source: e,
-            },
+            _ => git_error("moving the parent's HEAD", e),
         });
     }
     Ok(())

@@ -63,8 +63,9 @@ impl Workspace {
     ///   that a killed troupe left ([`GitWrite`](crate::GitWrite)).
     pub fn prune(&self) -> Result<PruneReport> {
         let repo = self.repo()?;
-        // A merge a killed troupe left half-written is put back.
-        drop(crate::merge::begin_write(&repo)?);
+        // What a troupe killed while writing the parent's git dir left
+        // (locks, a half-written merge) is cleared.
+        drop(crate::GitWrite::begin(&repo, "prune")?);
         let mut report = PruneReport::default();
         let live = self.prune_entries(&repo, &mut report)?;
         self.prune_directories(&live, &mut report)?;

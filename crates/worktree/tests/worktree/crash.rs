@@ -307,10 +307,11 @@ fn sigkill_while_committing_and_merging_then_merge_again() {
             )
             .filter(|d| d.join("troupe-writing").exists())
             .collect();
-        let report = ws.prune().unwrap();
+        // No prune first: the commit and the merge below clear what the
+        // kill left themselves.
         let left = ws.list().unwrap();
         eprintln!(
-            "round {round}: killed after {} done, {extra:?}, writing {writing:?}: {report:?}, left {:?}",
+            "round {round}: killed after {} done, {extra}, writing {writing:?}, left {:?}",
             done.len(),
             left.iter().map(|w| &w.id).collect::<Vec<_>>()
         );
@@ -437,8 +438,80 @@ fn a_killed_commits_index_lock_is_cleared_and_a_foreign_one_is_reported() {
         "{e}"
     );
 
+    // A killed commit: its marker, then (later or in the same tick) the
+    // lock libgit2 took.
+    std::fs::remove_file(admin.join("index.lock")).unwrap();
     std::fs::write(admin.join("troupe-writing"), "commit w\n").unwrap();
+    std::fs::write(admin.join("index.lock"), "").unwrap();
     assert!(wt.commit("change").unwrap().is_some());
     assert!(!admin.join("index.lock").exists() && !admin.join("troupe-writing").exists());
     assert!(wt.status().unwrap().is_clean());
+}
+
+/// A file edited by hand since a merge was killed (neither side's
+/// content) is not put back: the retried merge names it, and merges once
+/// it is put right. The merge's other files are put back.
+#[test]
+fn a_file_edited_since_a_killed_merge_is_left_and_named() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = fx.workspace();
+    let wt = ws.create_worktree("w").unwrap();
+    write(wt.path(), "a.txt", "a changed\n");
+    write(wt.path(), "b.txt", "b\n");
+    wt.commit("change").unwrap();
+    let (old, new) = (
+        fx.head(),
+        Oid::from_str(&wt.status().unwrap().head).unwrap(),
+    );
+    let git = fx.dir.path().join(".git");
+    std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+    fx.write("b.txt", "b"); // cut short
+    fx.write("a.txt", "mine\n"); // a person's edit since
+    let e = ws.merge(&wt).unwrap_err();
+    assert!(
+        matches!(&e, troupe_worktree::WorktreeError::DirtyParent { files, .. } if files == &["a.txt"]),
+        "{e:?}"
+    );
+    assert_eq!(fx.read("a.txt"), "mine\n");
+    assert!(!fx.dir.path().join("b.txt").exists());
+    fx.write("a.txt", "a\n");
+    assert!(matches!(
+        ws.merge(&wt).unwrap(),
+        troupe_worktree::MergeOutcome::FastForward { .. }
+    ));
+    assert_eq!(snapshot(fx.dir.path()), snapshot(wt.path()));
+}
+
+/// A merge whose parent is itself a worktree (a pipeline's helpers merged
+/// into its proposer's): if the kill is followed by a commit of that
+/// worktree rather than a merge, the commit puts the half-written files
+/// back first instead of committing them.
+#[test]
+fn a_commit_after_a_merge_killed_in_the_same_worktree_puts_it_back_first() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = fx.workspace();
+    let proposer = ws.create_worktree("p").unwrap();
+    let inner = Workspace::open(proposer.path()).unwrap();
+    let helper = inner.create_worktree("h").unwrap();
+    write(helper.path(), "b.txt", "b from the helper\n");
+    helper.commit("helper").unwrap();
+    let old = proposer.status().unwrap().head;
+    let new = helper.status().unwrap().head;
+    let admin = fx.dir.path().join(".git/worktrees/p");
+    std::fs::write(admin.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+    write(proposer.path(), "b.txt", "b from"); // cut short
+    std::fs::write(admin.join("index.lock"), "").unwrap();
+
+    assert_eq!(proposer.commit("proposer").unwrap(), None);
+    assert_eq!(proposer.status().unwrap().head, old);
+    assert!(!proposer.path().join("b.txt").exists());
+    assert!(!admin.join("index.lock").exists());
+    assert!(matches!(
+        inner.merge(&helper).unwrap(),
+        troupe_worktree::MergeOutcome::FastForward { .. }
+    ));
+    assert_eq!(
+        std::fs::read_to_string(proposer.path().join("b.txt")).unwrap(),
+        "b from the helper\n"
+    );
 }
