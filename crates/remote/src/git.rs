@@ -207,13 +207,14 @@ fn apply_bundle(bundle: &Path, dir: &Path) -> Result<(), RemoteError> {
             ),
         })?;
     let tree = commit.tree().map_err(failed("read the commit's tree"))?;
-    // A checkout killed half-way is simply done again (it is forced): only
-    // the locks it left need clearing.
-    let (_write, _) = troupe_worktree::GitWrite::begin(&repo, &format!("apply {}", parsed.head))
-        .map_err(|e| RemoteError::Git {
-            what: format!("apply {}", bundle.display()),
-            why: e.to_string(),
-        })?;
+    // A checkout killed half-way is done again by the next writer of this
+    // git dir (the note names the commit), whatever that writer is.
+    let (_write, _) =
+        troupe_worktree::GitWrite::begin(&repo, &troupe_worktree::apply_note(parsed.head))
+            .map_err(|e| RemoteError::Git {
+                what: format!("apply {}", bundle.display()),
+                why: e.to_string(),
+            })?;
     let mut co = git2::build::CheckoutBuilder::new();
     co.force();
     repo.checkout_tree(tree.as_object(), Some(&mut co))

@@ -17,7 +17,7 @@
 //! (`index.lock`, `HEAD.lock`, the lock of the branch HEAD names) that are
 //! no older than the marker (an older one was there before the write
 //! began: some other git's), and puts back the files of a merge the marker
-//! names ([`crate::merge`]). Only then is the marker replaced: a writer
+//! names ([`crate::recover`]). Only then is the marker replaced: a writer
 //! killed or failing while it recovers leaves the marker for the next. A
 //! lock file with no marker belongs to some other git process and is left
 //! alone.
@@ -47,6 +47,8 @@ pub struct GitWrite {
     _flock: File,
     /// The marker to remove at the end.
     marker: PathBuf,
+    /// Leave the marker: the write failed with the files half-written.
+    keep: std::cell::Cell<bool>,
 }
 
 /// What a writer killed mid-write left in a git dir, found and cleared by
@@ -87,6 +89,7 @@ impl GitWrite {
             GitWrite {
                 _flock: flock,
                 marker,
+                keep: std::cell::Cell::new(false),
             },
             interrupted,
         ))
@@ -96,6 +99,13 @@ impl GitWrite {
     /// would leave for the next writer to put back.
     pub fn note(&self, note: &str) -> Result<()> {
         write_marker(&self.marker, note)
+    }
+
+    /// Ends the write leaving its marker, as a killed one would: it failed
+    /// with the working tree half-written (a checkout stopped by a full
+    /// disk), and the next writer puts it back by the note.
+    pub fn keep(&self) {
+        self.keep.set(true);
     }
 }
 
@@ -107,6 +117,9 @@ fn write_marker(marker: &Path, note: &str) -> Result<()> {
 
 impl Drop for GitWrite {
     fn drop(&mut self) {
+        if self.keep.get() {
+            return;
+        }
         if let Err(e) = std::fs::remove_file(&self.marker)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -128,7 +141,7 @@ fn recover(repo: &Repository, marker: &Path, note: &str) -> Result<Interrupted> 
         ?removed,
         "a troupe was killed while writing this git dir: clearing what it left"
     );
-    crate::merge::put_back(repo, note)?;
+    crate::recover::put_back(repo, note)?;
     Ok(Interrupted {
         note: note.to_string(),
         removed,
@@ -225,6 +238,19 @@ mod tests {
         );
         drop(write);
         assert!(!repo.path().join(MARKER_FILE).exists());
+    }
+
+    /// A write that failed with its files half-written keeps its marker:
+    /// the next writer recovers by its note.
+    #[test]
+    fn a_kept_write_leaves_its_note_for_the_next() {
+        let (_dir, repo) = repo();
+        let (write, _) = GitWrite::begin(&repo, "first").unwrap();
+        write.note("merge x y").unwrap();
+        write.keep();
+        drop(write);
+        let (_write, found) = GitWrite::begin(&repo, "next").unwrap();
+        assert_eq!(found.unwrap().note, "merge x y");
     }
 
     /// A lock older than the killed write's marker was there before it

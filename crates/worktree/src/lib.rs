@@ -23,7 +23,8 @@
 //! - [`Worktree`] (`worktree.rs`): path, branch, base, status, diff, commit.
 //! - [`GitWrite`] (`guard.rs`): a write of a git dir (index, HEAD, branch)
 //!   that a process killed mid-write cannot leave locked; commits and
-//!   merges run as one.
+//!   merges run as one. `recover.rs` puts back what such a write left
+//!   half-done, by its note.
 //! - [`resolve_in_worktree`] (`paths.rs`): confine a caller's path.
 //! - [`WorktreeError`] (`error.rs`): every refusal, with how to fix it.
 //! - [`init_repo_with_commit`], [`recent_commits`], [`changed_paths`],
@@ -57,6 +58,7 @@ mod merge;
 mod owner;
 mod paths;
 mod prune;
+mod recover;
 mod repo;
 mod workspace;
 mod worktree;
@@ -67,6 +69,7 @@ pub use id::{BRANCH_PREFIX, validate_id};
 pub use merge::MergeOutcome;
 pub use paths::resolve_in_worktree;
 pub use prune::PruneReport;
+pub use recover::apply_note;
 pub use repo::{changed_paths, export_commit, init_repo_with_commit, recent_commits};
 pub use workspace::{STATE_DIR, WORKTREES_DIR, Workspace, WorktreeInfo};
 pub use worktree::{ChangeKind, ChangedFile, Diff, Status, Worktree};

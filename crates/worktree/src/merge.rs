@@ -104,8 +104,13 @@ impl Workspace {
         self.refuse_untracked_in_the_way(&new_c, &ours_c, untracked)?;
         // From here a kill leaves the parent half-written: the next writer
         // of this git dir puts it back by this note.
-        write.note(&format!("{MERGE_NOTE} {ours} {new}"))?;
-        write_result(&repo, &target, &ours_c, &new_c, &message)?;
+        write.note(&crate::recover::merge_note(ours, new))?;
+        if let Err(e) = write_result(&repo, &target, &ours_c, &new_c, &message) {
+            // Its checkout may have stopped half-way (a full disk): the
+            // next writer puts the files back, as after a kill.
+            write.keep();
+            return Err(e);
+        }
         tracing::info!(branch = wt.branch(), into = target.describe(), commit = %new, fast_forward, "worktree merged");
         Ok(if fast_forward {
             MergeOutcome::FastForward {
@@ -177,106 +182,6 @@ impl Workspace {
             files: in_the_way,
         })
     }
-}
-
-/// The note a merge's [`GitWrite`] carries once it writes the parent:
-/// `merge <old HEAD> <new HEAD>`.
-const MERGE_NOTE: &str = "merge";
-
-/// Puts back the files of a merge that a killed troupe left half-written
-/// (its note `merge <old> <new>`), for the next writer of that git dir
-/// ([`GitWrite::begin`]). If HEAD has moved, the merge finished (or someone
-/// committed since), and nothing is touched. If HEAD is still at `old`,
-/// each path the merge changes whose file is absent, or holds the old or
-/// the new content or the start of the new one (a write cut short), is
-/// checked out as it is at `old`, index and file; a file the merge adds is
-/// removed. A file holding anything else was edited since and is left,
-/// and the retried merge names it (`DirtyParent`). Any other note: nothing
-/// to put back.
-pub(crate) fn put_back(repo: &Repository, note: &str) -> Result<()> {
-    let mut words = note.split_whitespace();
-    let (Some(MERGE_NOTE), Some(old), Some(new)) = (words.next(), words.next(), words.next())
-    else {
-        return Ok(());
-    };
-    let (Ok(old), Ok(new)) = (Oid::from_str(old), Oid::from_str(new)) else {
-        tracing::warn!(
-            note,
-            "an unreadable merge note: the parent's files are left as they are"
-        );
-        return Ok(());
-    };
-    let Some(workdir) = repo.workdir() else {
-        return Ok(());
-    };
-    let head = repo.head().ok().and_then(|h| h.target());
-    if head != Some(old) {
-        if head != Some(new) {
-            tracing::warn!(%old, %new, ?head, "HEAD moved since a merge was killed: the parent's files are left as they are");
-        }
-        return Ok(());
-    }
-    let old_c = repo.find_commit(old).git("reading a killed merge's HEAD")?;
-    let new_c = repo
-        .find_commit(new)
-        .git("reading a killed merge's result")?;
-    let diff = repo
-        .diff_tree_to_tree(
-            Some(&old_c.tree().git("reading a killed merge's HEAD")?),
-            Some(&new_c.tree().git("reading a killed merge's result")?),
-            None,
-        )
-        .git("comparing a killed merge's trees")?;
-    let blob = |id: Oid| -> Result<Option<Vec<u8>>> {
-        if id.is_zero() {
-            return Ok(None);
-        }
-        let blob = repo.find_blob(id).git("reading a killed merge's file")?;
-        Ok(Some(blob.content().to_vec()))
-    };
-    let mut checkout = CheckoutBuilder::new();
-    checkout
-        .force()
-        .remove_untracked(true)
-        .disable_pathspec_match(true);
-    let (mut restored, mut edited) = (0usize, Vec::new());
-    for delta in diff.deltas() {
-        let Some(path) = delta.new_file().path().or(delta.old_file().path()) else {
-            continue;
-        };
-        let before = blob(delta.old_file().id())?;
-        let after = blob(delta.new_file().id())?;
-        let file = workdir.join(path);
-        let untouched = match std::fs::symlink_metadata(&file) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-            Ok(meta) if meta.is_file() => match std::fs::read(&file) {
-                Ok(bytes) => {
-                    before.as_deref() == Some(&bytes[..])
-                        || after.as_deref().is_some_and(|a| a.starts_with(&bytes))
-                }
-                Err(_) => false,
-            },
-            _ => false,
-        };
-        if untouched {
-            checkout.path(path);
-            restored += 1;
-        } else {
-            edited.push(path.display().to_string());
-        }
-    }
-    if restored > 0 {
-        repo.checkout_tree(old_c.as_object(), Some(&mut checkout))
-            .git("putting back the files of a merge a killed troupe left half-done")?;
-    }
-    if !edited.is_empty() {
-        tracing::warn!(
-            ?edited,
-            "files edited since a merge was killed are left as they are"
-        );
-    }
-    tracing::info!(%old, %new, restored, "put back the parent's files of a merge a killed troupe left half-done");
-    Ok(())
 }
 
 /// Merges in memory. `Ok(Ok(commit))`: the merge commit, written to the

@@ -338,18 +338,24 @@ fn sigkill_while_committing_and_merging_then_merge_again() {
 
 /// What a merge killed mid-write leaves, made by hand so that each
 /// instant is covered: the marker noting the merge, `.git/index.lock`, and
-/// the parent's files either partly written (index untouched) or all
-/// written with the index updated (killed before HEAD moved). The next
-/// merge puts the files back and merges again.
+/// the parent's files partly written (index untouched, one file cut
+/// short), or all written with the index updated (killed before HEAD
+/// moved), or that and an added file deleted since. The merge adds a
+/// symlink too. The next merge puts the files back and merges again.
 #[test]
 fn a_merge_killed_mid_write_is_put_back_and_done_again() {
-    for staged in [false, true] {
+    for state in [
+        "partly written",
+        "staged",
+        "staged, an added file deleted since",
+    ] {
         let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("keep.txt", "keep\n")]);
         let ws = fx.workspace();
         let wt = ws.create_worktree("w").unwrap();
         write(wt.path(), "a.txt", "a changed\n");
         write(wt.path(), "b.txt", "b\n");
         write(wt.path(), "sub/c.txt", "c\n");
+        std::os::unix::fs::symlink("a.txt", wt.path().join("link")).unwrap();
         wt.commit("change").unwrap();
         let (old, new) = (
             fx.head(),
@@ -357,16 +363,21 @@ fn a_merge_killed_mid_write_is_put_back_and_done_again() {
         );
         let git = fx.dir.path().join(".git");
         std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
-        if staged {
+        if state == "partly written" {
+            fx.write("a.txt", "a changed\n");
+            fx.write("b.txt", "b\n");
+            fx.write("sub/c.txt", "");
+            std::os::unix::fs::symlink("a.txt", fx.dir.path().join("link")).unwrap();
+        } else {
             let mut co = git2::build::CheckoutBuilder::new();
             co.safe();
             let new_c = fx.repo.find_commit(new).unwrap();
             fx.repo
                 .checkout_tree(new_c.as_object(), Some(&mut co))
                 .unwrap();
-        } else {
-            fx.write("a.txt", "a changed\n");
-            fx.write("b.txt", "b\n");
+            if state != "staged" {
+                std::fs::remove_file(fx.dir.path().join("b.txt")).unwrap();
+            }
         }
         std::fs::write(git.join("index.lock"), "").unwrap();
         assert!(!fx.dirty_paths().is_empty());
@@ -377,19 +388,53 @@ fn a_merge_killed_mid_write_is_put_back_and_done_again() {
             troupe_worktree::MergeOutcome::FastForward {
                 head: new.to_string()
             },
-            "staged: {staged}"
+            "{state}"
         );
         assert_eq!(fx.head(), new);
-        assert_eq!(
-            snapshot(fx.dir.path()),
-            snapshot(wt.path()),
-            "staged: {staged}"
-        );
-        assert!(fx.dirty_paths().is_empty(), "staged: {staged}");
+        assert_eq!(snapshot(fx.dir.path()), snapshot(wt.path()), "{state}");
+        assert!(fx.dirty_paths().is_empty(), "{state}");
         assert!(!git.join("index.lock").exists() && !git.join("troupe-writing").exists());
     }
 }
 
+/// A bundle's forced checkout killed half-way (troupe-remote's `apply`
+/// note) is done again by the next writer of that git dir, files and
+/// index, whatever it writes.
+#[test]
+fn a_killed_apply_is_checked_out_again_by_the_next_writer() {
+    let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
+    let ws = fx.workspace();
+    let wt = ws.create_worktree("w").unwrap();
+    write(wt.path(), "a.txt", "a from the bundle\n");
+    write(wt.path(), "b.txt", "b from the bundle\n");
+    let bundle = Oid::from_str(&wt.commit("bundle").unwrap().unwrap()).unwrap();
+    // HEAD back where it was: the apply leaves HEAD alone.
+    let base = wt.status().unwrap().commits_since_base;
+    assert_eq!(base, 1);
+    let other = fx.workspace();
+    let target = other.create_worktree("t").unwrap();
+    let admin = fx.dir.path().join(".git/worktrees/t");
+    std::fs::write(
+        admin.join("troupe-writing"),
+        format!("{}\n", troupe_worktree::apply_note(bundle)),
+    )
+    .unwrap();
+    write(target.path(), "a.txt", "a from"); // cut short
+    std::fs::write(admin.join("index.lock"), "").unwrap();
+
+    // The next writer: a commit of that worktree.
+    assert!(target.commit("after the kill").unwrap().is_some());
+    for (file, text) in [
+        ("a.txt", "a from the bundle\n"),
+        ("b.txt", "b from the bundle\n"),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(target.path().join(file)).unwrap(),
+            text
+        );
+    }
+    assert!(target.status().unwrap().is_clean());
+}
 /// A merge killed after HEAD moved finished: the next merge finds it done
 /// and touches no file.
 #[test]
