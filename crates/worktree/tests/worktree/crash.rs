@@ -336,6 +336,32 @@ fn sigkill_while_committing_and_merging_then_merge_again() {
     }
 }
 
+/// The marker a merge of `old` into `new` killed mid-write leaves in the
+/// git dir `git`.
+fn killed_merge_marker(git: &Path, old: impl std::fmt::Display, new: impl std::fmt::Display) {
+    std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+}
+
+/// Worktree `w` of `fx` with `files` written and `links` (path, target)
+/// made, committed: it and its head (the parent's HEAD is still
+/// `fx.head()`).
+fn committed_change(
+    fx: &Fixture,
+    files: &[(&str, &str)],
+    links: &[(&str, &str)],
+) -> (troupe_worktree::Worktree, Oid) {
+    let wt = fx.workspace().create_worktree("w").unwrap();
+    for (path, text) in files {
+        write(wt.path(), path, text);
+    }
+    for (path, target) in links {
+        std::os::unix::fs::symlink(target, wt.path().join(path)).unwrap();
+    }
+    wt.commit("change").unwrap();
+    let head = Oid::from_str(&wt.status().unwrap().head).unwrap();
+    (wt, head)
+}
+
 /// What a merge killed mid-write leaves, made by hand so that each
 /// instant is covered: the marker noting the merge, `.git/index.lock`, and
 /// the parent's files partly written (index untouched, one file cut
@@ -351,18 +377,18 @@ fn a_merge_killed_mid_write_is_put_back_and_done_again() {
     ] {
         let fx = Fixture::new("trunk", &[("a.txt", "a\n"), ("keep.txt", "keep\n")]);
         let ws = fx.workspace();
-        let wt = ws.create_worktree("w").unwrap();
-        write(wt.path(), "a.txt", "a changed\n");
-        write(wt.path(), "b.txt", "b\n");
-        write(wt.path(), "sub/c.txt", "c\n");
-        std::os::unix::fs::symlink("a.txt", wt.path().join("link")).unwrap();
-        wt.commit("change").unwrap();
-        let (old, new) = (
-            fx.head(),
-            Oid::from_str(&wt.status().unwrap().head).unwrap(),
+        let (wt, new) = committed_change(
+            &fx,
+            &[
+                ("a.txt", "a changed\n"),
+                ("b.txt", "b\n"),
+                ("sub/c.txt", "c\n"),
+            ],
+            &[("link", "a.txt")],
         );
+        let old = fx.head();
         let git = fx.dir.path().join(".git");
-        std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+        killed_merge_marker(&git, old, new);
         if state == "partly written" {
             fx.write("a.txt", "a changed\n");
             fx.write("b.txt", "b\n");
@@ -403,16 +429,17 @@ fn a_merge_killed_mid_write_is_put_back_and_done_again() {
 #[test]
 fn a_killed_apply_is_checked_out_again_by_the_next_writer() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
-    let ws = fx.workspace();
-    let wt = ws.create_worktree("w").unwrap();
-    write(wt.path(), "a.txt", "a from the bundle\n");
-    write(wt.path(), "b.txt", "b from the bundle\n");
-    let bundle = Oid::from_str(&wt.commit("bundle").unwrap().unwrap()).unwrap();
-    // HEAD back where it was: the apply leaves HEAD alone.
-    let base = wt.status().unwrap().commits_since_base;
-    assert_eq!(base, 1);
-    let other = fx.workspace();
-    let target = other.create_worktree("t").unwrap();
+    // The bundle's commit: another worktree's (its objects are in the
+    // repository, as an apply unpacks them before its checkout).
+    let (_, bundle) = committed_change(
+        &fx,
+        &[
+            ("a.txt", "a from the bundle\n"),
+            ("b.txt", "b from the bundle\n"),
+        ],
+        &[],
+    );
+    let target = fx.workspace().create_worktree("t").unwrap();
     let admin = fx.dir.path().join(".git/worktrees/t");
     std::fs::write(
         admin.join("troupe-writing"),
@@ -435,23 +462,18 @@ fn a_killed_apply_is_checked_out_again_by_the_next_writer() {
     }
     assert!(target.status().unwrap().is_clean());
 }
+
 /// A merge killed after HEAD moved finished: the next merge finds it done
 /// and touches no file.
 #[test]
 fn a_merge_killed_after_head_moved_is_left_as_it_is() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
     let ws = fx.workspace();
-    let wt = ws.create_worktree("w").unwrap();
-    write(wt.path(), "b.txt", "b\n");
-    wt.commit("change").unwrap();
+    let (wt, _) = committed_change(&fx, &[("b.txt", "b\n")], &[]);
     let old = fx.head();
     ws.merge(&wt).unwrap();
     let git = fx.dir.path().join(".git");
-    std::fs::write(
-        git.join("troupe-writing"),
-        format!("merge {old} {}\n", fx.head()),
-    )
-    .unwrap();
+    killed_merge_marker(&git, old, fx.head());
     // A user's edit since: not the merge's to put back.
     fx.write("b.txt", "b edited by hand\n");
     assert_eq!(
@@ -500,16 +522,9 @@ fn a_killed_commits_index_lock_is_cleared_and_a_foreign_one_is_reported() {
 fn a_file_edited_since_a_killed_merge_is_left_and_named() {
     let fx = Fixture::new("trunk", &[("a.txt", "a\n")]);
     let ws = fx.workspace();
-    let wt = ws.create_worktree("w").unwrap();
-    write(wt.path(), "a.txt", "a changed\n");
-    write(wt.path(), "b.txt", "b\n");
-    wt.commit("change").unwrap();
-    let (old, new) = (
-        fx.head(),
-        Oid::from_str(&wt.status().unwrap().head).unwrap(),
-    );
+    let (wt, new) = committed_change(&fx, &[("a.txt", "a changed\n"), ("b.txt", "b\n")], &[]);
     let git = fx.dir.path().join(".git");
-    std::fs::write(git.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+    killed_merge_marker(&git, fx.head(), new);
     fx.write("b.txt", "b"); // cut short
     fx.write("a.txt", "mine\n"); // a person's edit since
     let e = ws.merge(&wt).unwrap_err();
@@ -543,7 +558,7 @@ fn a_commit_after_a_merge_killed_in_the_same_worktree_puts_it_back_first() {
     let old = proposer.status().unwrap().head;
     let new = helper.status().unwrap().head;
     let admin = fx.dir.path().join(".git/worktrees/p");
-    std::fs::write(admin.join("troupe-writing"), format!("merge {old} {new}\n")).unwrap();
+    killed_merge_marker(&admin, &old, &new);
     write(proposer.path(), "b.txt", "b from"); // cut short
     std::fs::write(admin.join("index.lock"), "").unwrap();
 
