@@ -367,7 +367,10 @@ impl HookRunner {
         let stdin = self.payload(&event).to_string().into_bytes();
         let can_block = matches!(event, HookEvent::PreToolUse { .. });
         for command in commands {
-            let result = self.run_one(command, &stdin).await;
+            // Boxed: a command's future (its process and pipes) is large,
+            // and every tool step awaits `run` whether or not a command
+            // is configured for its event.
+            let result = Box::pin(self.run_one(command, &stdin)).await;
             report(event.name(), &result);
             let block = can_block && result.exit_code == Some(BLOCK_EXIT_CODE);
             if block {

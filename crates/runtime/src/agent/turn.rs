@@ -478,3 +478,44 @@ impl HookHandles {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn future_size<'a, F: std::future::Future + 'a>(_: impl Fn(&'a mut AgentLoop) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Each turn boxes its context step and its tool step, and the loop
+    /// awaits a hook or a failed call's recovery: each such future is
+    /// allocated and copied (moved into its box) every turn, so it must
+    /// not carry, inline, a rare path's large future (a compaction's
+    /// summary call, a hook's process: 35-37 KiB each, copied twice per
+    /// turn, before they were boxed at their own awaits).
+    #[test]
+    fn a_turns_futures_stay_small() {
+        let request: &'static ModelRequest = Box::leak(Box::default());
+        let sizes = [
+            ("step", future_size(|a| a.step())),
+            ("prepare_context", future_size(|a| a.prepare_context())),
+            ("call_model", future_size(move |a| a.call_model(request))),
+            (
+                "run_tools",
+                future_size(|a| a.run_tools(Vec::new(), Vec::new())),
+            ),
+            ("on_stall", future_size(|a| a.on_stall())),
+            (
+                "call_failed",
+                future_size(|a| {
+                    a.call_failed(ProviderError::Config {
+                        message: String::new(),
+                    })
+                }),
+            ),
+        ];
+        for (name, size) in sizes {
+            assert!(size <= 4096, "{name}'s future is {size} bytes");
+        }
+    }
+}

@@ -307,7 +307,10 @@ impl ContextManager {
             }
             return;
         }
-        let Some(model_summary) = self.compact(messages, input, hard, !mid_loop, step).await else {
+        // Boxed: a compaction's future (its summary call) is tens of KiB,
+        // and this runs before every request; only a compaction pays.
+        let compacted = Box::pin(self.compact(messages, input, hard, !mid_loop, step)).await;
+        let Some(model_summary) = compacted else {
             return;
         };
         actions.push(Action::Compacted { model_summary });
