@@ -53,7 +53,9 @@ impl AgentActor {
 /// One incarnation's state.
 pub struct AgentState {
     args: AgentArgs,
-    agent: Option<AgentLoop>,
+    /// Boxed: it moves into each turn's task and back (a pointer, not
+    /// the loop, is copied each time).
+    agent: Option<Box<AgentLoop>>,
     /// The turn in flight: its task and the task reporting its end. Both
     /// are aborted when the actor stops.
     turn: Option<(AbortHandle, JoinHandle<()>)>,
@@ -156,11 +158,11 @@ impl Actor for AgentActor {
             agent.start(&state.args.spec.task).await;
         } else {
             // Idle until Run.
-            state.agent = Some(agent);
+            state.agent = Some(Box::new(agent));
             state.args.address.set(myself);
             return Ok(());
         }
-        state.agent = Some(agent);
+        state.agent = Some(Box::new(agent));
         state.args.address.set(myself.clone());
         myself.cast(AgentMsg::Step)?;
         Ok(())
@@ -249,7 +251,7 @@ impl Actor for AgentActor {
                 }
                 match outcome {
                     Some(StepOutcome::Continue) => {
-                        state.agent = Some(*agent);
+                        state.agent = Some(agent);
                         myself.cast(AgentMsg::Step)?;
                     }
                     Some(StepOutcome::Done(done)) => {
@@ -282,7 +284,7 @@ impl Actor for AgentActor {
                 {
                     let done = agent.abort();
                     let args = &state.args;
-                    Box::pin(finish(&myself, args, state.completed_before, agent, done)).await;
+                    Box::pin(finish(&myself, args, state.completed_before, *agent, done)).await;
                 }
                 let _ = reply.send(());
             }
@@ -407,7 +409,7 @@ fn start_turn(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
     let abort = turn.abort_handle();
     let watcher = tokio::spawn(async move {
         let msg = match turn.await {
-            Ok((agent, outcome)) => AgentMsg::StepDone(Box::new(agent), outcome),
+            Ok((agent, outcome)) => AgentMsg::StepDone(agent, outcome),
             Err(e) => AgentMsg::StepPanicked(panic_text(e)),
         };
         let _ = me.cast(msg);
