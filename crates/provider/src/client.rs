@@ -533,11 +533,11 @@ mod tests {
         ProviderClient::new(config).unwrap();
     }
 
-    /// `unfold` builds a new future for every event it yields and moves
-    /// its state in and out: both stay a few hundred bytes (they were
-    /// 600 and 2,336: the request's opening inline, the run by value).
+    /// `unfold` builds a new future for every event it yields: it stays a
+    /// few hundred bytes (2,336 with the request's opening inline). The
+    /// state it moves in and out is a `Box<Run>` (`next`'s signature).
     #[test]
-    fn the_per_event_future_and_state_stay_small() {
+    fn the_per_event_future_stays_small() {
         fn future_size<F: std::future::Future>(_: fn(Box<Run>) -> F) -> usize {
             std::mem::size_of::<F>()
         }
@@ -545,10 +545,6 @@ mod tests {
         assert!(
             per_event <= 512,
             "the per-event future is {per_event} bytes"
-        );
-        assert_eq!(
-            std::mem::size_of::<Box<Run>>(),
-            std::mem::size_of::<usize>()
         );
     }
 }

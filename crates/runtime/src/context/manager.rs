@@ -307,8 +307,9 @@ impl ContextManager {
             }
             return;
         }
-        // Boxed: a compaction's future (its summary call) is tens of KiB,
-        // and this runs before every request; only a compaction pays.
+        // Boxed: a compaction's future (its summary call, its hooks) would
+        // more than double the context step's, which every turn boxes and
+        // copies; only a compaction pays for this box.
         let compacted = Box::pin(self.compact(messages, input, hard, !mid_loop, step)).await;
         let Some(model_summary) = compacted else {
             return;
