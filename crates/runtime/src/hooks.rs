@@ -368,8 +368,8 @@ impl HookRunner {
         let can_block = matches!(event, HookEvent::PreToolUse { .. });
         for command in commands {
             // Boxed: a command's future (its process and pipes) is large,
-            // and every tool step awaits `run` whether or not a command
-            // is configured for its event.
+            // and every future that may await `run` (each tool step's, a
+            // compaction's) was sized for it even when no command runs.
             let result = Box::pin(self.run_one(command, &stdin)).await;
             report(event.name(), &result);
             let block = can_block && result.exit_code == Some(BLOCK_EXIT_CODE);
