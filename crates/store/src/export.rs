@@ -5,13 +5,22 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-/// A consumer of committed events. It runs on the writer thread, after the
-/// canonical batch is durable, so it only ever shows events that are on
-/// disk. An exporter that fails is detached (with a warning and an entry in
+/// A consumer of committed events. It runs on the session's writer, after
+/// the canonical batch is written (durable or not yet, per the fsync
+/// policy), so it only ever shows events that are in the log. An exporter
+/// that fails is detached (with a warning and an entry in
 /// `LogStats::exporter_failures`); the canonical log is never affected.
 pub trait Exporter: Send {
     /// A name for messages.
     fn name(&self) -> &str;
+    /// Whether `export`, `flush` and `finish` always return at once (an
+    /// in-process channel, not a pipe, a socket or a file): such an
+    /// exporter may run on the shared writer thread, which writes many
+    /// sessions' logs. The default, `false`, gives the session a writer
+    /// thread of its own.
+    fn never_blocks(&self) -> bool {
+        false
+    }
     /// One event: `line` is the canonical envelope line (with newline),
     /// `event` the bare event JSON.
     fn export(&mut self, line: &[u8], event: &[u8]) -> std::io::Result<()>;

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -142,6 +143,18 @@ pub(crate) struct GateState {
     pub(crate) durability_waiters: usize,
 }
 
+/// What [`Gate::poll`] found.
+pub(crate) enum Poll {
+    /// Work to do now.
+    Work(Work),
+    /// A batch gathers until this deadline (nobody waits for it yet).
+    Gather(Instant),
+    /// Nothing to do until the gate has news, or (`Some`) a sync is due.
+    Wait(Option<Instant>),
+    /// Closed, written and synced: the writer ends.
+    Finished,
+}
+
 /// What the writer does next.
 pub(crate) enum Work {
     /// Write this batch.
@@ -153,8 +166,11 @@ pub(crate) enum Work {
 /// The gate shared by producers and the writer.
 pub(crate) struct Gate {
     pub(crate) state: Mutex<GateState>,
-    /// Wakes the writer.
+    /// Wakes the writer (on a thread of its own).
     pub(crate) work: Condvar,
+    /// The session's writer is on the shared writer thread
+    /// (`hub.rs`): wake that instead of [`Gate::work`].
+    pub(crate) shared: AtomicBool,
     /// Wakes a terminal emit waiting for room.
     pub(crate) room: Condvar,
     pub(crate) config: LogConfig,
@@ -169,6 +185,7 @@ impl Gate {
                 ..GateState::default()
             }),
             work: Condvar::new(),
+            shared: AtomicBool::new(false),
             room: Condvar::new(),
             config,
             root_thread,
@@ -245,7 +262,7 @@ impl Gate {
         let seq = st.accepted;
         st.queue.push_back(record);
         if st.writer_waiting {
-            self.work.notify_one();
+            self.wake(false);
         }
         Ok(seq)
     }
@@ -254,7 +271,7 @@ impl Gate {
     pub(crate) fn close(&self) {
         let mut st = self.state.lock();
         st.closed = true;
-        self.work.notify_all();
+        self.wake(true);
         self.room.notify_all();
     }
 
@@ -262,53 +279,87 @@ impl Gate {
     /// previous writer left one, else up to `max_batch_bytes` of queued
     /// records, else a sync of the written batches once one is due
     /// ([`Gate::sync_due`]). Blocks while there is nothing to do; `None`
-    /// once closed, written and synced.
+    /// once closed, written and synced. (The dedicated writer's way; the
+    /// shared writer polls with [`Gate::poll`].)
     pub(crate) fn next_work(&self) -> Option<Work> {
         let mut st = self.state.lock();
         loop {
-            if let Some(batch) = st.inflight.as_ref() {
-                return Some(Work::Write(Arc::clone(batch)));
-            }
-            if !st.queue.is_empty() {
-                if let Some(deadline) = self.gather_until(&st) {
+            match self.poll(&mut st, false) {
+                Poll::Work(work) => return Some(work),
+                Poll::Finished => return None,
+                Poll::Gather(deadline) => {
                     // Let the batch gather (nobody waits for it yet); a
                     // waiter, a close or the deadline ends the wait.
                     while self.gathering(&st)
                         && !self.work.wait_until(&mut st, deadline).timed_out()
                     {
                     }
+                    return Some(self.take_batch(&mut st));
                 }
-                let mut bytes = 0usize;
-                let mut take = 0usize;
-                for r in st.queue.iter() {
-                    if take > 0 && bytes + r.line.len() > self.config.max_batch_bytes {
-                        break;
-                    }
-                    bytes += r.line.len();
-                    take += 1;
-                }
-                let batch: Vec<Record> = st.queue.drain(..take).collect();
-                let batch = Arc::new(batch);
-                st.inflight = Some(Arc::clone(&batch));
-                return Some(Work::Write(batch));
-            }
-            if !st.unsynced.is_empty() && self.sync_due(&st) {
-                return Some(Work::Sync);
-            }
-            if st.closed {
-                return None;
-            }
-            st.writer_waiting = true;
-            match st.unsynced_since {
-                Some(since) => {
-                    let due = since + self.config.sync_interval;
+                Poll::Wait(Some(due)) => {
                     self.work.wait_until(&mut st, due);
                 }
-                None => {
+                Poll::Wait(None) => {
                     self.work.wait_for(&mut st, Duration::from_millis(500));
                 }
             }
-            st.writer_waiting = false;
+        }
+    }
+
+    /// What the writer does next, without waiting: work, a batch gathering
+    /// until a deadline (`take` ends the gather at once), nothing until the
+    /// gate has news or a sync falls due, or the end. Marks the writer as
+    /// waiting (a push then wakes it) exactly when it returns
+    /// [`Poll::Wait`].
+    pub(crate) fn poll(&self, st: &mut GateState, take: bool) -> Poll {
+        let poll = if let Some(batch) = st.inflight.as_ref() {
+            Poll::Work(Work::Write(Arc::clone(batch)))
+        } else if !st.queue.is_empty() {
+            match self.gather_until(st).filter(|_| !take) {
+                Some(deadline) => Poll::Gather(deadline),
+                None => Poll::Work(self.take_batch(st)),
+            }
+        } else if !st.unsynced.is_empty() && self.sync_due(st) {
+            Poll::Work(Work::Sync)
+        } else if st.closed {
+            Poll::Finished
+        } else {
+            Poll::Wait(
+                st.unsynced_since
+                    .map(|since| since + self.config.sync_interval),
+            )
+        };
+        st.writer_waiting = matches!(poll, Poll::Wait(_));
+        poll
+    }
+
+    /// Takes up to `max_batch_bytes` of the queue (at least one record) as
+    /// the in-flight batch.
+    fn take_batch(&self, st: &mut GateState) -> Work {
+        let mut bytes = 0usize;
+        let mut take = 0usize;
+        for r in st.queue.iter() {
+            if take > 0 && bytes + r.line.len() > self.config.max_batch_bytes {
+                break;
+            }
+            bytes += r.line.len();
+            take += 1;
+        }
+        let batch: Vec<Record> = st.queue.drain(..take).collect();
+        let batch = Arc::new(batch);
+        st.inflight = Some(Arc::clone(&batch));
+        Work::Write(batch)
+    }
+
+    /// Wakes the writer: its thread, or the shared writer when the session
+    /// is on it. `urgent`: wake the shared writer even if it comes by
+    /// within this session's gather anyway (a durability waiter, a close).
+    fn wake(&self, urgent: bool) {
+        if self.shared.load(Ordering::Acquire) {
+            let within = (!urgent).then_some(self.config.group_commit_delay);
+            super::hub::HUB.wake(within);
+        } else {
+            self.work.notify_all();
         }
     }
 
@@ -347,7 +398,7 @@ impl Gate {
         let mut st = self.state.lock();
         if start {
             st.durability_waiters += 1;
-            self.work.notify_all();
+            self.wake(true);
         } else {
             st.durability_waiters = st.durability_waiters.saturating_sub(1);
         }

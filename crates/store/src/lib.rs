@@ -12,10 +12,10 @@
 //! place in the one order and holds it in a queue bounded in events and
 //! bytes; when the queue is full the hand-off fails closed (the producer
 //! gets [`EmitError::Saturated`], the session must end as
-//! `error_during_execution`). One writer thread (started by
-//! [`SessionLog::start_writer`] on a thread of the writers' pool, which a
-//! closed session's writer hands back for the next session's; supervised
-//! by `troupe-actors`) takes
+//! `error_during_execution`). The session's writer (started by
+//! [`SessionLog::start_writer`], supervised by `troupe-actors`; it runs on
+//! the process's shared writer thread, which serves many sessions and
+//! hands each sync to a pool thread, or on a pool thread of its own) takes
 //! batches, appends them, fsyncs per [`FsyncPolicy`], then feeds the
 //! exporters in the same order and keeps the manifest current. A batch
 //! stays in the gate until it is synced, so a failed writer's replacement
@@ -33,6 +33,7 @@ mod error;
 mod export;
 pub mod fsutil;
 mod gate;
+mod hub;
 mod lock;
 mod log;
 mod manifest;

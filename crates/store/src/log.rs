@@ -62,6 +62,9 @@ pub struct LogStats {
     /// the final one): each a sync of its temporary copy and of the
     /// directory.
     pub manifest_syncs: u64,
+    /// Batches written by the shared writer thread (the others by a
+    /// writer thread of the session's own).
+    pub shared_batches: u64,
     /// Size in bytes of every committed batch, when recording was asked for.
     pub batch_sizes: Vec<usize>,
     /// Exporters that failed and were detached, with the error.
@@ -88,6 +91,12 @@ pub enum Fault {
 #[doc(hidden)]
 pub type FaultHook = Arc<dyn Fn(u64) -> Option<Fault> + Send + Sync>;
 
+/// A test seam run before each sync of events.jsonl. Only with the
+/// `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub type SyncHook = Arc<dyn Fn() + Send + Sync>;
+
 pub(crate) struct LogInner {
     pub(crate) gate: Gate,
     pub(crate) dir: PathBuf,
@@ -103,6 +112,9 @@ pub(crate) struct LogInner {
     pub(crate) record_batch_sizes: bool,
     #[cfg(feature = "test-hooks")]
     pub(crate) fault: Mutex<Option<FaultHook>>,
+    /// Runs before each sync of events.jsonl (tests: a slow disk).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) sync_hook: Mutex<Option<SyncHook>>,
     pub(crate) writer_running: Mutex<bool>,
     /// This process's claim on the session, held while any handle lives.
     lock: SessionLock,
@@ -155,8 +167,8 @@ impl std::fmt::Debug for SessionLog {
     }
 }
 
-/// The running writer (on a thread of the writers' pool: a thread is
-/// kept for the next session for a while after its session closed).
+/// The running writer (on the shared writer thread or a pool thread:
+/// see [`SessionLog::start_writer`]).
 #[derive(Debug)]
 pub struct WriterHandle {
     running: super::pool::Running<Result<(), StoreError>>,
@@ -345,6 +357,8 @@ impl SessionLog {
                 record_batch_sizes: false,
                 #[cfg(feature = "test-hooks")]
                 fault: Mutex::new(None),
+                #[cfg(feature = "test-hooks")]
+                sync_hook: Mutex::new(None),
                 writer_running: Mutex::new(false),
                 lock,
             }),
@@ -364,6 +378,14 @@ impl SessionLog {
     #[doc(hidden)]
     pub fn set_fault_hook(&self, hook: Option<FaultHook>) {
         *self.inner.fault.lock() = hook;
+    }
+
+    /// Installs a hook run before each sync of events.jsonl, on the thread
+    /// that syncs (tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn set_sync_hook(&self, hook: Option<SyncHook>) {
+        *self.inner.sync_hook.lock() = hook;
     }
 
     /// A producer handle.
@@ -465,11 +487,19 @@ impl SessionLog {
         }
     }
 
-    /// Starts the writer (on a thread of the writers' pool). It reopens
-    /// events.jsonl, cuts anything past the last commit (a failed writer's
-    /// partial write), and writes first the batch a failed writer left in
-    /// flight, then the queue.
-    /// `on_exit` runs on the writer thread when it ends, with how it ended.
+    /// Starts the writer. It reopens events.jsonl, cuts anything past the
+    /// last commit (a failed writer's partial write), and writes first the
+    /// batch a failed writer left in flight, then the queue.
+    ///
+    /// Where it runs: with `fsync = batch` or `never` and exporters that
+    /// never block ([`Exporter::never_blocks`]), on the process's shared
+    /// writer thread, which writes many sessions' batches in one wake-up
+    /// and hands a sync to a pool thread (so no session's sync delays
+    /// another's); otherwise on a pool thread of its own (`always` syncs
+    /// every event; an exporter may wait on a pipe). Exporters must be
+    /// added before this call.
+    /// `on_exit` runs when the writer ends, with how it ended, on the
+    /// thread that ended it: it must not block.
     pub fn start_writer(
         &self,
         on_exit: impl FnOnce(&Result<(), StoreError>) + Send + 'static,
@@ -491,39 +521,23 @@ impl SessionLog {
                 return Err(e);
             }
         };
-        let inner = Arc::clone(&self.inner);
-        let spawned = super::pool::WRITERS
-            .spawn(move || {
-                let guard = RunningGuard(Arc::clone(&inner));
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    super::writer::writer_loop(&inner, file)
-                }))
-                .unwrap_or_else(|p| Err(StoreError::Writer(panic_message(&p))));
-                if let Err(e) = &result {
-                    tracing::error!(error = %e, "event log writer failed; accepted events are held for a restart");
-                    let committed = *inner.committed_len.lock();
-                    inner.manifest.lock().record_writer_failure(
-                        &inner.manifest_path,
-                        &inner.events_path,
-                        committed,
-                        e,
-                    );
-                    inner
-                        .progress
-                        .send_modify(|p| p.writer_error = Some(e.to_string()));
-                }
-                drop(guard);
-                on_exit(&result);
-                result
-            })
-            .map_err(|e| StoreError::io("spawn writer for", &self.inner.events_path, e));
-        match spawned {
-            Ok(running) => Ok(WriterHandle { running }),
-            Err(e) => {
-                *self.inner.writer_running.lock() = false;
-                Err(e)
-            }
+        let (result, running) = super::pool::Running::channel();
+        let exit = super::writer::Exit {
+            on_exit: Box::new(on_exit),
+            result,
+        };
+        let writer = super::writer::Writer::new(Arc::clone(&self.inner), file, exit);
+        // The shared writer takes every session whose steps do not block
+        // but for a sync: not `always` (a sync per event), not one whose
+        // exporters may block (a pipe, a socket).
+        let shared = self.inner.gate.config.fsync != FsyncPolicy::Always
+            && self.inner.exporters.lock().iter().all(|e| e.never_blocks());
+        if shared {
+            super::hub::HUB.adopt(writer);
+        } else {
+            super::hub::dedicated(writer);
         }
+        Ok(WriterHandle { running })
     }
 
     fn open_for_append(&self) -> Result<File, StoreError> {
@@ -567,13 +581,5 @@ impl<'a> DurabilityWait<'a> {
 impl Drop for DurabilityWait<'_> {
     fn drop(&mut self) {
         self.0.durability_wait(false);
-    }
-}
-
-struct RunningGuard(Arc<LogInner>);
-
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        *self.0.writer_running.lock() = false;
     }
 }

@@ -1,6 +1,7 @@
-//! The writer threads: a session's log writer runs on a thread of this
-//! process-wide pool, which keeps a thread for a while after the session
-//! it served has closed. A process that opens many short sessions (a
+//! The writer threads: a session's log writer that does not run on the
+//! shared writer (`hub.rs`), and the shared writer's blocking steps (a
+//! sync), run on a thread of this process-wide pool, which keeps a
+//! thread for a while after the job it ran has ended. A process that opens many short sessions (a
 //! server, a batch of runs, one session per agent) then starts a thread
 //! for the first of them, not for each (docs/benchmarks.md, issue 31).
 //!
@@ -46,7 +47,16 @@ pub(crate) struct Running<T> {
     result: mpsc::Receiver<std::thread::Result<T>>,
 }
 
+/// Where a job's result is sent.
+pub(crate) type ResultSender<T> = mpsc::SyncSender<std::thread::Result<T>>;
+
 impl<T> Running<T> {
+    /// A handle, and the sender its result comes through.
+    pub(crate) fn channel() -> (ResultSender<T>, Running<T>) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        (tx, Running { result: rx })
+    }
+
     /// Waits for the job to end: its value, or its panic.
     pub(crate) fn join(self) -> std::thread::Result<T> {
         self.result
@@ -73,22 +83,30 @@ impl Pool {
     /// Runs `f` on an idle thread, or on a new one when none is idle. A
     /// panic of `f` is caught and returned by [`Running::join`]; the thread
     /// goes on serving.
+    #[cfg(test)]
     pub(crate) fn spawn<T: Send + 'static>(
         &'static self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<Running<T>> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move || {
+        let (tx, running) = Running::channel();
+        self.run(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             // The caller may have stopped waiting (dropped its handle).
             let _ = tx.send(result);
-        });
+        })?;
+        Ok(running)
+    }
+
+    /// Runs `job` on an idle thread, or on a new one when none is idle.
+    /// `job` must catch its own panics (a panic ends the thread).
+    pub(crate) fn run(&'static self, job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        let job: Job = Box::new(job);
         let mut state = self.state.lock();
         // An idle thread that no queued job has claimed yet takes it.
         if state.idle > state.jobs.len() {
             state.jobs.push_back(job);
             self.ready.notify_one();
-            return Ok(Running { result: rx });
+            return Ok(());
         }
         state.live += 1;
         drop(state);
@@ -99,13 +117,15 @@ impl Pool {
             self.state.lock().live -= 1;
             return Err(e);
         }
-        Ok(Running { result: rx })
+        Ok(())
     }
 
     /// A pool thread: runs its first job, then waits for more.
     fn serve(&self, mut job: Job) {
         loop {
-            job();
+            // A job catches its own panics; one that escapes (an `on_exit`
+            // that panicked) must not take the pool's count with it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             let mut state = self.state.lock();
             if state.idle >= self.max_idle {
                 state.live -= 1;

@@ -9,6 +9,7 @@ mod group_commit;
 mod lock;
 mod recovery;
 mod retention;
+mod shared;
 mod tmpfs;
 mod writer;
 

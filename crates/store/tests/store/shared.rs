@@ -1,0 +1,159 @@
+//! The shared writer: one thread writes the logs of every session whose
+//! steps never block but for a sync, and hands each sync to a thread of
+//! its own, so one session's slow disk delays no other session.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use troupe_store::{ExportFormat, FsyncPolicy, LogConfig, SessionStore, WriterExporter};
+
+use super::*;
+
+fn log_in(store: &SessionStore, id: &str, config: LogConfig) -> SessionLog {
+    store.create_with_thread(id, ROOT, config).unwrap()
+}
+
+#[test]
+fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let shared: Vec<SessionLog> = (0..30)
+        .map(|i| log_in(&store, &format!("shared-{i}"), LogConfig::default()))
+        .collect();
+    let always = log_in(
+        &store,
+        "always",
+        LogConfig {
+            fsync: FsyncPolicy::Always,
+            ..LogConfig::default()
+        },
+    );
+    let piped = log_in(&store, "piped", LogConfig::default());
+    piped.add_exporter(Box::new(WriterExporter::new(
+        "a pipe",
+        Shared::default(),
+        ExportFormat::Bare,
+    )));
+    let all: Vec<&SessionLog> = shared.iter().chain([&always, &piped]).collect();
+    let writers: Vec<_> = all
+        .iter()
+        .map(|log| log.start_writer(|_| {}).unwrap())
+        .collect();
+    for round in 0..5 {
+        for (i, log) in all.iter().enumerate() {
+            log.sender().emit(&msg(&format!("s{i}-r{round}"))).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    for log in &all {
+        log.close();
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    for (i, log) in all.iter().enumerate() {
+        let want: Vec<String> = (0..5).map(|r| format!("s{i}-r{r}")).collect();
+        assert_eq!(msg_ids(log), want, "session {i}: every event, in order");
+        assert_eq!(log.progress().borrow().committed, 5, "session {i}");
+        assert_eq!(log.manifest().event_count, 5, "session {i}");
+    }
+    for (i, log) in shared.iter().enumerate() {
+        let stats = log.stats();
+        assert!(stats.batches > 0);
+        assert_eq!(
+            stats.shared_batches, stats.batches,
+            "session {i}: every batch written by the shared writer"
+        );
+        assert_eq!(stats.syncs, 1, "session {i}: synced once, at the close");
+    }
+    for (name, log) in [("always", &always), ("a blocking exporter", &piped)] {
+        let stats = log.stats();
+        assert!(stats.batches > 0, "{name}");
+        assert_eq!(stats.shared_batches, 0, "{name}: a writer of its own");
+    }
+}
+
+#[test]
+fn one_sessions_stuck_sync_delays_no_other_sessions_batches_or_durability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let slow = log_in(&store, "slow", LogConfig::default());
+    let fast = log_in(&store, "fast", LogConfig::default());
+    // The slow session's sync waits until the test lets it go.
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let hook = parking_lot::Mutex::new((entered_tx, released));
+    slow.set_sync_hook(Some(Arc::new(move || {
+        let hook = hook.lock();
+        let _ = hook.0.send(());
+        let _ = hook.1.recv();
+    })));
+    let slow_writer = slow.start_writer(|_| {}).unwrap();
+    let fast_writer = fast.start_writer(|_| {}).unwrap();
+
+    slow.sender().emit(&msg("slow-0")).unwrap();
+    let waiting = {
+        let slow = slow.clone();
+        std::thread::spawn(move || rt().block_on(slow.flush(WAIT)))
+    };
+    entered.recv_timeout(LIMIT).expect("the slow sync started");
+
+    // Meanwhile the other session is written and made durable.
+    fast.sender().emit(&msg("fast-0")).unwrap();
+    rt().block_on(fast.flush(LIMIT))
+        .expect("a durability wait is not held behind another session's sync");
+    emit_each_written(&fast, "fast-more-", 3);
+    assert_eq!(fast.progress().borrow().committed, 1);
+    assert_eq!(slow.progress().borrow().committed, 0, "still stuck");
+
+    release.send(()).unwrap();
+    waiting
+        .join()
+        .unwrap()
+        .expect("the slow flush ends once its sync does");
+    assert_eq!(slow.progress().borrow().committed, 1);
+    slow.set_sync_hook(None);
+    for log in [&slow, &fast] {
+        log.close();
+    }
+    slow_writer.join().unwrap();
+    fast_writer.join().unwrap();
+    assert_eq!(msg_ids(&slow), ["slow-0"]);
+    assert_eq!(
+        msg_ids(&fast),
+        ["fast-0", "fast-more-0", "fast-more-1", "fast-more-2"]
+    );
+    assert_eq!(fast.progress().borrow().committed, 4);
+}
+
+#[test]
+fn a_sessions_events_are_written_within_its_gather_though_another_gathers_longer() {
+    // A session gathering for a minute must not hold back the next one's
+    // events: each is taken within its own gather.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    let slow_gather = log_in(
+        &store,
+        "minute",
+        LogConfig {
+            group_commit_delay: Duration::from_secs(60),
+            ..LogConfig::default()
+        },
+    );
+    let quick = log_in(&store, "quick", LogConfig::default());
+    let writers = [
+        slow_gather.start_writer(|_| {}).unwrap(),
+        quick.start_writer(|_| {}).unwrap(),
+    ];
+    slow_gather.sender().emit(&msg("m0")).unwrap();
+    // The first event's gather is under way; the quick session's events
+    // are written one by one all the same.
+    emit_each_written(&quick, "q", 5);
+    slow_gather.close();
+    quick.close();
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(msg_ids(&slow_gather), ["m0"]);
+    assert_eq!(msg_ids(&quick).len(), 5);
+}
