@@ -286,6 +286,11 @@ impl troupe_runtime::store::Exporter for Discard {
     fn name(&self) -> &str {
         "discard"
     }
+
+    fn never_blocks(&self) -> bool {
+        // An in-process channel: it never waits.
+        true
+    }
     fn export(&mut self, _line: &[u8], _event: &[u8]) -> std::io::Result<()> {
         Ok(())
     }

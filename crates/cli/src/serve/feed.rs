@@ -151,6 +151,11 @@ impl Exporter for FeedExporter {
         "serve live feed"
     }
 
+    fn never_blocks(&self) -> bool {
+        // An in-process channel: it never waits.
+        true
+    }
+
     fn export(&mut self, _line: &[u8], event: &[u8]) -> std::io::Result<()> {
         self.feed.publish(event);
         Ok(())

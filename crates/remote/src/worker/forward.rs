@@ -40,6 +40,11 @@ impl Exporter for Forward {
         "nats"
     }
 
+    fn never_blocks(&self) -> bool {
+        // An in-process channel: it never waits.
+        true
+    }
+
     fn export(&mut self, _line: &[u8], event: &[u8]) -> std::io::Result<()> {
         self.seq += 1;
         let _ = self.tx.send(Some((self.seq, event.to_vec())));
