@@ -1,8 +1,9 @@
 //! The canonical persistence drain as a supervised actor.
 //!
 //! The events themselves never pass through the mailbox: producers hand
-//! them to the session log's bounded gate. The drain owns the blocking
-//! writer thread that empties the gate, and serves `Flush {ack}` and
+//! them to the session log's bounded gate. The drain owns the session's
+//! log writer that empties the gate (on the process's shared writer
+//! thread or a thread of its own), and serves `Flush {ack}` and
 //! `Shutdown {ack}`. When the writer fails, the drain fails, and its
 //! supervisor restarts it (it is `permanent`); the new incarnation cuts the
 //! partial write and writes the uncommitted batch again, so no accepted
@@ -45,7 +46,7 @@ pub enum DrainMsg {
         /// Gets `Ok` once the log is complete on disk, or why not.
         ack: RpcReplyPort<Result<(), DrainError>>,
     },
-    /// Sent by the writer thread when it ends.
+    /// Sent by the log writer when it ends.
     WriterExited(Result<(), String>),
 }
 

@@ -13,7 +13,7 @@
 //!   `agent.stopped` events.
 //! - [`address`]: logical addresses that stay valid across restarts.
 //! - [`drain`]: [`DrainActor`], the canonical persistence drain: it owns the
-//!   session log's writer thread, answers `Flush {ack}` and
+//!   session log's writer, answers `Flush {ack}` and
 //!   `Shutdown {ack}`, and fails (to be restarted) when its writer fails,
 //!   without losing an accepted event.
 //! - [`session`]: [`SessionTree`], a session's root supervisor with its

@@ -288,7 +288,7 @@ impl troupe_runtime::store::Exporter for Discard {
     }
 
     fn never_blocks(&self) -> bool {
-        // An in-process channel: it never waits.
+        // It drops every event: it never waits.
         true
     }
     fn export(&mut self, _line: &[u8], _event: &[u8]) -> std::io::Result<()> {

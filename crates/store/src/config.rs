@@ -57,8 +57,11 @@ pub struct LogConfig {
     /// How long the writer lets a batch gather more events while nobody
     /// waits for them to be durable (a flush, a write tool's journal
     /// entry, the root `thread.completed` commit at once): one write for
-    /// the events of a turn instead of one per event. Zero writes every
-    /// event as soon as it is taken; ignored with [`FsyncPolicy::Always`].
+    /// the events of a turn instead of one per event. The longest a batch
+    /// gathers: on the shared writer it is taken at the first gather's end
+    /// of any session after its first event (one wake-up for them all), so
+    /// it may gather less. Zero writes every event as soon as it is taken;
+    /// ignored with [`FsyncPolicy::Always`].
     pub group_commit_delay: Duration,
     /// With [`FsyncPolicy::Batch`], how long written events nobody waits
     /// for may stay unsynced: the most of them a power loss can take. A

@@ -457,3 +457,20 @@ impl Gate {
         }
     }
 }
+
+/// A registered durability waiter, unregistered on drop (also when the
+/// wait is cancelled).
+pub(crate) struct DurabilityWait<'a>(&'a Gate);
+
+impl<'a> DurabilityWait<'a> {
+    pub(crate) fn start(gate: &'a Gate) -> Self {
+        gate.durability_wait(true);
+        DurabilityWait(gate)
+    }
+}
+
+impl Drop for DurabilityWait<'_> {
+    fn drop(&mut self) {
+        self.0.durability_wait(false);
+    }
+}

@@ -7,14 +7,17 @@
 //! thread waits for them all: it wakes once per gather, takes every
 //! session's batch, writes and commits it, and sleeps again.
 //!
-//! Nothing that blocks runs here. A step that syncs (the log under
-//! `fsync = batch` once a sync is due, a durable manifest write, a failed
-//! writer's record) is handed with its session to a pool thread
-//! (`pool.rs`), which runs that session alone until it waits again and
-//! then hands it back: one session's sync never delays another's batches
-//! or durability waits. A session whose steps may block otherwise
-//! (`fsync = always`, an exporter writing to a pipe) keeps a writer
-//! thread of its own ([`dedicated`]).
+//! No sync runs here. A step that syncs (the log under `fsync = batch`
+//! once a sync is due, a durable manifest write, a failed writer's
+//! record) is handed with its session to a pool thread (`pool.rs`), which
+//! runs that session alone until it waits again and then hands it back:
+//! one session's sync never delays another's batches or durability
+//! waits. What does run here is each batch's `write` (into the page
+//! cache), a refresh of the manifest without fsync, the exporters that
+//! never block and the caller's `on_exit`: a file system that blocks a
+//! plain write (a hung network mount) holds up every session here. A
+//! session whose steps may block otherwise (`fsync = always`, an exporter
+//! writing to a pipe) keeps a writer thread of its own ([`dedicated`]).
 //!
 //! When a batch is taken: within `group_commit_delay` of its first event,
 //! as on a thread of its own. The first event a waiting session receives
@@ -32,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use super::error::StoreError;
 use super::log::panic_message;
 use super::pool::WRITERS;
-use super::writer::{Polled, Writer};
+use super::writer::{Blocking, Polled, Writer};
 
 /// The process's shared writer (its thread starts with the first session).
 pub(crate) static HUB: Hub = Hub::new();
@@ -109,33 +112,34 @@ impl Hub {
     }
 
     /// Takes `writer` on: a new session's, or one back from a blocking
-    /// step. If the thread cannot be started, the writer runs on a thread
-    /// of its own.
-    pub(crate) fn adopt(&'static self, writer: Writer) {
+    /// step. Gives it back if the thread is not running and cannot be
+    /// started.
+    pub(crate) fn adopt(&'static self, writer: Writer) -> Result<(), Writer> {
         writer.inner.gate.shared.store(true, Ordering::Release);
         let mut s = self.signal.lock();
+        if !s.started {
+            let started = std::thread::Builder::new()
+                .name("troupe-log-hub".into())
+                .spawn(move || self.serve());
+            if let Err(e) = started {
+                drop(s);
+                tracing::warn!(error = %e, "cannot start the shared log writer");
+                writer.inner.gate.shared.store(false, Ordering::Release);
+                return Err(writer);
+            }
+            s.started = true;
+        }
         s.adopted.push(writer);
         s.woken = true;
-        if s.started {
-            self.ready.notify_one();
-            return;
-        }
-        let started = std::thread::Builder::new()
-            .name("troupe-log-hub".into())
-            .spawn(move || self.serve());
-        match started {
-            Ok(_) => s.started = true,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start the shared log writer; each session writes on a thread of its own");
-                let writers = std::mem::take(&mut s.adopted);
-                drop(s);
-                writers.into_iter().for_each(dedicated);
-            }
-        }
+        self.ready.notify_one();
+        Ok(())
     }
 
     fn serve(&'static self) {
         ON_HUB.with(|c| c.set(true));
+        // Should this thread die, the next session starts another (the
+        // writers it held report it, and their sessions restart them).
+        let _serving = Serving(self);
         let mut slots: Vec<Slot> = Vec::new();
         // When the gather under way ends: every session's batch is taken.
         let mut tick: Option<Instant> = None;
@@ -175,8 +179,7 @@ impl Hub {
                         tick = Some(tick.map_or(deadline, |t| t.min(deadline)));
                     }
                     Ok(Polled::Block(step)) => {
-                        let slot = slots.swap_remove(i);
-                        off_hub(move || slot.writer.run_blocking(step));
+                        off_hub(slots.swap_remove(i).writer, OffHub::Step(step));
                         continue;
                     }
                     Ok(Polled::Ended) => {
@@ -192,8 +195,7 @@ impl Hub {
                         continue;
                     }
                     Err(e) => {
-                        let slot = slots.swap_remove(i);
-                        off_hub(move || slot.writer.end(Err(e)));
+                        off_hub(slots.swap_remove(i).writer, OffHub::End(e));
                         continue;
                     }
                 }
@@ -206,17 +208,68 @@ impl Hub {
     }
 }
 
-/// Runs `writer` on a pool thread of its own until it ends.
-pub(crate) fn dedicated(writer: Writer) {
-    writer.inner.gate.shared.store(false, Ordering::Release);
-    off_hub(move || writer.run_dedicated());
+/// Marks the shared writer's thread gone when it ends.
+struct Serving(&'static Hub);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let mut s = self.0.signal.lock();
+        s.started = false;
+        s.woken = false;
+        // Writers handed over and not taken yet go to the next thread.
+        let orphans = std::mem::take(&mut s.adopted);
+        drop(s);
+        orphans.into_iter().for_each(|w| {
+            if let Err(w) = self.0.adopt(w) {
+                dedicated(w);
+            }
+        });
+    }
 }
 
-/// Runs `job` on a pool thread. If none can be started the job is dropped
-/// with the writer it holds, which reports that it could not run
-/// (`Writer`'s `Drop`).
-fn off_hub(job: impl FnOnce() + Send + 'static) {
-    if let Err(e) = WRITERS.run(job) {
-        tracing::error!(error = %e, "cannot start a log writer thread");
+/// Runs `writer` on a pool thread of its own until it ends; on this
+/// thread if none can be started.
+pub(crate) fn dedicated(writer: Writer) {
+    if let Err(writer) = try_dedicated(writer) {
+        writer.run_dedicated();
+    }
+}
+
+/// Runs `writer` on a pool thread of its own until it ends, or gives it
+/// back if no thread can be started.
+pub(crate) fn try_dedicated(writer: Writer) -> Result<(), Writer> {
+    writer.inner.gate.shared.store(false, Ordering::Release);
+    WRITERS
+        .run_with(writer, Writer::run_dedicated)
+        .map_err(|(e, writer)| {
+            tracing::warn!(error = %e, "cannot start a log writer thread");
+            writer
+        })
+}
+
+/// What the shared writer hands to a pool thread with a session.
+enum OffHub {
+    /// A step that blocks, and what follows it until the writer waits.
+    Step(Blocking),
+    /// The writer failed: its end (the failure's record blocks).
+    End(StoreError),
+}
+
+impl OffHub {
+    fn run(self, writer: Writer) {
+        match self {
+            OffHub::Step(step) => writer.run_blocking(step),
+            OffHub::End(e) => writer.end(Err(e)),
+        }
+    }
+}
+
+/// Runs `job` with `writer` on a pool thread; on this thread (holding the
+/// shared writer up for its while: better late than never) if none can be
+/// started.
+fn off_hub(writer: Writer, job: OffHub) {
+    if let Err((e, (writer, job))) = WRITERS.run_with((writer, job), |(w, job)| job.run(w)) {
+        tracing::warn!(error = %e, "cannot start a log writer thread; the shared writer runs the step itself");
+        job.run(writer);
     }
 }

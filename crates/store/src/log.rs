@@ -1,10 +1,11 @@
-//! One session's canonical log: the gate, the group-commit writer thread
-//! (started here, its loop in `writer.rs`),
-//! exporters and the manifest.
+//! One session's canonical log: the gate, the group-commit writer
+//! (started here, its steps in `writer.rs`, on the shared writer of
+//! `hub.rs` or a thread of its own), exporters and the manifest.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -14,7 +15,7 @@ use troupe_protocol::ThreadEvent;
 use super::config::{FsyncPolicy, LogConfig};
 use super::error::{EmitError, StoreError};
 use super::export::Exporter;
-use super::gate::{Gate, Record};
+use super::gate::{DurabilityWait, Gate, Record};
 use super::lock::SessionLock;
 use super::manifest::Manifest;
 use super::recovery::{RecoveryReport, recover};
@@ -62,8 +63,9 @@ pub struct LogStats {
     /// the final one): each a sync of its temporary copy and of the
     /// directory.
     pub manifest_syncs: u64,
-    /// Batches written by the shared writer thread (the others by a
-    /// writer thread of the session's own).
+    /// Batches written on the shared writer's thread (the others on a
+    /// pool thread: the session's own writer, or a shared session's run
+    /// after a sync until it waits again).
     pub shared_batches: u64,
     /// Size in bytes of every committed batch, when recording was asked for.
     pub batch_sizes: Vec<usize>,
@@ -122,7 +124,7 @@ pub(crate) struct LogInner {
 
 /// A session's canonical log, open for appending.
 ///
-/// Producers hold [`EventSender`]s; one writer thread (started with
+/// Producers hold [`EventSender`]s; one writer (started with
 /// [`SessionLog::start_writer`], supervised by the caller) drains the gate.
 #[derive(Clone)]
 pub struct SessionLog {
@@ -410,8 +412,17 @@ impl SessionLog {
         self.inner.manifest.lock().clone()
     }
 
-    /// Adds an exporter; it sees every committed event in gate order.
+    /// Adds an exporter; it sees every committed event in gate order. Add
+    /// exporters before [`SessionLog::start_writer`]: where the writer
+    /// runs is chosen then, and one that may block added later to a
+    /// session on the shared writer would run there.
     pub fn add_exporter(&self, exporter: Box<dyn Exporter>) {
+        if !exporter.never_blocks() && self.inner.gate.shared.load(Ordering::Acquire) {
+            tracing::warn!(
+                exporter = exporter.name(),
+                "an exporter that may block was added after the writer started on the shared writer; it runs there"
+            );
+        }
         self.inner.exporters.lock().push(exporter);
     }
 
@@ -532,12 +543,22 @@ impl SessionLog {
         // exporters may block (a pipe, a socket).
         let shared = self.inner.gate.config.fsync != FsyncPolicy::Always
             && self.inner.exporters.lock().iter().all(|e| e.never_blocks());
-        if shared {
-            super::hub::HUB.adopt(writer);
+        let placed = if shared {
+            super::hub::HUB
+                .adopt(writer)
+                .or_else(super::hub::try_dedicated)
         } else {
-            super::hub::dedicated(writer);
+            super::hub::try_dedicated(writer)
+        };
+        match placed {
+            Ok(()) => Ok(WriterHandle { running }),
+            Err(writer) => {
+                writer.disarm();
+                Err(StoreError::Writer(
+                    "cannot start a thread for the event log writer".into(),
+                ))
+            }
         }
-        Ok(WriterHandle { running })
     }
 
     fn open_for_append(&self) -> Result<File, StoreError> {
@@ -564,22 +585,5 @@ impl SessionLog {
                 .map_err(|e| StoreError::io("sync", path, e))?;
         }
         Ok(file)
-    }
-}
-
-/// A registered durability waiter, unregistered on drop (also when the
-/// wait is cancelled).
-struct DurabilityWait<'a>(&'a Gate);
-
-impl<'a> DurabilityWait<'a> {
-    fn start(gate: &'a Gate) -> Self {
-        gate.durability_wait(true);
-        DurabilityWait(gate)
-    }
-}
-
-impl Drop for DurabilityWait<'_> {
-    fn drop(&mut self) {
-        self.0.durability_wait(false);
     }
 }

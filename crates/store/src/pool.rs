@@ -1,14 +1,14 @@
 //! The writer threads: a session's log writer that does not run on the
 //! shared writer (`hub.rs`), and the shared writer's blocking steps (a
-//! sync), run on a thread of this process-wide pool, which keeps a
-//! thread for a while after the job it ran has ended. A process that opens many short sessions (a
-//! server, a batch of runs, one session per agent) then starts a thread
-//! for the first of them, not for each (docs/benchmarks.md, issue 31).
+//! sync), run on a thread of this process-wide pool, which keeps a thread
+//! for a while after the job it ran has ended. A process that opens many
+//! short sessions then starts a thread for the first of them, not for
+//! each (docs/benchmarks.md, issue 31).
 //!
-//! A writer holds its thread for its session's life: the pool never runs
-//! two writers on one thread and never queues one behind another (a new
-//! thread is started when no idle one waits), so no session waits for
-//! another's writer.
+//! A job holds its thread until it ends: the pool never runs two jobs on
+//! one thread at once and never queues one behind another (a new thread
+//! is started when no idle one waits), so no session waits for another's
+//! writer.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -97,8 +97,32 @@ impl Pool {
         Ok(running)
     }
 
+    /// Runs `f(value)` on an idle thread, or on a new one when none is
+    /// idle; gives `value` back if no thread can be started.
+    pub(crate) fn run_with<T: Send + 'static>(
+        &'static self,
+        value: T,
+        f: impl FnOnce(T) + Send + 'static,
+    ) -> Result<(), (std::io::Error, T)> {
+        let slot = std::sync::Arc::new(Mutex::new(Some(value)));
+        let taken = std::sync::Arc::clone(&slot);
+        let started = self.run(move || {
+            if let Some(value) = taken.lock().take() {
+                f(value);
+            }
+        });
+        match started {
+            Ok(()) => Ok(()),
+            // The job was dropped unrun: the value is still in the slot.
+            Err(e) => match slot.lock().take() {
+                Some(value) => Err((e, value)),
+                None => Ok(()),
+            },
+        }
+    }
+
     /// Runs `job` on an idle thread, or on a new one when none is idle.
-    /// `job` must catch its own panics (a panic ends the thread).
+    /// A panic of `job` is caught; the thread goes on serving.
     pub(crate) fn run(&'static self, job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
         let job: Job = Box::new(job);
         let mut state = self.state.lock();

@@ -49,7 +49,8 @@ pub(crate) struct Writer {
     /// What the manifest on disk says, and whether it was written as the
     /// final one would be (synced, unless the policy is `never`).
     written: ((u64, u64, SessionStatus, bool), bool),
-    exit: Option<Exit>,
+    /// Last: it reports after everything else has let go.
+    exit: ExitSlot,
 }
 
 /// What a written batch leaves to do before it is committed.
@@ -96,7 +97,7 @@ impl Writer {
             buf: Vec::with_capacity(capacity),
             last_manifest: Instant::now(),
             written,
-            exit: Some(exit),
+            exit: ExitSlot(Some(exit)),
         }
     }
 
@@ -172,7 +173,12 @@ impl Writer {
         }))
         .unwrap_or_else(|p| Err(StoreError::Writer(panic_message(&p))));
         match result {
-            Ok(false) => super::hub::HUB.adopt(self),
+            Ok(false) => {
+                if let Err(writer) = super::hub::HUB.adopt(self) {
+                    // No shared writer: this thread carries on alone.
+                    writer.run_dedicated();
+                }
+            }
             Ok(true) => self.end(Ok(())),
             Err(e) => self.end(Err(e)),
         }
@@ -314,11 +320,12 @@ impl Writer {
 
     /// Reports how the writer ended. A failure is recorded in the manifest
     /// first (a write that may block), and the accepted events stay held
-    /// for a restarted writer.
+    /// for a restarted writer. The caller hears of it once the writer has
+    /// let go of the log (with the last hold, the session's claim).
     pub(crate) fn end(mut self, result: Result<(), StoreError>) {
-        let inner = Arc::clone(&self.inner);
         drop(self.file.take());
         if let Err(e) = &result {
+            let inner = &self.inner;
             tracing::error!(error = %e, "event log writer failed; accepted events are held for a restart");
             let committed = *inner.committed_len.lock();
             inner.manifest.lock().record_writer_failure(
@@ -331,36 +338,53 @@ impl Writer {
                 .progress
                 .send_modify(|p| p.writer_error = Some(e.to_string()));
         }
-        inner
-            .gate
-            .shared
-            .store(false, std::sync::atomic::Ordering::Release);
-        *inner.writer_running.lock() = false;
-        let exit = self.exit.take();
+        let exit = self.exit.0.take();
         drop(self);
         if let Some(exit) = exit {
-            (exit.on_exit)(&result);
-            // The caller may have stopped waiting (dropped its handle).
-            let _ = exit.result.send(Ok(result));
+            exit.report(result);
         }
+    }
+
+    /// Gives the writer up unstarted (its thread could not be started):
+    /// the caller hears of it from `start_writer`'s error instead.
+    pub(crate) fn disarm(mut self) {
+        self.exit.0 = None;
+    }
+}
+
+impl Exit {
+    fn report(self, result: Result<(), StoreError>) {
+        (self.on_exit)(&result);
+        // The caller may have stopped waiting (dropped its handle).
+        let _ = self.result.send(Ok(result));
     }
 }
 
 impl Drop for Writer {
-    /// A writer dropped before it ended: the thread it was to run on could
-    /// not be started. Its caller still hears of it.
+    /// The session may have another writer from here on. (Its fields
+    /// drop after this: the log, then [`ExitSlot`].)
     fn drop(&mut self) {
-        if let Some(exit) = self.exit.take() {
+        self.inner
+            .gate
+            .shared
+            .store(false, std::sync::atomic::Ordering::Release);
+        *self.inner.writer_running.lock() = false;
+    }
+}
+
+/// The caller's [`Exit`], until it is told: declared last in [`Writer`],
+/// so a writer dropped without ending (its thread died) still reports,
+/// once it has let go of the log.
+pub(crate) struct ExitSlot(Option<Exit>);
+
+impl Drop for ExitSlot {
+    fn drop(&mut self) {
+        if let Some(exit) = self.0.take() {
             let result = Err(StoreError::Writer(
-                "the log writer's thread could not be started".into(),
+                "the log writer ended without reporting how (its thread died)".into(),
             ));
-            self.inner
-                .gate
-                .shared
-                .store(false, std::sync::atomic::Ordering::Release);
-            *self.inner.writer_running.lock() = false;
-            (exit.on_exit)(&result);
-            let _ = exit.result.send(Ok(result));
+            // Possibly while unwinding: a panic in `on_exit` must not abort.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exit.report(result)));
         }
     }
 }

@@ -17,8 +17,13 @@ fn log_in(store: &SessionStore, id: &str, config: LogConfig) -> SessionLog {
 fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_own() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
+    // No sync falls due on its own while the test runs, however slow.
+    let config = LogConfig {
+        sync_interval: Duration::from_secs(3600),
+        ..LogConfig::default()
+    };
     let shared: Vec<SessionLog> = (0..30)
-        .map(|i| log_in(&store, &format!("shared-{i}"), LogConfig::default()))
+        .map(|i| log_in(&store, &format!("shared-{i}"), config.clone()))
         .collect();
     let always = log_in(
         &store,
@@ -77,8 +82,13 @@ fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_o
 fn one_sessions_stuck_sync_delays_no_other_sessions_batches_or_durability() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    let slow = log_in(&store, "slow", LogConfig::default());
-    let fast = log_in(&store, "fast", LogConfig::default());
+    // Syncs come only from the waits (none falls due on its own).
+    let config = LogConfig {
+        sync_interval: Duration::from_secs(3600),
+        ..LogConfig::default()
+    };
+    let slow = log_in(&store, "slow", config.clone());
+    let fast = log_in(&store, "fast", config);
     // The slow session's sync waits until the test lets it go.
     let (entered_tx, entered) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
@@ -156,4 +166,82 @@ fn a_sessions_events_are_written_within_its_gather_though_another_gathers_longer
     }
     assert_eq!(msg_ids(&slow_gather), ["m0"]);
     assert_eq!(msg_ids(&quick).len(), 5);
+}
+
+#[test]
+fn events_waits_and_a_close_that_come_while_a_sync_is_stuck_are_all_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    // Syncs come only from the waits and the close.
+    let config = LogConfig {
+        sync_interval: Duration::from_secs(3600),
+        ..LogConfig::default()
+    };
+    let log = log_in(&store, "s", config);
+    // Every sync waits until the test lets it go.
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let hook = parking_lot::Mutex::new((entered_tx, released));
+    log.set_sync_hook(Some(Arc::new(move || {
+        let hook = hook.lock();
+        let _ = hook.0.send(());
+        let _ = hook.1.recv();
+    })));
+    let flush = |log: &SessionLog| {
+        let log = log.clone();
+        std::thread::spawn(move || rt().block_on(log.flush(WAIT)))
+    };
+    let writer = log.start_writer(|_| {}).unwrap();
+
+    // A sync stuck on its pool thread; meanwhile more events and a wait.
+    log.sender().emit(&msg("a")).unwrap();
+    let first = flush(&log);
+    entered.recv_timeout(LIMIT).expect("the first sync started");
+    for id in ["b", "c"] {
+        log.sender().emit(&msg(id)).unwrap();
+    }
+    let second = flush(&log);
+    release.send(()).unwrap();
+    first.join().unwrap().expect("the first wait ends");
+    // `b` and `c` need a sync of their own (the second wait's).
+    entered
+        .recv_timeout(LIMIT)
+        .expect("the second sync started");
+    release.send(()).unwrap();
+    second.join().unwrap().expect("the second wait ends");
+    assert_eq!(log.progress().borrow().committed, 3);
+
+    // Stuck again, and the session closes meanwhile.
+    log.sender().emit(&msg("d")).unwrap();
+    let third = flush(&log);
+    entered.recv_timeout(LIMIT).expect("the third sync started");
+    log.close();
+    release.send(()).unwrap();
+    third.join().unwrap().expect("the third wait ends");
+    writer.join().unwrap();
+    assert_eq!(msg_ids(&log), ["a", "b", "c", "d"]);
+    assert_eq!(log.progress().borrow().committed, 4);
+    assert!(log.progress().borrow().finished);
+    assert_eq!(log.manifest().event_count, 4);
+}
+
+#[test]
+fn a_joined_writer_has_let_go_of_the_session() {
+    // `join` returns once the writer's hold on the log (with the last
+    // hold, the session's claim) is gone: the session reopens at once.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::for_workspace(tmp.path());
+    for i in 0..50 {
+        let id = format!("s{i}");
+        let log = log_in(&store, &id, LogConfig::default());
+        let writer = log.start_writer(|_| {}).unwrap();
+        log.sender().emit(&msg("m")).unwrap();
+        log.close();
+        writer.join().unwrap();
+        drop(log);
+        let (again, _) = store
+            .reopen(&id, LogConfig::default())
+            .expect("the claim was released before join returned");
+        assert_eq!(msg_ids(&again), ["m"]);
+    }
 }
