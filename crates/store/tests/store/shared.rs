@@ -13,17 +13,36 @@ fn log_in(store: &SessionStore, id: &str, config: LogConfig) -> SessionLog {
     store.create_with_thread(id, ROOT, config).unwrap()
 }
 
+/// A log config whose syncs come only from waits for durability, the
+/// session's end and the close (none falls due on its own).
+fn waits_sync() -> LogConfig {
+    LogConfig {
+        sync_interval: Duration::from_secs(3600),
+        ..LogConfig::default()
+    }
+}
+
+/// Makes every sync of `log` stop until the test lets it go: each one
+/// sends on the first channel when it starts, then waits for a message
+/// on the second.
+fn stuck_syncs(log: &SessionLog) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let hook = parking_lot::Mutex::new((entered_tx, released));
+    log.set_sync_hook(Some(Arc::new(move || {
+        let hook = hook.lock();
+        let _ = hook.0.send(());
+        let _ = hook.1.recv();
+    })));
+    (entered, release)
+}
+
 #[test]
 fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_own() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    // No sync falls due on its own while the test runs, however slow.
-    let config = LogConfig {
-        sync_interval: Duration::from_secs(3600),
-        ..LogConfig::default()
-    };
     let shared: Vec<SessionLog> = (0..30)
-        .map(|i| log_in(&store, &format!("shared-{i}"), config.clone()))
+        .map(|i| log_in(&store, &format!("shared-{i}"), waits_sync()))
         .collect();
     let always = log_in(
         &store,
@@ -82,22 +101,9 @@ fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_o
 fn one_sessions_stuck_sync_delays_no_other_sessions_batches_or_durability() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    // Syncs come only from the waits (none falls due on its own).
-    let config = LogConfig {
-        sync_interval: Duration::from_secs(3600),
-        ..LogConfig::default()
-    };
-    let slow = log_in(&store, "slow", config.clone());
-    let fast = log_in(&store, "fast", config);
-    // The slow session's sync waits until the test lets it go.
-    let (entered_tx, entered) = mpsc::channel::<()>();
-    let (release, released) = mpsc::channel::<()>();
-    let hook = parking_lot::Mutex::new((entered_tx, released));
-    slow.set_sync_hook(Some(Arc::new(move || {
-        let hook = hook.lock();
-        let _ = hook.0.send(());
-        let _ = hook.1.recv();
-    })));
+    let slow = log_in(&store, "slow", waits_sync());
+    let fast = log_in(&store, "fast", waits_sync());
+    let (entered, release) = stuck_syncs(&slow);
     let slow_writer = slow.start_writer(|_| {}).unwrap();
     let fast_writer = fast.start_writer(|_| {}).unwrap();
 
@@ -172,21 +178,8 @@ fn a_sessions_events_are_written_within_its_gather_though_another_gathers_longer
 fn events_waits_and_a_close_that_come_while_a_sync_is_stuck_are_all_served() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::for_workspace(tmp.path());
-    // Syncs come only from the waits and the close.
-    let config = LogConfig {
-        sync_interval: Duration::from_secs(3600),
-        ..LogConfig::default()
-    };
-    let log = log_in(&store, "s", config);
-    // Every sync waits until the test lets it go.
-    let (entered_tx, entered) = mpsc::channel::<()>();
-    let (release, released) = mpsc::channel::<()>();
-    let hook = parking_lot::Mutex::new((entered_tx, released));
-    log.set_sync_hook(Some(Arc::new(move || {
-        let hook = hook.lock();
-        let _ = hook.0.send(());
-        let _ = hook.1.recv();
-    })));
+    let log = log_in(&store, "s", waits_sync());
+    let (entered, release) = stuck_syncs(&log);
     let flush = |log: &SessionLog| {
         let log = log.clone();
         std::thread::spawn(move || rt().block_on(log.flush(WAIT)))
