@@ -100,7 +100,11 @@ impl Hub {
     pub(crate) fn wake(&self, within: Option<Duration>) {
         if let Some(within) = within {
             let tick = self.tick.load(Ordering::Acquire);
-            if tick != NO_TICK && tick <= nanos(Instant::now() + within) {
+            // A gather too long to add to now: any tick comes within it.
+            let soon = Instant::now()
+                .checked_add(within)
+                .is_none_or(|limit| tick <= nanos(limit));
+            if tick != NO_TICK && soon {
                 return;
             }
         }
