@@ -233,7 +233,7 @@ impl Drop for Serving {
 
 /// Runs `writer` on a pool thread of its own until it ends; on this
 /// thread if none can be started.
-pub(crate) fn dedicated(writer: Writer) {
+fn dedicated(writer: Writer) {
     if let Err(writer) = try_dedicated(writer) {
         writer.run_dedicated();
     }

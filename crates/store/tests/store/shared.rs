@@ -67,7 +67,6 @@ fn many_sessions_share_one_writer_but_always_and_a_blocking_exporter_get_their_o
         for (i, log) in all.iter().enumerate() {
             log.sender().emit(&msg(&format!("s{i}-r{round}"))).unwrap();
         }
-        std::thread::sleep(Duration::from_millis(3));
     }
     for log in &all {
         log.close();
