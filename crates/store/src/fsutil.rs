@@ -1,5 +1,6 @@
 //! File helpers shared by the store and loop state: writes that must not
-//! tear, durable ([`write_atomic`]) or not ([`write_replace`]).
+//! tear, durable ([`write_atomic`]) or not ([`write_replace`]), and the
+//! in-place rewrite of a file the log can rebuild ([`overwrite_padded`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -38,6 +39,40 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Rewrites the existing file `path` in place with `bytes`: one write at
+/// offset 0, padded with spaces (before its last byte) to the file's old
+/// length, so the file is never truncated and no new inode is made (on
+/// ext4 every new inode scans past the recently freed ones, and a rename
+/// frees one); `durable` adds an `fdatasync`. For a file that a torn
+/// write cannot lose: a reader or a process crash sees the old bytes or
+/// the new ones, but a power loss during the write, or a reader at the
+/// same instant, can see a mix, so a reader must detect one (a JSON file
+/// fails to parse) and rebuild it. `bytes` should end in whitespace (a
+/// newline) for the padding to keep JSON valid. A missing file is
+/// [`std::io::ErrorKind::NotFound`].
+pub fn overwrite_padded(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = OpenOptions::new().write(true).open(path)?;
+    let old = usize::try_from(f.metadata()?.len()).unwrap_or(usize::MAX);
+    let padded;
+    let data = match bytes.split_last() {
+        Some((last, head)) if bytes.len() < old => {
+            let mut v = Vec::with_capacity(old);
+            v.extend_from_slice(head);
+            v.resize(old - 1, b' ');
+            v.push(*last);
+            padded = v;
+            &padded[..]
+        }
+        _ => bytes,
+    };
+    f.write_all_at(data, 0)?;
+    if durable {
+        f.sync_data()?;
+    }
+    Ok(())
 }
 
 /// The directory of `path` and this process's temp file for it there.
@@ -86,6 +121,36 @@ mod tests {
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
         replaces_and_leaves_no_temp(write_atomic, "m.json");
+    }
+
+    #[test]
+    fn an_overwrite_in_place_keeps_the_inode_and_pads_a_shorter_content() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.json");
+        fs::write(&p, b"{\"status\": \"created\"}\n").unwrap();
+        let ino = fs::metadata(&p).unwrap().ino();
+        overwrite_padded(&p, b"{\"s\": 1}\n", true).unwrap();
+        let got = fs::read(&p).unwrap();
+        assert_eq!(got.len(), 22, "padded to the old length");
+        assert_eq!(&got[..8], b"{\"s\": 1}");
+        assert_eq!(got.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&got).unwrap();
+        assert_eq!(v["s"], 1);
+        overwrite_padded(&p, b"{\"status\": \"completed\", \"n\": 100}\n", false).unwrap();
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"{\"status\": \"completed\", \"n\": 100}\n",
+            "a longer content is written whole"
+        );
+        assert_eq!(fs::metadata(&p).unwrap().ino(), ino, "the same inode");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no other file"
+        );
+        let missing = overwrite_padded(&dir.path().join("none"), b"x\n", false).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -60,8 +60,8 @@ pub struct LogStats {
     /// fdatasync calls on events.jsonl.
     pub syncs: u64,
     /// Durable manifest writes (a status change but `created` → `active`,
-    /// the final one): each a sync of its temporary copy and of the
-    /// directory.
+    /// the final one): each an `fdatasync` of the manifest, rewritten in
+    /// place.
     pub manifest_syncs: u64,
     /// Batches written on the shared writer's thread (the others on a
     /// pool thread: the session's own writer, or a shared session's run

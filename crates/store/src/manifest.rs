@@ -1,7 +1,7 @@
 //! manifest.json: what a session is, without reading its log.
 
 use std::fs::OpenOptions;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +11,7 @@ use troupe_protocol::CompletionSubtype;
 use super::error::StoreError;
 use super::log::{EVENTS_FILE, MANIFEST_FILE};
 use super::recovery::{RecoveryReport, inspect};
-use crate::fsutil::{write_atomic, write_replace};
+use crate::fsutil::{overwrite_padded, write_atomic, write_replace};
 
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,8 +99,8 @@ impl Manifest {
 
     /// Reads the manifest of session directory `dir`, or rebuilds it from
     /// the log when it is torn or empty: a power loss can leave it so,
-    /// since its status `active` and its counters are written without
-    /// fsync. The log says all of it but the creation time (taken from
+    /// since it is rewritten in place and its status `active` and its
+    /// counters without fsync. The log says all of it but the creation time (taken from
     /// the log file's), and the root thread has the session's id (the
     /// design's rule). Nothing is written: [`SessionLog::reopen`] writes
     /// the rebuilt manifest under the session's claim.
@@ -108,7 +108,13 @@ impl Manifest {
     /// [`SessionLog::reopen`]: super::log::SessionLog::reopen
     pub fn read_or_rebuild(dir: &Path) -> Result<Manifest, StoreError> {
         let path = dir.join(MANIFEST_FILE);
-        let reason = match Manifest::read(&path) {
+        // Read twice: the writer rewrites it in place, so a reader at that
+        // very instant can see a mix of the two versions.
+        let read = Manifest::read(&path).or_else(|e| match e {
+            StoreError::BadManifest { .. } => Manifest::read(&path),
+            e => Err(e),
+        });
+        let reason = match read {
             Err(StoreError::BadManifest { reason, .. }) => reason,
             other => return other,
         };
@@ -149,7 +155,7 @@ impl Manifest {
         }
     }
 
-    /// Writes the manifest atomically (temp file, fsync, rename).
+    /// Writes the manifest durably ([`Manifest::write_with`]).
     pub(crate) fn write(&mut self, path: &Path) -> Result<(), StoreError> {
         self.write_with(path, true)
     }
@@ -174,31 +180,25 @@ impl Manifest {
         )
     }
 
-    /// Writes the manifest atomically; `durable: false` skips the fsyncs
-    /// (for a refresh of counters the log has anyway: reopen recounts them).
+    /// Rewrites the manifest in place ([`overwrite_padded`]: no temporary
+    /// copy, no rename, so no new inode); `durable` adds an `fdatasync`,
+    /// `false` is for what the log says anyway (`active`, the counters).
+    /// The log is canonical: a manifest a power loss tore mid-write is
+    /// rebuilt from it by whatever reads it ([`Manifest::read_or_rebuild`]).
+    /// A missing manifest is written whole (temporary copy and rename).
     ///
-    /// A session directory that refuses writes (immutable, read-only) is
-    /// [`StoreError::NotWritable`], whatever else is in it: a writer that
-    /// crashed leaves its lock file behind, so claiming the session
-    /// succeeds there and this write is the first to find out.
+    /// A manifest that refuses writes (immutable, read-only mount) is
+    /// [`StoreError::NotWritable`]; a session whose log refuses them is
+    /// refused earlier, at the claim ([`crate::SessionLock::acquire`]).
     pub(crate) fn write_with(&mut self, path: &Path, durable: bool) -> Result<(), StoreError> {
-        let failed = |e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e);
-        if !durable {
-            self.updated_at = Utc::now();
-            let bytes = self.encode()?;
-            return write_replace(path, &bytes).map_err(failed);
-        }
         self.updated_at = Utc::now();
         let bytes = self.encode()?;
-        match write_atomic(path, &bytes) {
-            // A full disk has no room for the temporary copy; the file in
-            // place has its blocks already (the log stays canonical either
-            // way: reopen rebuilds the counts from it).
-            Err(e) if e.kind() == ErrorKind::StorageFull && path.exists() => {
-                overwrite(path, &bytes).map_err(|e| StoreError::io("write", path, e))
-            }
-            other => other.map_err(failed),
-        }
+        let written = match overwrite_padded(path, &bytes, durable) {
+            Err(e) if e.kind() == ErrorKind::NotFound && durable => write_atomic(path, &bytes),
+            Err(e) if e.kind() == ErrorKind::NotFound => write_replace(path, &bytes),
+            other => other,
+        };
+        written.map_err(|e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e))
     }
 
     fn encode(&self) -> Result<Vec<u8>, StoreError> {
@@ -227,12 +227,4 @@ impl Manifest {
             tracing::warn!(error = %e, "cannot record the writer failure in the manifest");
         }
     }
-}
-
-/// Rewrites `path` in place (no temporary file).
-fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().write(true).open(path)?;
-    f.write_all(bytes)?;
-    f.set_len(bytes.len() as u64)?;
-    f.sync_all()
 }

@@ -218,6 +218,8 @@ fn manifest_follows_the_session_lifecycle() {
     let m = Manifest::read(&manifest_path).unwrap();
     assert_eq!(m.status, SessionStatus::Created);
     assert_eq!(m.session_id, "s1");
+    let inode = || std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&manifest_path).unwrap());
+    let created_inode = inode();
     let w = log.start_writer(|_| {}).unwrap();
     let tx = log.sender();
     tx.emit(&started()).unwrap();
@@ -249,6 +251,11 @@ fn manifest_follows_the_session_lifecycle() {
     assert_eq!(m.turn_count, 2);
     assert_eq!(m.event_count, 5);
     assert!(m.updated_at >= m.created_at);
+    assert_eq!(
+        inode(),
+        created_inode,
+        "rewritten in place: no temporary copy renamed over it"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(log.dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
