@@ -3,12 +3,13 @@
 //! with an empty log (locked: the writer's claim), a manifest and a
 //! settings file, the two files written then synced, the directory synced, renamed into
 //! place and its parent synced; one line appended to the log and
-//! `fdatasync`ed; the manifest replaced (temporary copy, sync, rename,
-//! sync) once; and, as retention does once the workspace holds its 50, the
-//! oldest session's files and directory removed.
+//! `fdatasync`ed; the manifest rewritten in place and `fdatasync`ed once
+//! (its final status); and, as retention does once the workspace holds its
+//! 50, the oldest session's files and directory removed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 fn sync_dir(dir: &Path) {
@@ -56,10 +57,12 @@ pub fn run(ws: &Path, m: usize) -> usize {
             .unwrap();
         log.write_all(&[b'x'; 400]).unwrap();
         log.sync_data().unwrap();
-        let tmp = dir.join(".manifest.json.tmp");
-        write_new(&tmp, MANIFEST).sync_all().unwrap();
-        fs::rename(&tmp, dir.join("manifest.json")).unwrap();
-        sync_dir(&dir);
+        let manifest = OpenOptions::new()
+            .write(true)
+            .open(dir.join("manifest.json"))
+            .unwrap();
+        manifest.write_all_at(MANIFEST, 0).unwrap();
+        manifest.sync_data().unwrap();
         drop(claim);
         made.push(dir);
         if made.len() > 50 {
