@@ -35,8 +35,12 @@ impl SessionLock {
     /// Fails with [`StoreError::Claimed`] (naming the holder's pid when the
     /// kernel's lock table names it) when another process holds it, with
     /// [`StoreError::NotWritable`] when the log cannot be opened for
-    /// writing (an immutable session, a read-only mount), and with
-    /// [`StoreError::Io`] otherwise (no log in `dir`).
+    /// writing (an immutable session, a read-only mount) or the directory
+    /// refuses new entries (immutable or append-only, `chattr +i` / `+a`
+    /// on the directory alone; not writable to this user): the session's
+    /// manifest is rewritten in place, so no later write of a run would
+    /// find out, but whatever a run makes there (`derived/`) would fail
+    /// half-way. [`StoreError::Io`] otherwise (no log in `dir`).
     pub fn acquire(dir: &Path) -> Result<SessionLock, StoreError> {
         let path = dir.join(EVENTS_FILE);
         // A session's log is only unlinked by retention, which takes no
@@ -58,6 +62,7 @@ impl SessionLock {
             if !same_file(&file, &path) {
                 continue;
             }
+            ensure_dir_writable(dir)?;
             return Ok(SessionLock { file, path });
         }
         Err(StoreError::Claimed {
@@ -150,6 +155,56 @@ fn open_lock_file(path: &Path) -> Result<File, StoreError> {
         let dir = path.parent().unwrap_or(path);
         StoreError::io_in("open the session log to claim it", dir, path, e)
     })
+}
+
+/// [`StoreError::NotWritable`] naming `dir` when it refuses new entries:
+/// not writable to this process (`faccessat` with the effective ids), or
+/// immutable or append-only (`FS_IOC_GETFLAGS`; root passes the access
+/// check on either). A file system without those flags passes.
+fn ensure_dir_writable(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    const FS_IMMUTABLE_FL: u32 = 0x10;
+    const FS_APPEND_FL: u32 = 0x20;
+    let refused = |source| StoreError::NotWritable {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let Ok(cpath) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: `cpath` is a NUL-terminated path that outlives the call.
+    let rc =
+        unsafe { libc::faccessat(libc::AT_FDCWD, cpath.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+        ) {
+            return Err(refused(e));
+        }
+    }
+    let Ok(handle) = File::open(dir) else {
+        return Ok(());
+    };
+    // The kernel writes the flags as a 32-bit int at the start of the
+    // buffer (the request's size says `long`): 8 zeroed bytes take either.
+    let mut flags = [0u8; 8];
+    // SAFETY: the descriptor is open for the call, and the buffer is ours
+    // and larger than what the kernel writes.
+    let rc = unsafe {
+        libc::ioctl(
+            handle.as_raw_fd(),
+            libc::FS_IOC_GETFLAGS,
+            flags.as_mut_ptr(),
+        )
+    };
+    let flags = u32::from_ne_bytes([flags[0], flags[1], flags[2], flags[3]]);
+    if rc == 0 && flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 {
+        return Err(refused(std::io::Error::from_raw_os_error(libc::EPERM)));
+    }
+    Ok(())
 }
 
 /// Whether `path` still names the open `file` (same device and inode).

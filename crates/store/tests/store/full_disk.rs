@@ -40,6 +40,30 @@ fn an_immutable_session_directory_is_reported_as_not_writable() {
 
 #[test]
 #[ignore = "needs root"]
+fn a_session_directory_that_refuses_new_entries_is_refused_at_the_claim() {
+    // The directory alone immutable (or append-only), its files writable:
+    // the manifest is rewritten in place, so only the claim can tell.
+    for flag in ["i", "a"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("session");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("events.jsonl"), "").unwrap();
+        chattr(&dir, &format!("+{flag}"));
+        let got = SessionLock::acquire(&dir);
+        chattr(&dir, &format!("-{flag}"));
+        let err = got.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotWritable { dir: d, .. } if *d == dir),
+            "+{flag}: {err:?}"
+        );
+        assert!(err.to_string().contains("chattr -i"), "{err}");
+        // Once cleared, the same directory is claimed.
+        drop(SessionLock::acquire(&dir).unwrap());
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
 fn a_session_directory_on_a_read_only_mount_is_reported_as_not_writable() {
     let fs = Tmpfs::mount("64k");
     let dir = fs.path().join("session");
