@@ -1,6 +1,7 @@
 //! File helpers shared by the store and loop state: writes that must not
 //! tear, durable ([`write_atomic`]) or not ([`write_replace`]), and the
-//! in-place rewrite of a file the log can rebuild ([`overwrite_padded`]).
+//! in-place rewrite of a file the log can rebuild ([`overwrite_padded`],
+//! read by [`read_locked`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -41,21 +42,50 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// Rewrites the existing file `path` in place with `bytes`: one write at
-/// offset 0, padded with spaces (before its last byte) to the file's old
-/// length, so the file is never truncated and no new inode is made (on
-/// ext4 every new inode scans past the recently freed ones, and a rename
-/// frees one); `durable` adds an `fdatasync`. For a file that a torn
-/// write cannot lose: a reader or a process crash sees the old bytes or
-/// the new ones, but a power loss during the write, or a reader at the
-/// same instant, can see a mix, so a reader must detect one (a JSON file
-/// fails to parse) and rebuild it. `bytes` should end in whitespace (a
-/// newline) for the padding to keep JSON valid. A missing file is
-/// [`std::io::ErrorKind::NotFound`].
-pub fn overwrite_padded(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let f = OpenOptions::new().write(true).open(path)?;
-    let old = usize::try_from(f.metadata()?.len()).unwrap_or(usize::MAX);
+/// The most padding [`overwrite_padded`] writes: a file that much longer
+/// than its new content is replaced instead (it shrinks again).
+const MAX_PADDING: usize = 4096;
+
+/// Rewrites the file `path` in place with `bytes`: one write at offset 0,
+/// padded with spaces (before its last byte) to the file's old length, so
+/// the file is never truncated and no new inode is made (on ext4 without
+/// a journal every new inode scans past the recently freed ones, and a
+/// rename frees one); `durable` adds an `fdatasync`. The write holds an
+/// exclusive `flock` on the file, so a reader that takes a shared one
+/// ([`read_locked`]) sees the old bytes or the new ones, never a mix; a
+/// process crash leaves one or the other too, but a power loss during
+/// the write can leave a mix, so the file must be one its reader can
+/// rebuild (a JSON file that fails to parse). `bytes` should end in
+/// whitespace (a newline) for the padding to keep JSON valid.
+///
+/// Returns `Ok(false)`, having written nothing, where a rewrite in place
+/// would be wrong and the caller should replace the file instead: it is
+/// missing, not writable to this process (its directory may still be),
+/// a symbolic link (never written through), not a regular file, linked
+/// from elsewhere too (`nlink > 1`), or more than 4 KiB longer than
+/// `bytes`.
+pub fn overwrite_padded(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<bool> {
+    use std::io::ErrorKind;
+    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+    let opened = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    let f = match opened {
+        Ok(f) => f,
+        Err(e)
+            if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied)
+                || e.raw_os_error() == Some(libc::ELOOP) =>
+        {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    let old = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+    if !meta.is_file() || meta.nlink() != 1 || old > bytes.len().saturating_add(MAX_PADDING) {
+        return Ok(false);
+    }
     let padded;
     let data = match bytes.split_last() {
         Some((last, head)) if bytes.len() < old => {
@@ -68,11 +98,27 @@ pub fn overwrite_padded(path: &Path, bytes: &[u8], durable: bool) -> std::io::Re
         }
         _ => bytes,
     };
-    f.write_all_at(data, 0)?;
+    f.lock()?;
+    let written = f.write_all_at(data, 0);
+    let _ = f.unlock();
+    written?;
     if durable {
         f.sync_data()?;
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Reads `path` whole under a shared `flock`: never in the middle of an
+/// [`overwrite_padded`].
+pub fn read_locked(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = File::open(path)?;
+    // A file system without flock reads unlocked (as before the rewrite
+    // in place: a mix then fails to parse and is read again or rebuilt).
+    let _ = f.lock_shared();
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The directory of `path` and this process's temp file for it there.
@@ -130,14 +176,14 @@ mod tests {
         let p = dir.path().join("m.json");
         fs::write(&p, b"{\"status\": \"created\"}\n").unwrap();
         let ino = fs::metadata(&p).unwrap().ino();
-        overwrite_padded(&p, b"{\"s\": 1}\n", true).unwrap();
+        assert!(overwrite_padded(&p, b"{\"s\": 1}\n", true).unwrap());
         let got = fs::read(&p).unwrap();
         assert_eq!(got.len(), 22, "padded to the old length");
         assert_eq!(&got[..8], b"{\"s\": 1}");
         assert_eq!(got.last(), Some(&b'\n'));
         let v: serde_json::Value = serde_json::from_slice(&got).unwrap();
         assert_eq!(v["s"], 1);
-        overwrite_padded(&p, b"{\"status\": \"completed\", \"n\": 100}\n", false).unwrap();
+        assert!(overwrite_padded(&p, b"{\"status\": \"completed\", \"n\": 100}\n", false).unwrap());
         assert_eq!(
             fs::read(&p).unwrap(),
             b"{\"status\": \"completed\", \"n\": 100}\n",
@@ -149,8 +195,72 @@ mod tests {
             1,
             "no other file"
         );
-        let missing = overwrite_padded(&dir.path().join("none"), b"x\n", false).unwrap_err();
-        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        assert!(!overwrite_padded(&dir.path().join("none"), b"x\n", false).unwrap());
+        assert!(
+            !dir.path().join("none").exists(),
+            "a missing file is not made"
+        );
+    }
+
+    #[test]
+    fn an_overwrite_in_place_declines_links_and_long_padding() {
+        let dir = tempfile::tempdir().unwrap();
+        // A symbolic link is never written through: its target is intact.
+        let target = dir.path().join("target");
+        fs::write(&target, b"precious\n").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(!overwrite_padded(&link, b"{}\n", true).unwrap());
+        assert_eq!(fs::read(&target).unwrap(), b"precious\n");
+        // Nor a file linked from elsewhere too.
+        let hard = dir.path().join("hard.json");
+        fs::hard_link(&target, &hard).unwrap();
+        assert!(!overwrite_padded(&hard, b"{}\n", true).unwrap());
+        assert_eq!(fs::read(&target).unwrap(), b"precious\n");
+        // A file far longer than the new content is replaced, not padded.
+        let long = dir.path().join("long.json");
+        fs::write(&long, vec![b' '; 10_000]).unwrap();
+        assert!(!overwrite_padded(&long, b"{}\n", false).unwrap());
+        assert_eq!(fs::metadata(&long).unwrap().len(), 10_000, "untouched");
+        // The caller then replaces the link itself, as write_atomic does.
+        write_atomic(&link, b"{}\n").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"precious\n");
+        assert_eq!(fs::read(&link).unwrap(), b"{}\n");
+    }
+
+    #[test]
+    fn a_locked_read_waits_for_a_rewrite_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.json");
+        fs::write(&p, b"{\"old\": true}\n").unwrap();
+        // A writer holding the file's exclusive lock, as a rewrite does.
+        let writer = File::open(&p).unwrap();
+        writer.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let bytes = read_locked(&p).unwrap();
+                tx.send(()).unwrap();
+                bytes
+            })
+        };
+        // The kernel's lock table lists the reader as blocked on the file.
+        let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&p).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !fs::read_to_string("/proc/locks").unwrap().lines().any(|l| {
+            l.contains("->") && l.contains("FLOCK") && l.ends_with(&format!(":{ino} 0 EOF"))
+        }) {
+            assert!(rx.try_recv().is_err(), "the read must wait for the rewrite");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reader never blocked"
+            );
+            std::thread::yield_now();
+        }
+        fs::write(&p, b"{\"new\": true}\n").unwrap();
+        writer.unlock().unwrap();
+        assert_eq!(reader.join().unwrap(), b"{\"new\": true}\n");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! ```text
 //! events.jsonl    one VersionedThreadEvent a line, in gate order
 //! manifest.json   session_id, schema_version, created_at, updated_at,
-//!                 turn_count, event_count, status (atomic writes)
+//!                 turn_count, event_count, status (rewritten in
+//!                 place under a flock; the log rebuilds a torn one)
 //! derived/        exports and artifacts
 //! ```
 //!

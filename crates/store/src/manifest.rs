@@ -1,7 +1,6 @@
 //! manifest.json: what a session is, without reading its log.
 
 use std::fs::OpenOptions;
-use std::io::ErrorKind;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +10,7 @@ use troupe_protocol::CompletionSubtype;
 use super::error::StoreError;
 use super::log::{EVENTS_FILE, MANIFEST_FILE};
 use super::recovery::{RecoveryReport, inspect};
-use crate::fsutil::{overwrite_padded, write_atomic, write_replace};
+use crate::fsutil::{overwrite_padded, read_locked, write_atomic, write_replace};
 
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +89,7 @@ impl Manifest {
 
     /// Reads a manifest.
     pub fn read(path: &Path) -> Result<Manifest, StoreError> {
-        let bytes = std::fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
+        let bytes = read_locked(path).map_err(|e| StoreError::io("read", path, e))?;
         serde_json::from_slice(&bytes).map_err(|e| StoreError::BadManifest {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -108,8 +107,8 @@ impl Manifest {
     /// [`SessionLog::reopen`]: super::log::SessionLog::reopen
     pub fn read_or_rebuild(dir: &Path) -> Result<Manifest, StoreError> {
         let path = dir.join(MANIFEST_FILE);
-        // Read twice: the writer rewrites it in place, so a reader at that
-        // very instant can see a mix of the two versions.
+        // Read twice: a file system without flock lets a reader at the
+        // very instant of a rewrite in place see a mix of two versions.
         let read = Manifest::read(&path).or_else(|e| match e {
             StoreError::BadManifest { .. } => Manifest::read(&path),
             e => Err(e),
@@ -185,7 +184,9 @@ impl Manifest {
     /// `false` is for what the log says anyway (`active`, the counters).
     /// The log is canonical: a manifest a power loss tore mid-write is
     /// rebuilt from it by whatever reads it ([`Manifest::read_or_rebuild`]).
-    /// A missing manifest is written whole (temporary copy and rename).
+    /// A manifest that is missing, not writable to this process, a
+    /// symbolic link, linked twice or padded past 4 KiB is replaced whole
+    /// instead (temporary copy and rename, synced when `durable`).
     ///
     /// A manifest that refuses writes (immutable, read-only mount) is
     /// [`StoreError::NotWritable`]; a session whose log refuses them is
@@ -194,9 +195,10 @@ impl Manifest {
         self.updated_at = Utc::now();
         let bytes = self.encode()?;
         let written = match overwrite_padded(path, &bytes, durable) {
-            Err(e) if e.kind() == ErrorKind::NotFound && durable => write_atomic(path, &bytes),
-            Err(e) if e.kind() == ErrorKind::NotFound => write_replace(path, &bytes),
-            other => other,
+            Ok(true) => Ok(()),
+            Ok(false) if durable => write_atomic(path, &bytes),
+            Ok(false) => write_replace(path, &bytes),
+            Err(e) => Err(e),
         };
         written.map_err(|e| StoreError::io_in("write", path.parent().unwrap_or(path), path, e))
     }
