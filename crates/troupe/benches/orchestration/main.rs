@@ -7,7 +7,9 @@
 //! fixed cost: `--sessions M` opens a session, runs one agent making one
 //! call and closes it, M times in one process, beside M single raw calls
 //! and the floor: the same files made, synced and removed by hand
-//! (`files.rs`).
+//! (`files.rs`). Last, what one session at N=1 could reach at best by
+//! this run's own figures: the raw loop's calls plus the files by hand,
+//! and the same with troupe's per-call cost at N=100.
 //!
 //! Run: `cargo bench -p troupe --bench orchestration`
 //! (`-- --quick` for a smaller set; `-- --skip VARIANT,..` leaves
@@ -234,6 +236,7 @@ fn parent() {
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
     }
+    let mut rows: Vec<(Workload, Vec<Medians>)> = Vec::new();
     for w in loads {
         let m = measure(&ctx, &ctx.variants, Kind::Agents(w));
         let (raw, batch, never, per) = (&m[0], &m[1], &m[2], &m[3]);
@@ -262,6 +265,7 @@ fn parent() {
             per.rss_mib(),
             per.rss_kb / raw.rss_kb,
         );
+        rows.push((w, m));
     }
     let sessions = match arg("--sessions") {
         Some(m) => Some(m.parse().unwrap()),
@@ -295,7 +299,34 @@ fn parent() {
             raw.rss_mib(),
             batch.rss_mib(),
         );
+        print_n1_bounds(&rows, files.per_call);
     }
+}
+
+/// What one session at N=1 (P=1) could reach at best, from this run's
+/// figures: its calls in the raw loop plus the session's files made by
+/// hand (no troupe code at all), and the same with troupe's per-call cost
+/// at N=100 (K=10, P=1: the session's cost spread thin) in place of the
+/// raw loop's. Against the goal of 2×.
+fn print_n1_bounds(rows: &[(Workload, Vec<Medians>)], files_per_session: f64) {
+    let find = |n: usize| {
+        rows.iter()
+            .find(|(w, _)| w.n == n && w.p == 1 && (n != 100 || w.k == 10))
+    };
+    let (Some((w1, one)), Some((_, hundred))) = (find(1), find(100)) else {
+        return;
+    };
+    // Calls a session makes at N=1: K rounds and the final answer.
+    let calls = (w1.k + 1) as f64;
+    let raw = one[0].per_call;
+    let floor = (files_per_session + calls * raw) / (calls * raw);
+    let spread = (files_per_session + calls * hundred[1].per_call) / (calls * raw);
+    println!();
+    println!(
+        "N=1, K={}, P=1, one session ({calls} calls): measured {:.2}×; the raw loop's calls and the session's files by hand alone: {floor:.2}×; with troupe's per-call cost at N=100 instead of the raw loop's: {spread:.2}×",
+        w1.k,
+        one[1].per_call / raw,
+    );
 }
 
 /// A workspace whose `.vtcode/sessions` holds [`SEEDED_SESSIONS`] closed
